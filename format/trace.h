@@ -1,0 +1,531 @@
+// gpuheap trace format: the one contract between preload/ (writer) and analyzer/ (reader).
+// Header-only, no dependencies beyond the C++17 standard library, no exceptions, no
+// allocation in the encoders (they write into a caller-provided byte buffer), so the
+// in-process writer can use them on the hot path.
+//
+// Documented once, for users, in docs/trace-format.md. Any change to a record's layout
+// bumps kFormatVersion; readers refuse versions newer than they know.
+//
+// File layout:
+//   FileHeader (16 bytes)            magic "GPUHEAP\0", u16 version, u16 flags, u32 reserved
+//   Record*                          each: u8 type | u32 payload_len | payload
+// All integers little-endian, unaligned. Strings are u32 length + bytes (no NUL).
+// A file cut at any byte is read up to the last whole record: the frame carries the
+// payload length, and the reader stops (reporting truncation) when a frame is incomplete.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace gpuheap {
+namespace format {
+
+inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
+inline constexpr std::uint16_t kFormatVersion = 1;
+inline constexpr std::size_t kFileHeaderSize = 16;
+inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
+// No record is larger than this; a frame declaring more is corruption, not a big record.
+inline constexpr std::uint32_t kMaxPayload = 1u << 20;
+inline constexpr std::uint16_t kMaxStackDepth = 256;
+
+enum class RecordType : std::uint8_t {
+  process = 1,          // once, first record: who ran
+  device = 2,           // once per device, when first seen (CUDA is not touched at load)
+  module = 3,           // a loaded ELF object (for offline symbolization)
+  module_unload = 4,    // dlclose of a module
+  stack = 5,            // a distinct call stack, written once before first use
+  alloc = 6,            // memory handed to the program
+  free = 7,             // memory given back by the program
+  free_completed = 8,   // pooled block became reusable (GPU work before its free done)
+  segment_alloc = 9,    // pool took a segment from the driver
+  segment_free = 10,    // pool returned a segment to the driver
+  oom = 11,             // an allocation finally failed
+  retry = 12,           // pool released its cache and retried after a failed upstream alloc
+  empty_cache = 13,     // cached free segments released (API, policy or OOM path)
+  thread = 14,          // thread id -> name
+  end = 15,             // clean close: no record follows
+};
+
+// What kind of memory an alloc/free record is about. Only device_pooled is served from
+// gpuheap's pool; everything else is recorded and passed through to the driver.
+enum class AllocKind : std::uint8_t {
+  device_pooled = 0,       // cudaMalloc / cuMemAlloc_v2 served by the pool
+  device_passthrough = 1,  // cudaMalloc / cuMemAlloc_v2 with the pool off
+  async = 2,               // cudaMallocAsync / cuMemAllocAsync / FromPoolAsync (stream-ordered)
+  managed = 3,             // cudaMallocManaged / cuMemAllocManaged
+  host_pinned = 4,         // cudaMallocHost / cudaHostAlloc / cuMemHostAlloc
+  pitch = 5,               // cudaMallocPitch / cudaMalloc3D / cuMemAllocPitch_v2
+  vmm_physical = 6,        // cuMemCreate (ptr field = handle) / cuMemRelease
+  vmm_map = 7,             // cuMemMap / cuMemUnmap (ptr = virtual address)
+  va_reserve = 8,          // cuMemAddressReserve / cuMemAddressFree (address space only)
+};
+inline constexpr int kNumAllocKinds = 9;
+
+inline const char* alloc_kind_name(AllocKind k) {
+  switch (k) {
+    case AllocKind::device_pooled: return "pooled";
+    case AllocKind::device_passthrough: return "device";
+    case AllocKind::async: return "async";
+    case AllocKind::managed: return "managed";
+    case AllocKind::host_pinned: return "host";
+    case AllocKind::pitch: return "pitch";
+    case AllocKind::vmm_physical: return "vmm_physical";
+    case AllocKind::vmm_map: return "vmm_map";
+    case AllocKind::va_reserve: return "va_reserve";
+  }
+  return "unknown";
+}
+
+// Flags on alloc/free/segment records.
+inline constexpr std::uint8_t kFlagSmallPool = 1u << 0;  // block/segment from the small pool
+inline constexpr std::uint8_t kFlagOversize = 1u << 1;   // block at/above max split size
+inline constexpr std::uint8_t kFlagFailed = 1u << 2;     // free: the call returned an error
+
+enum class EmptyCacheReason : std::uint8_t { api = 0, threshold = 1, oom_retry = 2, exit = 3 };
+enum class EndReason : std::uint8_t { exit = 0, signal = 1, stopped = 2 };
+
+// ---- decoded records (plain structs; strings are views into the frame) ----
+
+struct ProcessRecord {
+  std::uint32_t pid = 0, ppid = 0;
+  std::uint64_t wall_ns = 0;  // CLOCK_REALTIME at start, ns since epoch
+  std::uint64_t mono_ns = 0;  // CLOCK_MONOTONIC at start; event timestamps use this clock
+  std::string_view hostname, cmdline /* args joined by '\0' */, version, exe;
+};
+struct DeviceRecord {
+  std::int32_t device = 0;
+  std::uint64_t total_memory = 0;
+  std::string_view name;
+};
+struct ModuleRecord {
+  std::uint64_t base = 0;        // l_addr: load bias added to the ELF's vaddrs
+  std::uint64_t lo = 0, hi = 0;  // absolute address range of its PT_LOAD segments
+  std::string_view path;
+  std::string_view build_id;  // raw bytes of NT_GNU_BUILD_ID (may be empty)
+};
+struct ModuleUnloadRecord {
+  std::uint64_t ts = 0, base = 0;
+};
+struct StackRecord {
+  std::uint32_t id = 0;  // ids start at 1; 0 means "no stack"
+  std::uint16_t depth = 0;
+  const unsigned char* ips = nullptr;  // depth little-endian u64 return addresses, innermost first
+  std::uint64_t ip(std::size_t i) const {
+    std::uint64_t v;
+    std::memcpy(&v, ips + 8 * i, 8);
+    return v;
+  }
+};
+struct AllocRecord {
+  std::uint64_t ts = 0;
+  std::uint32_t tid = 0;
+  std::int16_t device = 0;
+  AllocKind kind = AllocKind::device_pooled;
+  std::uint8_t flags = 0;
+  std::uint64_t ptr = 0, requested = 0, size = 0, stream = 0;
+  std::uint32_t stack = 0;
+};
+struct FreeRecord {
+  std::uint64_t ts = 0;
+  std::uint32_t tid = 0;
+  std::int16_t device = 0;
+  AllocKind kind = AllocKind::device_pooled;
+  std::uint8_t flags = 0;
+  std::uint64_t ptr = 0, size = 0, stream = 0;
+  std::uint32_t stack = 0;
+};
+struct FreeCompletedRecord {
+  std::uint64_t ts = 0;
+  std::int16_t device = 0;
+  std::uint64_t ptr = 0, size = 0;
+};
+struct SegmentRecord {  // segment_alloc and segment_free
+  std::uint64_t ts = 0;
+  std::int16_t device = 0;
+  std::uint8_t flags = 0;  // kFlagSmallPool
+  std::uint64_t ptr = 0, size = 0;
+};
+struct OomRecord {
+  std::uint64_t ts = 0;
+  std::uint32_t tid = 0;
+  std::int16_t device = 0;
+  AllocKind kind = AllocKind::device_pooled;
+  std::uint64_t requested = 0, stream = 0;
+  std::uint64_t device_free = 0, device_total = 0;  // cudaMemGetInfo's view (driver) at failure
+  std::uint64_t limit = 0;                          // per-process cap, 0 = none
+  std::uint64_t reserved = 0, allocated = 0, largest_free = 0;  // pool state at failure
+  std::uint32_t stack = 0;
+};
+struct RetryRecord {
+  std::uint64_t ts = 0;
+  std::int16_t device = 0;
+  std::uint64_t requested = 0;
+};
+struct EmptyCacheRecord {
+  std::uint64_t ts = 0;
+  std::int16_t device = 0;
+  EmptyCacheReason reason = EmptyCacheReason::api;
+  std::uint64_t released = 0;
+};
+struct ThreadRecord {
+  std::uint32_t tid = 0;
+  std::string_view name;
+};
+struct EndRecord {
+  std::uint64_t ts = 0;
+  EndReason reason = EndReason::exit;
+  std::uint64_t records = 0;  // records written before this one (header excluded)
+};
+
+namespace detail {
+
+// Bounded little-endian writer into a caller buffer. Overflow sets ok=false; encoders
+// size their records up front so callers can reserve exactly.
+struct Writer {
+  unsigned char* p;
+  unsigned char* end;
+  bool ok = true;
+  void bytes(const void* src, std::size_t n) {
+    if (static_cast<std::size_t>(end - p) < n) {
+      ok = false;
+      return;
+    }
+    std::memcpy(p, src, n);
+    p += n;
+  }
+  template <class T>
+  void put(T v) {
+    bytes(&v, sizeof v);  // x86-64 and aarch64 are little-endian; see static_assert below
+  }
+  void str(std::string_view s) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+};
+
+struct Reader {
+  const unsigned char* p;
+  const unsigned char* end;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T v{};
+    if (static_cast<std::size_t>(end - p) < sizeof v) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    return v;
+  }
+  std::string_view str() {
+    auto n = get<std::uint32_t>();
+    if (!ok || static_cast<std::size_t>(end - p) < n) {
+      ok = false;
+      return {};
+    }
+    std::string_view s(reinterpret_cast<const char*>(p), n);
+    p += n;
+    return s;
+  }
+  const unsigned char* raw(std::size_t n) {
+    if (static_cast<std::size_t>(end - p) < n) {
+      ok = false;
+      return nullptr;
+    }
+    auto* r = p;
+    p += n;
+    return r;
+  }
+};
+
+// Writes the frame header, then lets `body` fill the payload; patches the length.
+template <class Body>
+inline std::size_t frame(unsigned char* buf, std::size_t cap, RecordType t, Body&& body) {
+  if (cap < kFrameHeaderSize) return 0;
+  Writer w{buf + kFrameHeaderSize, buf + cap};
+  body(w);
+  if (!w.ok) return 0;
+  auto len = static_cast<std::uint32_t>(w.p - (buf + kFrameHeaderSize));
+  buf[0] = static_cast<unsigned char>(t);
+  std::memcpy(buf + 1, &len, 4);
+  return kFrameHeaderSize + len;
+}
+
+}  // namespace detail
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trace encoding assumes little-endian");
+
+// ---- file header ----
+
+inline void encode_file_header(unsigned char out[kFileHeaderSize]) {
+  std::memset(out, 0, kFileHeaderSize);
+  std::memcpy(out, kMagic, 8);
+  std::memcpy(out + 8, &kFormatVersion, 2);
+}
+
+enum class HeaderStatus { ok, not_a_trace, newer_version, short_file };
+
+inline HeaderStatus decode_file_header(const unsigned char* p, std::size_t n, std::uint16_t* version) {
+  if (n < 8) return n == 0 || std::memcmp(p, kMagic, n) == 0 ? HeaderStatus::short_file : HeaderStatus::not_a_trace;
+  if (std::memcmp(p, kMagic, 8) != 0) return HeaderStatus::not_a_trace;
+  if (n < kFileHeaderSize) return HeaderStatus::short_file;
+  std::uint16_t v;
+  std::memcpy(&v, p + 8, 2);
+  if (version) *version = v;
+  if (v == 0) return HeaderStatus::not_a_trace;
+  if (v > kFormatVersion) return HeaderStatus::newer_version;
+  return HeaderStatus::ok;
+}
+
+// ---- encoders: each returns bytes written into buf (0 if cap is too small) ----
+// Layouts are given as payload fields in order.
+
+// process: u32 pid | u32 ppid | u64 wall_ns | u64 mono_ns | str hostname | str cmdline
+//          | str version | str exe
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const ProcessRecord& r) {
+  return detail::frame(buf, cap, RecordType::process, [&](detail::Writer& w) {
+    w.put(r.pid), w.put(r.ppid), w.put(r.wall_ns), w.put(r.mono_ns);
+    w.str(r.hostname), w.str(r.cmdline), w.str(r.version), w.str(r.exe);
+  });
+}
+// device: i32 device | u64 total_memory | str name
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const DeviceRecord& r) {
+  return detail::frame(buf, cap, RecordType::device, [&](detail::Writer& w) {
+    w.put(r.device), w.put(r.total_memory), w.str(r.name);
+  });
+}
+// module: u64 base | u64 lo | u64 hi | str path | str build_id
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const ModuleRecord& r) {
+  return detail::frame(buf, cap, RecordType::module, [&](detail::Writer& w) {
+    w.put(r.base), w.put(r.lo), w.put(r.hi), w.str(r.path), w.str(r.build_id);
+  });
+}
+// module_unload: u64 ts | u64 base
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const ModuleUnloadRecord& r) {
+  return detail::frame(buf, cap, RecordType::module_unload,
+                       [&](detail::Writer& w) { w.put(r.ts), w.put(r.base); });
+}
+// stack: u32 id | u16 depth | u64 ip[depth]  (innermost frame first; return addresses)
+inline std::size_t encode_stack(unsigned char* buf, std::size_t cap, std::uint32_t id,
+                                const std::uint64_t* ips, std::uint16_t depth) {
+  return detail::frame(buf, cap, RecordType::stack, [&](detail::Writer& w) {
+    w.put(id), w.put(depth), w.bytes(ips, 8u * depth);
+  });
+}
+// alloc: u64 ts | u32 tid | i16 device | u8 kind | u8 flags | u64 ptr | u64 requested
+//        | u64 size | u64 stream | u32 stack        (52-byte payload)
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const AllocRecord& r) {
+  return detail::frame(buf, cap, RecordType::alloc, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.tid), w.put(r.device), w.put(static_cast<std::uint8_t>(r.kind)), w.put(r.flags);
+    w.put(r.ptr), w.put(r.requested), w.put(r.size), w.put(r.stream), w.put(r.stack);
+  });
+}
+// free: u64 ts | u32 tid | i16 device | u8 kind | u8 flags | u64 ptr | u64 size
+//       | u64 stream | u32 stack                      (44-byte payload)
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const FreeRecord& r) {
+  return detail::frame(buf, cap, RecordType::free, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.tid), w.put(r.device), w.put(static_cast<std::uint8_t>(r.kind)), w.put(r.flags);
+    w.put(r.ptr), w.put(r.size), w.put(r.stream), w.put(r.stack);
+  });
+}
+// free_completed: u64 ts | i16 device | u64 ptr | u64 size
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const FreeCompletedRecord& r) {
+  return detail::frame(buf, cap, RecordType::free_completed, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.device), w.put(r.ptr), w.put(r.size);
+  });
+}
+// segment_alloc / segment_free: u64 ts | i16 device | u8 flags | u64 ptr | u64 size
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const SegmentRecord& r, bool is_free) {
+  return detail::frame(buf, cap, is_free ? RecordType::segment_free : RecordType::segment_alloc,
+                       [&](detail::Writer& w) {
+                         w.put(r.ts), w.put(r.device), w.put(r.flags), w.put(r.ptr), w.put(r.size);
+                       });
+}
+// oom: u64 ts | u32 tid | i16 device | u8 kind | u64 requested | u64 stream | u64 device_free
+//      | u64 device_total | u64 limit | u64 reserved | u64 allocated | u64 largest_free | u32 stack
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const OomRecord& r) {
+  return detail::frame(buf, cap, RecordType::oom, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.tid), w.put(r.device), w.put(static_cast<std::uint8_t>(r.kind));
+    w.put(r.requested), w.put(r.stream), w.put(r.device_free), w.put(r.device_total), w.put(r.limit);
+    w.put(r.reserved), w.put(r.allocated), w.put(r.largest_free), w.put(r.stack);
+  });
+}
+// retry: u64 ts | i16 device | u64 requested
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const RetryRecord& r) {
+  return detail::frame(buf, cap, RecordType::retry,
+                       [&](detail::Writer& w) { w.put(r.ts), w.put(r.device), w.put(r.requested); });
+}
+// empty_cache: u64 ts | i16 device | u8 reason | u64 released
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const EmptyCacheRecord& r) {
+  return detail::frame(buf, cap, RecordType::empty_cache, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.device), w.put(static_cast<std::uint8_t>(r.reason)), w.put(r.released);
+  });
+}
+// thread: u32 tid | str name
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const ThreadRecord& r) {
+  return detail::frame(buf, cap, RecordType::thread, [&](detail::Writer& w) { w.put(r.tid), w.str(r.name); });
+}
+// end: u64 ts | u8 reason | u64 records
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const EndRecord& r) {
+  return detail::frame(buf, cap, RecordType::end, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(static_cast<std::uint8_t>(r.reason)), w.put(r.records);
+  });
+}
+
+// ---- decoding ----
+
+// One decoded record. Only the member matching `type` is meaningful.
+struct Record {
+  RecordType type{};
+  ProcessRecord process;
+  DeviceRecord device;
+  ModuleRecord module;
+  ModuleUnloadRecord module_unload;
+  StackRecord stack;
+  AllocRecord alloc;
+  FreeRecord free;
+  FreeCompletedRecord free_completed;
+  SegmentRecord segment;  // segment_alloc and segment_free
+  OomRecord oom;
+  RetryRecord retry;
+  EmptyCacheRecord empty_cache;
+  ThreadRecord thread;
+  EndRecord end;
+};
+
+enum class FrameStatus {
+  ok,         // one record decoded, `consumed` bytes
+  need_more,  // incomplete frame at the end of the data (a truncated file ends here)
+  corrupt,    // unknown type, absurd length, or payload that does not match its type
+};
+
+inline bool valid_kind(std::uint8_t k) { return k < kNumAllocKinds; }
+
+// Decodes the frame at p[0..n). Strings/ips in `out` point into p.
+inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& out, std::size_t* consumed) {
+  if (n < kFrameHeaderSize) return FrameStatus::need_more;
+  std::uint8_t type = p[0];
+  std::uint32_t len;
+  std::memcpy(&len, p + 1, 4);
+  if (type < 1 || type > static_cast<std::uint8_t>(RecordType::end) || len > kMaxPayload)
+    return FrameStatus::corrupt;
+  if (n - kFrameHeaderSize < len) return FrameStatus::need_more;
+  detail::Reader r{p + kFrameHeaderSize, p + kFrameHeaderSize + len};
+  out.type = static_cast<RecordType>(type);
+  std::uint8_t kind = 0;
+  switch (out.type) {
+    case RecordType::process: {
+      auto& x = out.process;
+      x.pid = r.get<std::uint32_t>(), x.ppid = r.get<std::uint32_t>();
+      x.wall_ns = r.get<std::uint64_t>(), x.mono_ns = r.get<std::uint64_t>();
+      x.hostname = r.str(), x.cmdline = r.str(), x.version = r.str(), x.exe = r.str();
+      break;
+    }
+    case RecordType::device: {
+      auto& x = out.device;
+      x.device = r.get<std::int32_t>(), x.total_memory = r.get<std::uint64_t>(), x.name = r.str();
+      break;
+    }
+    case RecordType::module: {
+      auto& x = out.module;
+      x.base = r.get<std::uint64_t>(), x.lo = r.get<std::uint64_t>(), x.hi = r.get<std::uint64_t>();
+      x.path = r.str(), x.build_id = r.str();
+      break;
+    }
+    case RecordType::module_unload:
+      out.module_unload.ts = r.get<std::uint64_t>(), out.module_unload.base = r.get<std::uint64_t>();
+      break;
+    case RecordType::stack: {
+      auto& x = out.stack;
+      x.id = r.get<std::uint32_t>(), x.depth = r.get<std::uint16_t>();
+      if (x.depth > kMaxStackDepth) return FrameStatus::corrupt;
+      x.ips = r.raw(8u * x.depth);
+      break;
+    }
+    case RecordType::alloc: {
+      auto& x = out.alloc;
+      x.ts = r.get<std::uint64_t>(), x.tid = r.get<std::uint32_t>(), x.device = r.get<std::int16_t>();
+      kind = r.get<std::uint8_t>(), x.flags = r.get<std::uint8_t>();
+      x.ptr = r.get<std::uint64_t>(), x.requested = r.get<std::uint64_t>(), x.size = r.get<std::uint64_t>();
+      x.stream = r.get<std::uint64_t>(), x.stack = r.get<std::uint32_t>();
+      if (!valid_kind(kind)) return FrameStatus::corrupt;
+      x.kind = static_cast<AllocKind>(kind);
+      break;
+    }
+    case RecordType::free: {
+      auto& x = out.free;
+      x.ts = r.get<std::uint64_t>(), x.tid = r.get<std::uint32_t>(), x.device = r.get<std::int16_t>();
+      kind = r.get<std::uint8_t>(), x.flags = r.get<std::uint8_t>();
+      x.ptr = r.get<std::uint64_t>(), x.size = r.get<std::uint64_t>(), x.stream = r.get<std::uint64_t>();
+      x.stack = r.get<std::uint32_t>();
+      if (!valid_kind(kind)) return FrameStatus::corrupt;
+      x.kind = static_cast<AllocKind>(kind);
+      break;
+    }
+    case RecordType::free_completed: {
+      auto& x = out.free_completed;
+      x.ts = r.get<std::uint64_t>(), x.device = r.get<std::int16_t>();
+      x.ptr = r.get<std::uint64_t>(), x.size = r.get<std::uint64_t>();
+      break;
+    }
+    case RecordType::segment_alloc:
+    case RecordType::segment_free: {
+      auto& x = out.segment;
+      x.ts = r.get<std::uint64_t>(), x.device = r.get<std::int16_t>(), x.flags = r.get<std::uint8_t>();
+      x.ptr = r.get<std::uint64_t>(), x.size = r.get<std::uint64_t>();
+      break;
+    }
+    case RecordType::oom: {
+      auto& x = out.oom;
+      x.ts = r.get<std::uint64_t>(), x.tid = r.get<std::uint32_t>(), x.device = r.get<std::int16_t>();
+      kind = r.get<std::uint8_t>();
+      x.requested = r.get<std::uint64_t>(), x.stream = r.get<std::uint64_t>();
+      x.device_free = r.get<std::uint64_t>(), x.device_total = r.get<std::uint64_t>();
+      x.limit = r.get<std::uint64_t>(), x.reserved = r.get<std::uint64_t>();
+      x.allocated = r.get<std::uint64_t>(), x.largest_free = r.get<std::uint64_t>();
+      x.stack = r.get<std::uint32_t>();
+      if (!valid_kind(kind)) return FrameStatus::corrupt;
+      x.kind = static_cast<AllocKind>(kind);
+      break;
+    }
+    case RecordType::retry:
+      out.retry.ts = r.get<std::uint64_t>(), out.retry.device = r.get<std::int16_t>();
+      out.retry.requested = r.get<std::uint64_t>();
+      break;
+    case RecordType::empty_cache: {
+      auto& x = out.empty_cache;
+      x.ts = r.get<std::uint64_t>(), x.device = r.get<std::int16_t>();
+      auto reason = r.get<std::uint8_t>();
+      if (reason > static_cast<std::uint8_t>(EmptyCacheReason::exit)) return FrameStatus::corrupt;
+      x.reason = static_cast<EmptyCacheReason>(reason), x.released = r.get<std::uint64_t>();
+      break;
+    }
+    case RecordType::thread:
+      out.thread.tid = r.get<std::uint32_t>(), out.thread.name = r.str();
+      break;
+    case RecordType::end: {
+      out.end.ts = r.get<std::uint64_t>();
+      auto reason = r.get<std::uint8_t>();
+      if (reason > static_cast<std::uint8_t>(EndReason::stopped)) return FrameStatus::corrupt;
+      out.end.reason = static_cast<EndReason>(reason), out.end.records = r.get<std::uint64_t>();
+      break;
+    }
+  }
+  // The payload must be consumed exactly: a length that disagrees with the type's layout
+  // is corruption (this is what catches most bit flips in length fields).
+  if (!r.ok || r.p != r.end) return FrameStatus::corrupt;
+  *consumed = kFrameHeaderSize + len;
+  return FrameStatus::ok;
+}
+
+// Upper bound of an encoded stack record, for buffer reservation.
+inline constexpr std::size_t stack_record_size(std::uint16_t depth) {
+  return kFrameHeaderSize + 4 + 2 + 8u * depth;
+}
+inline constexpr std::size_t kMaxEventRecordSize = 128;  // alloc/free/oom/etc. all fit
+
+}  // namespace format
+}  // namespace gpuheap
