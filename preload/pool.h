@@ -1,0 +1,110 @@
+// The caching pool: serves cudaMalloc/cuMemAlloc_v2 from segments taken from an abstract
+// upstream (RMM's design), so it is unit-tested on host memory with limiting and delaying
+// upstreams. One Pool per device. Never throws; never calls into the recorder directly —
+// it reports through PoolObserver, whose callbacks run under the pool lock (so trace order
+// matches pool order: a block's free_completed is recorded before anyone can reuse it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuheap {
+namespace detail {
+
+// What the pool needs from "the GPU". The CUDA implementation (cuda_upstream.h) uses the
+// real driver API; tests use host memory.
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  // A segment of exactly `bytes` (already rounded by the pool), or nullptr when the device
+  // is out of memory.
+  virtual void* allocate(std::size_t bytes) noexcept = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+
+  // A fence captures "all GPU work enqueued so far on every stream of this device".
+  // cudaFree implicitly waits for earlier GPU work (CUDA Runtime API, cudaFree: "will do an
+  // implicit device synchronize"), so a freed block may be reused only once a fence recorded
+  // after its free has completed. 0 is never a valid fence.
+  using Fence = std::uint64_t;
+  virtual Fence fence_record() noexcept = 0;
+  virtual bool fence_done(Fence f) noexcept = 0;  // non-blocking
+  virtual void fence_wait(Fence f) noexcept = 0;  // blocks the host until done
+  virtual void fence_release(Fence f) noexcept = 0;
+  // Monotonic clock in ns (injectable for tests).
+  virtual std::uint64_t now_ns() noexcept = 0;
+};
+
+// Trace hooks, called with the pool lock held. Default: no-ops.
+class PoolObserver {
+ public:
+  virtual ~PoolObserver() = default;
+  virtual void on_segment_alloc(void* /*ptr*/, std::size_t /*size*/, bool /*small*/) noexcept {}
+  virtual void on_segment_free(void* /*ptr*/, std::size_t /*size*/, bool /*small*/) noexcept {}
+  virtual void on_free_completed(void* /*ptr*/, std::size_t /*size*/) noexcept {}
+  virtual void on_retry(std::size_t /*requested*/) noexcept {}
+  virtual void on_empty_cache(std::size_t /*released*/, int /*reason: format::EmptyCacheReason*/) noexcept {}
+};
+
+struct PoolConfig {
+  std::size_t round = 512;                     // every request rounds up to a multiple
+  std::size_t small_max = 1u << 20;            // requests <= 1 MiB: small pool
+  std::size_t small_segment = 2u << 20;        // small-pool segments are 2 MiB
+  std::size_t medium_max = 10u << 20;          // requests < 10 MiB take large_segment
+  std::size_t large_segment = 20u << 20;       // 20 MiB segments for (1 MiB, 10 MiB)
+  std::size_t huge_round = 2u << 20;           // >= 10 MiB: own segment rounded to 2 MiB
+  std::size_t large_split_min = 1u << 20;      // large blocks split only if remainder > 1 MiB
+  std::size_t max_split_size = SIZE_MAX;       // blocks >= this are never split ("oversize")
+  std::uint64_t seal_interval_ns = 200000;     // record a fence over pending frees at most this often
+  bool unsafe_reuse = false;                   // TEST ONLY: reuse freed blocks without fences
+  std::size_t limit = 0;                       // per-device cap on reserved bytes, 0 = none
+};
+
+struct PoolBlock {
+  void* ptr = nullptr;
+  std::size_t size = 0;  // rounded block size handed out
+  bool small = false;    // from the small pool
+  bool oversize = false;
+};
+
+struct PoolStats {
+  std::size_t reserved = 0;         // bytes in segments
+  std::size_t allocated = 0;        // bytes in blocks handed out and not freed
+  std::size_t pending = 0;          // freed, waiting for a fence
+  std::size_t cached_free = 0;      // free and reusable now or later (reserved - allocated)
+  std::size_t largest_free = 0;     // largest free (reusable) block
+  std::size_t segments = 0;
+  std::size_t blocks = 0;           // live blocks
+  std::uint64_t retries = 0, ooms = 0;
+};
+
+enum class PoolStatus { ok, out_of_memory };
+
+class Pool {
+ public:
+  explicit Pool(Upstream& upstream, PoolConfig cfg = {}, PoolObserver* observer = nullptr) noexcept;
+  ~Pool();  // returns every segment upstream (only called in tests / teardown)
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // Order on a miss: reclaim completed fences -> best fit -> seal pending + wait for the
+  // oldest fences if pending bytes could serve the request -> grow upstream -> on upstream
+  // failure: wait all fences, release every fully free segment, on_retry, retry once ->
+  // out_of_memory (stats().ooms++).
+  PoolStatus allocate(std::size_t requested, PoolBlock* out) noexcept;
+  // false when ptr is not the start of a live block of this pool (caller passes it on).
+  bool deallocate(void* ptr, std::size_t* size_out = nullptr) noexcept;
+  // Block containing ptr (start or interior) that is live; false otherwise.
+  bool find(const void* ptr, PoolBlock* out) const noexcept;
+  // Waits for all fences, returns every fully free segment upstream; returns bytes released.
+  std::size_t empty_cache(int reason = 0) noexcept;
+  PoolStats stats() const noexcept;
+  // Free bytes that a cudaMemGetInfo caller could still get: cached and not in use.
+  std::size_t cached_unused() const noexcept;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace detail
+}  // namespace gpuheap

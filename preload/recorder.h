@@ -1,0 +1,73 @@
+// The recorder: turns events into trace records and gets them to disk without blocking the
+// user's threads on I/O. Runs inside the user's process: never throws, never aborts, warns
+// once and disables itself on trouble (missing directory, disk full).
+//
+// Contract used by runtime.cpp (hooks) and pool observers:
+//  - record_*() append one framed record to an in-memory buffer under a short lock;
+//    a background writer thread writes buffers out at least every flush interval (20 ms).
+//  - capture_stack() unwinds the calling thread (libunwind), interns the stack (each
+//    distinct stack written once, before first use) and returns its id (0 = none/disabled).
+//  - The first record is `process`; devices are announced with ensure_device() before the
+//    first event naming them; loaded modules are written at start and after each dlopen.
+//  - At exit (atexit), on fatal signals (SIGSEGV/SIGABRT/SIGBUS/SIGTERM; chained to the
+//    previous handler) and on stop, buffers are flushed and an `end` record closes the file.
+//  - After fork, the child either opens its own file (pattern re-expanded with the new pid)
+//    or stops tracing; it never writes into the parent's file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format/trace.h"
+
+namespace gpuheap {
+namespace detail {
+
+// Environment-derived settings, read once at load.
+struct RecorderConfig {
+  bool stacks = true;            // GPUHEAP_STACKS (default 1)
+  int max_depth = 64;            // GPUHEAP_STACK_DEPTH (1..256)
+  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS (default 20)
+  const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
+};
+
+std::uint64_t now_ns() noexcept;      // CLOCK_MONOTONIC
+std::uint32_t current_tid() noexcept; // gettid(), cached per thread
+
+// Starts the recorder (idempotent, thread-safe). Returns false if tracing is off or failed.
+bool recorder_start() noexcept;
+bool recorder_active() noexcept;
+// Flush and write `end`; further records are dropped. Called from the atexit handler.
+void recorder_stop(format::EndReason reason) noexcept;
+// Blocks until everything recorded so far is written to the file (tests, gpuheap_flush).
+void recorder_flush() noexcept;
+// Path of the current trace file ("" if none).
+const char* recorder_path() noexcept;
+
+// `skip` frames of gpuheap itself are dropped from the top.
+std::uint32_t capture_stack(int skip) noexcept;
+
+void ensure_device(int device) noexcept;  // writes a `device` record once per device
+void note_modules_changed() noexcept;     // after dlopen/dlclose: rescan and write new modules
+
+void record(const format::AllocRecord& r) noexcept;
+void record(const format::FreeRecord& r) noexcept;
+void record(const format::FreeCompletedRecord& r) noexcept;
+void record(const format::SegmentRecord& r, bool is_free) noexcept;
+void record(const format::OomRecord& r) noexcept;
+void record(const format::RetryRecord& r) noexcept;
+void record(const format::EmptyCacheRecord& r) noexcept;
+
+// How ensure_device learns a device's name and total memory without calling hooked
+// entry points: runtime.cpp installs this (real driver calls, recursion-guarded).
+using DeviceInfoFn = bool (*)(int device, char* name, std::size_t name_cap, std::uint64_t* total);
+void set_device_info_fn(DeviceInfoFn fn) noexcept;
+
+// Counters for tests and gpuheap_stats(): records written, bytes written, dropped.
+struct RecorderCounters {
+  std::uint64_t records = 0, bytes = 0, dropped = 0, stacks = 0;
+};
+RecorderCounters recorder_counters() noexcept;
+
+}  // namespace detail
+}  // namespace gpuheap
