@@ -1,0 +1,328 @@
+// The allocation paths: pooled cudaMalloc/cuMemAlloc_v2, pass-through kinds, memory info.
+//
+// Ordering rule for the trace: a free is recorded before the address can be handed out
+// again (pooled: under the pool lock, before the block enters the pending list;
+// pass-through: before the real free), an allocation after it was obtained. Then the
+// file order is a valid replay order across threads.
+#include <mutex>
+#include <unordered_map>
+
+#include "preload/real.h"
+#include "preload/recorder.h"
+#include "preload/runtime.h"
+#include "preload/state.h"
+
+namespace gpuheap {
+namespace detail {
+
+using format::AllocKind;
+
+namespace {
+
+// ---- registry of pass-through allocations: what kind and size a later free refers to ----
+
+enum class Family : int { pointer = 0, vmm_handle = 1, vmm_map = 2, va = 3, count = 4 };
+
+Family family_of(AllocKind k) noexcept {
+  switch (k) {
+    case AllocKind::vmm_physical: return Family::vmm_handle;
+    case AllocKind::vmm_map: return Family::vmm_map;
+    case AllocKind::va_reserve: return Family::va;
+    default: return Family::pointer;
+  }
+}
+
+struct Entry {
+  AllocKind kind;
+  std::int16_t device;
+  std::uint64_t size;
+};
+
+class Registry {
+ public:
+  void put(Family f, std::uint64_t key, const Entry& e) noexcept {
+    Shard& s = shard(f, key);
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.map[key] = e;
+  }
+  bool take(Family f, std::uint64_t key, Entry* out) noexcept {
+    Shard& s = shard(f, key);
+    std::lock_guard<std::mutex> lk(s.mu);
+    auto it = s.map.find(key);
+    if (it == s.map.end()) return false;
+    *out = it->second;
+    s.map.erase(it);
+    return true;
+  }
+
+ private:
+  static constexpr int kShards = 16;
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::uint64_t, Entry> map;
+  };
+  Shard& shard(Family f, std::uint64_t key) noexcept {
+    return shards_[static_cast<int>(f)][(key >> 9) % kShards];
+  }
+  Shard shards_[static_cast<int>(Family::count)][kShards];
+};
+
+Registry& registry() noexcept {
+  static Registry* r = new Registry;  // leaked: frees can run from exit handlers
+  return *r;
+}
+
+inline std::uint64_t addr(const void* p) noexcept { return reinterpret_cast<std::uint64_t>(p); }
+
+std::uint32_t alloc_stack() noexcept { return capture_stack(2); }
+std::uint32_t free_stack() noexcept { return settings().free_stacks ? capture_stack(2) : 0; }
+
+void record_alloc(AllocKind kind, int device, std::uint64_t ptr, std::size_t requested,
+                  std::size_t size, std::uint8_t flags, std::uint64_t stream,
+                  std::uint32_t stack) noexcept {
+  if (device >= 0) ensure_device(device);
+  record(format::AllocRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
+                             ptr, requested, size, stream, stack});
+}
+
+void record_free(AllocKind kind, int device, std::uint64_t ptr, std::size_t size, std::uint8_t flags,
+                 std::uint64_t stream, std::uint32_t stack) noexcept {
+  record(format::FreeRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
+                            ptr, size, stream, stack});
+}
+
+std::uint8_t block_flags(const PoolBlock& b) noexcept {
+  return static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) |
+                                   (b.oversize ? format::kFlagOversize : 0));
+}
+
+// Size the driver actually handed out for a pass-through device allocation.
+std::size_t driver_size(const void* p, std::size_t requested) noexcept {
+  auto range = real<Fn::cuMemGetAddressRange_v2>();
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (range && range(&base, &size, addr(p)) == CUDA_SUCCESS && base == addr(p)) return size;
+  return requested;
+}
+
+void record_oom(ContextState* st, std::size_t requested, std::uint32_t stack) noexcept {
+  format::OomRecord r;
+  r.ts = now_ns();
+  r.tid = current_tid();
+  r.device = static_cast<std::int16_t>(st ? st->device : current_device());
+  r.kind = st ? AllocKind::device_pooled : AllocKind::device_passthrough;
+  r.requested = requested;
+  size_t free_b = 0, total_b = 0;
+  if (auto info = real<Fn::cuMemGetInfo_v2>(); info && info(&free_b, &total_b) == CUDA_SUCCESS) {
+    r.device_free = free_b;
+    r.device_total = total_b;
+  }
+  if (st) {
+    PoolStats ps = st->pool.stats();
+    r.reserved = ps.reserved;
+    r.allocated = ps.allocated;
+    r.largest_free = ps.largest_free;
+  }
+  r.stack = stack;
+  if (r.device >= 0) ensure_device(r.device);
+  record(r);
+}
+
+struct FreeHookArg {
+  int device;
+  std::uint32_t stack;
+};
+
+// Runs under the pool lock, after the block was validated and before it can be reused.
+void record_pooled_free(void* arg, const PoolBlock& b) noexcept {
+  auto* a = static_cast<FreeHookArg*>(arg);
+  record_free(AllocKind::device_pooled, a->device, addr(b.ptr), b.size, block_flags(b), 0, a->stack);
+}
+
+enum class PoolFree { freed, not_ours, invalid };
+
+// Frees a pooled block wherever it lives: look the block up by pointer, not by the current
+// device (a block may be freed while another device is current).
+PoolFree pooled_free(const void* ptr) noexcept {
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  if (n == 0) return PoolFree::not_ours;
+  ContextState* cur = current_state();
+  std::uint32_t stack = free_stack();
+  auto try_state = [&](ContextState* s) {
+    FreeHookArg arg{s->device, stack};
+    if (s->pool.deallocate(const_cast<void*>(ptr), nullptr, record_pooled_free, &arg)) return PoolFree::freed;
+    return s->pool.contains(ptr) ? PoolFree::invalid : PoolFree::not_ours;
+  };
+  if (cur) {
+    PoolFree r = try_state(cur);
+    if (r != PoolFree::not_ours) return r;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (states[i] == cur) continue;
+    PoolFree r = try_state(states[i]);
+    if (r != PoolFree::not_ours) return r;
+  }
+  return PoolFree::not_ours;
+}
+
+// The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
+// (caller falls back to the real allocator, which gives the program the real answer).
+bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t stack) noexcept {
+  PoolBlock b;
+  if (st->pool.allocate(size, &b) != PoolStatus::ok) return false;
+  *ptr = b.ptr;
+  record_alloc(AllocKind::device_pooled, st->device, addr(b.ptr), size, b.size, block_flags(b), 0, stack);
+  return true;
+}
+
+// After the pool failed: the real allocator decides; its error is what the program sees.
+template <class Call>
+auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, void** ptr, Call call) {
+  auto rc = call();
+  if (rc == 0 && *ptr)
+    note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
+  else if (rc != 0)
+    record_oom(st, size, stack);
+  return rc;
+}
+
+}  // namespace
+
+// ---- pass-through recording ----
+
+void note_alloc(AllocKind kind, const void* ptr, std::size_t requested, std::size_t size,
+                std::uint64_t stream) noexcept {
+  int dev = kind == AllocKind::host_pinned ? -1 : current_device();
+  registry().put(family_of(kind), addr(ptr), Entry{kind, static_cast<std::int16_t>(dev), size});
+  record_alloc(kind, dev, addr(ptr), requested, size, 0, stream, alloc_stack());
+}
+
+void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
+  Entry e{kind, -1, 0};
+  std::uint8_t flags = 0;
+  if (!registry().take(family_of(kind), addr(ptr), &e)) flags = format::kFlagFailed;
+  record_free(e.kind, e.device, addr(ptr), e.size, flags, stream, free_stack());
+}
+
+// ---- cudaMalloc / cudaFree ----
+
+cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
+  HookScope scope;
+  auto real_malloc = real<Fn::cudaMalloc>();
+  if (!real_malloc) return cudaErrorInitializationError;
+  if (!scope.active() || !ptr || size == 0 || !settings().pool) {
+    cudaError_t rc = real_malloc(ptr, size);
+    if (scope.active() && rc == cudaSuccess && ptr && *ptr)
+      note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
+    return rc;
+  }
+  ContextState* st = current_state();
+  if (!st) {
+    // No current context yet: cudaMalloc would create the device's primary context; the
+    // documented way to do exactly that is cudaFree(0).
+    real<Fn::cudaFree>()(nullptr);
+    st = current_state();
+  }
+  std::uint32_t stack = alloc_stack();
+  if (st && pooled_alloc(st, ptr, size, stack)) return cudaSuccess;
+  return fallback_alloc(st, size, stack, ptr, [&] { return real_malloc(ptr, size); });
+}
+
+cudaError_t rt_free(void* ptr) noexcept {
+  HookScope scope;
+  auto real_free = real<Fn::cudaFree>();
+  if (!real_free) return cudaErrorInitializationError;
+  // cudaFree(0) initializes the context and reports earlier asynchronous errors: untouched.
+  if (!ptr || !scope.active()) return real_free(ptr);
+  switch (pooled_free(ptr)) {
+    case PoolFree::freed: return cudaSuccess;
+    case PoolFree::invalid:
+      // Inside one of our segments but not a live block (double free, interior pointer):
+      // what cudaFree answers for such pointers. Never pass it on: the real free of a
+      // segment base would free the whole segment under other live blocks.
+      record_free(AllocKind::device_pooled, current_device(), addr(ptr), 0, format::kFlagFailed, 0,
+                  free_stack());
+      return cudaErrorInvalidValue;
+    case PoolFree::not_ours: break;
+  }
+  note_free(AllocKind::device_passthrough, ptr, 0);
+  return real_free(ptr);
+}
+
+// ---- cuMemAlloc_v2 / cuMemFree_v2 ----
+
+CUresult drv_mem_alloc(CUdeviceptr* dptr, std::size_t size) noexcept {
+  HookScope scope;
+  auto real_alloc = real<Fn::cuMemAlloc_v2>();
+  if (!real_alloc) return CUDA_ERROR_NOT_INITIALIZED;
+  ContextState* st = (scope.active() && dptr && size) ? current_state() : nullptr;
+  if (!st) {  // pool off, no context (the driver returns its own error), or nested
+    CUresult rc = real_alloc(dptr, size);
+    if (scope.active() && rc == CUDA_SUCCESS && dptr && *dptr) {
+      void* p = reinterpret_cast<void*>(*dptr);
+      note_alloc(AllocKind::device_passthrough, p, size, driver_size(p, size), 0);
+    }
+    return rc;
+  }
+  std::uint32_t stack = alloc_stack();
+  void* p = nullptr;
+  if (pooled_alloc(st, &p, size, stack)) {
+    *dptr = addr(p);
+    return CUDA_SUCCESS;
+  }
+  void** out = reinterpret_cast<void**>(dptr);
+  return fallback_alloc(st, size, stack, out, [&] { return real_alloc(dptr, size); });
+}
+
+CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
+  HookScope scope;
+  auto real_free = real<Fn::cuMemFree_v2>();
+  if (!real_free) return CUDA_ERROR_NOT_INITIALIZED;
+  void* p = reinterpret_cast<void*>(dptr);
+  if (!p || !scope.active()) return real_free(dptr);
+  switch (pooled_free(p)) {
+    case PoolFree::freed: return CUDA_SUCCESS;
+    case PoolFree::invalid:
+      record_free(AllocKind::device_pooled, current_device(), dptr, 0, format::kFlagFailed, 0, free_stack());
+      return CUDA_ERROR_INVALID_VALUE;
+    case PoolFree::not_ours: break;
+  }
+  note_free(AllocKind::device_passthrough, p, 0);
+  return real_free(dptr);
+}
+
+// ---- memory info: bytes cached in the pool and not in use are free for the program ----
+
+namespace {
+void add_cached(std::size_t* free_b, std::size_t* total_b) noexcept {
+  if (!free_b || !total_b) return;
+  ContextState* st = current_state();
+  if (!st) return;
+  std::size_t f = *free_b + st->pool.cached_unused();
+  *free_b = f < *total_b ? f : *total_b;
+}
+}  // namespace
+
+cudaError_t rt_mem_get_info(std::size_t* free_b, std::size_t* total_b) noexcept {
+  HookScope scope;
+  auto fn = real<Fn::cudaMemGetInfo>();
+  if (!fn) return cudaErrorInitializationError;
+  cudaError_t rc = fn(free_b, total_b);
+  if (rc == cudaSuccess && scope.active()) add_cached(free_b, total_b);
+  return rc;
+}
+
+CUresult drv_mem_get_info(std::size_t* free_b, std::size_t* total_b) noexcept {
+  HookScope scope;
+  auto fn = real<Fn::cuMemGetInfo_v2>();
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  // No current context: the driver answers with its error; we add nothing (and must not
+  // crash there, a trap seen in other interposers).
+  CUresult rc = fn(free_b, total_b);
+  if (rc == CUDA_SUCCESS && scope.active()) add_cached(free_b, total_b);
+  return rc;
+}
+
+}  // namespace detail
+}  // namespace gpuheap

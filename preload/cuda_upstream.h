@@ -1,0 +1,80 @@
+// The pool's upstream on a real (or simulated) GPU: segments from cuMemAlloc_v2, fences from
+// events recorded on every stream of the context that gpuheap has seen created, plus the
+// legacy default stream. Called with the owning pool's lock held.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "preload/pool.h"
+
+namespace gpuheap {
+namespace detail {
+
+// Streams created through our hooks, per context. Fences record an event on each.
+class StreamRegistry {
+ public:
+  void add(CUcontext ctx, CUstream s) noexcept;
+  void remove(CUstream s) noexcept;
+  // Copies the streams of ctx into out (cleared first).
+  void streams_of(CUcontext ctx, std::vector<CUstream>& out) noexcept;
+  void forget_all() noexcept;  // after fork: the child's CUDA state is not the parent's
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<CUcontext, CUstream>> streams_;
+};
+StreamRegistry& stream_registry() noexcept;
+
+class CudaUpstream final : public Upstream {
+ public:
+  CudaUpstream(CUcontext ctx, int device) noexcept : ctx_(ctx), device_(device) {}
+  void* allocate(std::size_t bytes) noexcept override;
+  void deallocate(void* p, std::size_t bytes) noexcept override;
+  Fence fence_record() noexcept override;
+  bool fence_done(Fence f) noexcept override;
+  void fence_wait(Fence f) noexcept override;
+  void fence_release(Fence f) noexcept override;
+  std::uint64_t now_ns() noexcept override;
+
+  CUcontext context() const noexcept { return ctx_; }
+  int device() const noexcept { return device_; }
+
+ private:
+  struct FenceSlot {
+    std::uint64_t id = 0;
+    std::vector<CUevent> events;  // not yet known complete
+  };
+  FenceSlot* slot(Fence f) noexcept;
+  CUevent take_event() noexcept;
+  void put_event(CUevent e) noexcept { spare_events_.push_back(e); }
+  // Drops completed events of the slot; true when none remain.
+  bool poll(FenceSlot& s) noexcept;
+
+  CUcontext ctx_;
+  int device_;
+  std::uint64_t next_fence_ = 1;
+  std::vector<FenceSlot> fences_;
+  std::vector<CUevent> spare_events_;
+  std::vector<CUstream> scratch_streams_;
+};
+
+// Makes ctx current on this thread for the scope (the pool may be driven from a thread whose
+// current context is another device's, e.g. a free of a block from another device).
+class ContextScope {
+ public:
+  explicit ContextScope(CUcontext ctx) noexcept;
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  CUcontext prev_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace detail
+}  // namespace gpuheap

@@ -1,0 +1,285 @@
+// Every extern "C" interposer of libgpuheap.so lives here, each a few lines over the
+// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
+#include <dlfcn.h>
+
+#include "preload/real.h"
+#include "preload/recorder.h"
+#include "preload/runtime.h"
+
+using namespace gpuheap::detail;
+using gpuheap::format::AllocKind;
+
+#undef cuGetProcAddress  // cuda.h maps it to _v2; we define both exact names
+
+namespace {
+
+inline std::uint64_t u64(const void* p) { return reinterpret_cast<std::uint64_t>(p); }
+inline void* vp(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
+// Call the real function, or answer "not initialized" when the library is not loaded.
+template <Fn F, class... A>
+inline cudaError_t rt(A... a) {
+  auto f = real<F>();
+  return f ? f(a...) : cudaErrorInitializationError;
+}
+template <Fn F, class... A>
+inline CUresult drv(A... a) {
+  auto f = real<F>();
+  return f ? f(a...) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// Either layer, as an int (cudaError_t and CUresult are both 0 on success).
+template <Fn F, class... A>
+inline int call(A... a) {
+  auto f = real<F>();
+  if (!f) return F < Fn::runtime_end_ ? int(cudaErrorInitializationError) : int(CUDA_ERROR_NOT_INITIALIZED);
+  return static_cast<int>(f(a...));
+}
+
+// A pass-through allocation: real call, recorded on success (outermost hook only).
+template <Fn F, class Ptr, class... A>
+inline auto pass_alloc(AllocKind kind, Ptr* out, std::size_t req, std::uint64_t stream, A... a) {
+  HookScope scope;
+  int rc = call<F>(out, a...);
+  if (scope.active() && rc == 0 && out && *out) note_alloc(kind, reinterpret_cast<void*>(*out), req, req, stream);
+  return rc;
+}
+
+// A pass-through free: recorded before the real free.
+template <Fn F, class... A>
+inline int pass_free(AllocKind kind, const void* p, std::uint64_t stream, A... a) {
+  HookScope scope;
+  if (scope.active() && p) note_free(kind, p, stream);
+  return call<F>(a...);
+}
+
+template <Fn F, class S, class... A>
+inline int stream_create(S* s, A... a) {
+  HookScope scope;  // cudart's create calls the driver's: registered once either way
+  int rc = call<F>(s, a...);
+  if (rc == 0 && s) note_stream_created(reinterpret_cast<CUstream>(*s));
+  return rc;
+}
+
+// cudaGetDriverEntryPoint uses the runtime's own CUDA version (CUDA Runtime API docs).
+constexpr int kRuntimeVersion = CUDART_VERSION;
+constexpr unsigned long long kPerThread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+
+}  // namespace
+
+extern "C" {
+
+// ---- runtime: pooled ----
+__attribute__((visibility("default"))) cudaError_t cudaMalloc(void** p, size_t n) { return rt_malloc(p, n); }
+__attribute__((visibility("default"))) cudaError_t cudaFree(void* p) { return rt_free(p); }
+__attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* f, size_t* t) { return rt_mem_get_info(f, t); }
+
+// ---- runtime: pass-through ----
+#define GPUHEAP_EXPORT __attribute__((visibility("default")))
+GPUHEAP_EXPORT cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocAsync>(AllocKind::async, p, n, u64(s), n, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t n, cudaStream_t s) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocAsync_ptsz>(AllocKind::async, p, n, u64(s), n, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  return cudaError_t(pass_free<Fn::cudaFreeAsync>(AllocKind::async, p, u64(s), p, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
+  return cudaError_t(pass_free<Fn::cudaFreeAsync_ptsz>(AllocKind::async, p, u64(s), p, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync>(AllocKind::async, p, n, u64(s), n, m, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync_ptsz>(AllocKind::async, p, n, u64(s), n, m, s));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocManaged(void** p, size_t n, unsigned flags) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocManaged>(AllocKind::managed, p, n, 0, n, flags));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocHost(void** p, size_t n) {
+  return cudaError_t(pass_alloc<Fn::cudaMallocHost>(AllocKind::host_pinned, p, n, 0, n));
+}
+GPUHEAP_EXPORT cudaError_t cudaHostAlloc(void** p, size_t n, unsigned flags) {
+  return cudaError_t(pass_alloc<Fn::cudaHostAlloc>(AllocKind::host_pinned, p, n, 0, n, flags));
+}
+GPUHEAP_EXPORT cudaError_t cudaFreeHost(void* p) {
+  return cudaError_t(pass_free<Fn::cudaFreeHost>(AllocKind::host_pinned, p, 0, p));
+}
+GPUHEAP_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t w, size_t h) {
+  HookScope scope;
+  cudaError_t rc = rt<Fn::cudaMallocPitch>(p, pitch, w, h);
+  if (scope.active() && rc == cudaSuccess && p && *p && pitch) note_alloc(AllocKind::pitch, *p, w * h, *pitch * h, 0);
+  return rc;
+}
+GPUHEAP_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pp, cudaExtent e) {
+  HookScope scope;
+  cudaError_t rc = rt<Fn::cudaMalloc3D>(pp, e);
+  if (scope.active() && rc == cudaSuccess && pp && pp->ptr)
+    note_alloc(AllocKind::pitch, pp->ptr, e.width * e.height * e.depth, pp->pitch * e.height * e.depth, 0);
+  return rc;
+}
+GPUHEAP_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  return cudaError_t(stream_create<Fn::cudaStreamCreate>(s));
+}
+GPUHEAP_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  return cudaError_t(stream_create<Fn::cudaStreamCreateWithFlags>(s, flags));
+}
+GPUHEAP_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int prio) {
+  return cudaError_t(stream_create<Fn::cudaStreamCreateWithPriority>(s, flags, prio));
+}
+GPUHEAP_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  note_stream_destroyed(s);
+  return rt<Fn::cudaStreamDestroy>(s);
+}
+
+// ---- runtime: driver entry points ----
+GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* sym, void** fn, unsigned long long flags,
+                                                   cudaDriverEntryPointQueryResult* st) {
+  cudaError_t rc = rt<Fn::cudaGetDriverEntryPoint>(sym, fn, flags, st);
+  if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, kRuntimeVersion, flags, *fn);
+  return rc;
+}
+GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* sym, void** fn, unsigned long long flags,
+                                                        cudaDriverEntryPointQueryResult* st) {
+  // The _ptsz entry is what code built with per-thread default streams calls: its default
+  // search is the per-thread one.
+  cudaError_t rc = rt<Fn::cudaGetDriverEntryPoint_ptsz>(sym, fn, flags, st);
+  if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, kRuntimeVersion, flags ? flags : kPerThread, *fn);
+  return rc;
+}
+GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* sym, void** fn, unsigned int ver,
+                                                            unsigned long long flags,
+                                                            cudaDriverEntryPointQueryResult* st) {
+  cudaError_t rc = rt<Fn::cudaGetDriverEntryPointByVersion>(sym, fn, ver, flags, st);
+  if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, static_cast<int>(ver), flags, *fn);
+  return rc;
+}
+GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* sym, void** fn, unsigned int ver,
+                                                                 unsigned long long flags,
+                                                                 cudaDriverEntryPointQueryResult* st) {
+  cudaError_t rc = rt<Fn::cudaGetDriverEntryPointByVersion_ptsz>(sym, fn, ver, flags, st);
+  if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, static_cast<int>(ver), flags ? flags : kPerThread, *fn);
+  return rc;
+}
+
+// ---- driver: pooled ----
+GPUHEAP_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return drv_mem_alloc(p, n); }
+GPUHEAP_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return drv_mem_free(p); }
+GPUHEAP_EXPORT CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { return drv_mem_get_info(f, t); }
+
+// ---- driver: pass-through ----
+GPUHEAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) {
+  return CUresult(pass_alloc<Fn::cuMemAllocAsync>(AllocKind::async, p, n, u64(s), n, s));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream s) {
+  return CUresult(pass_alloc<Fn::cuMemAllocAsync_ptsz>(AllocKind::async, p, n, u64(s), n, s));
+}
+GPUHEAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  return CUresult(pass_free<Fn::cuMemFreeAsync>(AllocKind::async, vp(p), u64(s), p, s));
+}
+GPUHEAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  return CUresult(pass_free<Fn::cuMemFreeAsync_ptsz>(AllocKind::async, vp(p), u64(s), p, s));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool m, CUstream s) {
+  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync>(AllocKind::async, p, n, u64(s), n, m, s));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t n, CUmemoryPool m, CUstream s) {
+  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync_ptsz>(AllocKind::async, p, n, u64(s), n, m, s));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) {
+  return CUresult(pass_alloc<Fn::cuMemAllocManaged>(AllocKind::managed, p, n, 0, n, flags));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, unsigned elem) {
+  HookScope scope;
+  CUresult rc = drv<Fn::cuMemAllocPitch_v2>(p, pitch, w, h, elem);
+  if (scope.active() && rc == CUDA_SUCCESS && p && *p && pitch) note_alloc(AllocKind::pitch, vp(*p), w * h, *pitch * h, 0);
+  return rc;
+}
+GPUHEAP_EXPORT CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) {
+  return CUresult(pass_alloc<Fn::cuMemHostAlloc>(AllocKind::host_pinned, p, n, 0, n, flags));
+}
+GPUHEAP_EXPORT CUresult cuMemAllocHost_v2(void** p, size_t n) {
+  return CUresult(pass_alloc<Fn::cuMemAllocHost_v2>(AllocKind::host_pinned, p, n, 0, n));
+}
+GPUHEAP_EXPORT CUresult cuMemFreeHost(void* p) {
+  return CUresult(pass_free<Fn::cuMemFreeHost>(AllocKind::host_pinned, p, 0, p));
+}
+GPUHEAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n, const CUmemAllocationProp* prop,
+                                    unsigned long long flags) {
+  return CUresult(pass_alloc<Fn::cuMemCreate>(AllocKind::vmm_physical, h, n, 0, n, prop, flags));
+}
+GPUHEAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  return CUresult(pass_free<Fn::cuMemRelease>(AllocKind::vmm_physical, reinterpret_cast<void*>(h), 0, h));
+}
+GPUHEAP_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,
+                                 unsigned long long flags) {
+  HookScope scope;
+  CUresult rc = drv<Fn::cuMemMap>(p, n, off, h, flags);
+  if (scope.active() && rc == CUDA_SUCCESS) note_alloc(AllocKind::vmm_map, vp(p), n, n, 0);
+  return rc;
+}
+GPUHEAP_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+  return CUresult(pass_free<Fn::cuMemUnmap>(AllocKind::vmm_map, vp(p), 0, p, n));
+}
+GPUHEAP_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align, CUdeviceptr want,
+                                            unsigned long long flags) {
+  return CUresult(pass_alloc<Fn::cuMemAddressReserve>(AllocKind::va_reserve, p, n, 0, n, align, want, flags));
+}
+GPUHEAP_EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) {
+  return CUresult(pass_free<Fn::cuMemAddressFree>(AllocKind::va_reserve, vp(p), 0, p, n));
+}
+GPUHEAP_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned flags) {
+  return CUresult(stream_create<Fn::cuStreamCreate>(s, flags));
+}
+GPUHEAP_EXPORT CUresult cuStreamCreateWithPriority(CUstream* s, unsigned flags, int prio) {
+  return CUresult(stream_create<Fn::cuStreamCreateWithPriority>(s, flags, prio));
+}
+GPUHEAP_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  note_stream_destroyed(s);
+  return drv<Fn::cuStreamDestroy_v2>(s);
+}
+
+// ---- driver: lookups ----
+GPUHEAP_EXPORT CUresult cuGetProcAddress_v2(const char* sym, void** fn, int ver, cuuint64_t flags,
+                                            CUdriverProcAddressQueryResult* st) {
+  CUresult rc = drv<Fn::cuGetProcAddress_v2>(sym, fn, ver, flags, st);
+  if (rc == CUDA_SUCCESS && fn) *fn = substitute_proc(sym, ver, flags, *fn);
+  return rc;
+}
+GPUHEAP_EXPORT CUresult cuGetProcAddress(const char* sym, void** fn, int ver, cuuint64_t flags) {
+  CUresult rc = drv<Fn::cuGetProcAddress>(sym, fn, ver, flags);
+  if (rc == CUDA_SUCCESS && fn) *fn = substitute_proc(sym, ver, flags, *fn);
+  return rc;
+}
+
+// ---- dlsym: respects the caller's handle (RTLD_NEXT relative to the caller) ----
+GPUHEAP_EXPORT void* dlsym(void* handle, const char* name) {
+  return hooked_dlsym(handle, name, __builtin_return_address(0));
+}
+
+// ---- the gpuheap_* C API ----
+GPUHEAP_EXPORT int gpuheap_active(void) { return recorder_active() ? 1 : 0; }
+GPUHEAP_EXPORT void gpuheap_flush(void) { recorder_flush(); }
+GPUHEAP_EXPORT const char* gpuheap_trace_path(void) { return recorder_path(); }
+GPUHEAP_EXPORT size_t gpuheap_empty_cache(void) {
+  return empty_cache_all(gpuheap::format::EmptyCacheReason::api);
+}
+
+}  // extern "C"
+
+namespace gpuheap {
+namespace detail {
+
+void* our_wrapper(Fn f) noexcept {
+  static void* const table[kNumFns] = {
+#define GPUHEAP_ADDR(name, decl) reinterpret_cast<void*>(&::name),
+      GPUHEAP_RUNTIME_HOOKS(GPUHEAP_ADDR) nullptr,
+      GPUHEAP_DRIVER_HOOKS(GPUHEAP_ADDR) nullptr,
+#undef GPUHEAP_ADDR
+  };
+  return table[static_cast<int>(f)];
+}
+
+}  // namespace detail
+}  // namespace gpuheap

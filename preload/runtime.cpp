@@ -1,0 +1,204 @@
+// Start-up, settings, per-context pool states, fork handling and the trace observer.
+#include "preload/runtime.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "preload/recorder.h"
+#include "preload/real.h"
+#include "preload/state.h"
+
+namespace gpuheap {
+namespace detail {
+
+thread_local int t_hook_depth = 0;
+
+namespace {
+
+Settings g_settings;
+std::atomic<bool> g_enabled{false};
+
+bool env_flag(const char* name, bool def) noexcept {
+  const char* v = getenv(name);
+  if (!v || !*v) return def;
+  return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
+           strcasecmp(v, "no") == 0);
+}
+
+// Context -> state, a small fixed table: a process has a handful of contexts.
+constexpr int kMaxStates = 64;
+std::atomic<ContextState*> g_states[kMaxStates];
+std::atomic<int> g_num_states{0};
+std::mutex g_states_mu;
+
+struct ThreadCache {
+  CUcontext ctx;
+  ContextState* state;
+};
+thread_local ThreadCache t_cache{nullptr, nullptr};
+std::atomic<unsigned> g_fork_generation{0};
+thread_local unsigned t_cache_generation = 0;
+
+ContextState* find_or_create(CUcontext ctx) noexcept {
+  int n = g_num_states.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    ContextState* s = g_states[i].load(std::memory_order_acquire);
+    if (s && s->ctx == ctx) return s;
+  }
+  std::lock_guard<std::mutex> lk(g_states_mu);
+  n = g_num_states.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    ContextState* s = g_states[i].load(std::memory_order_acquire);
+    if (s && s->ctx == ctx) return s;
+  }
+  if (n == kMaxStates) return nullptr;  // absurd number of contexts: pass through
+  CUdevice dev = 0;
+  auto get_dev = real<Fn::cuCtxGetDevice>();
+  if (!get_dev || get_dev(&dev) != CUDA_SUCCESS) return nullptr;
+  PoolConfig cfg;
+  cfg.seal_interval_ns = g_settings.seal_ns;
+  cfg.unsafe_reuse = g_settings.unsafe_reuse;
+  auto* s = new ContextState(ctx, static_cast<int>(dev), cfg);
+  g_states[n].store(s, std::memory_order_release);
+  g_num_states.store(n + 1, std::memory_order_release);
+  return s;
+}
+
+bool device_info(int device, char* name, std::size_t cap, std::uint64_t* total) noexcept {
+  HookScope guard;  // the driver calls below must not be recorded
+  auto get = real<Fn::cuDeviceGet>();
+  auto get_name = real<Fn::cuDeviceGetName>();
+  auto get_total = real<Fn::cuDeviceTotalMem_v2>();
+  CUdevice d = 0;
+  if (!get || get(&d, device) != CUDA_SUCCESS) return false;
+  if (get_name && get_name(name, static_cast<int>(cap), d) != CUDA_SUCCESS) name[0] = '\0';
+  size_t t = 0;
+  if (get_total && get_total(&t, d) == CUDA_SUCCESS) *total = t;
+  return true;
+}
+
+void atfork_child() noexcept {
+  // CUDA is not usable in a child forked after initialization (CUDA Programming Guide,
+  // "CUDA does not support fork() after initialization"); a pool carried over would hand
+  // out parent memory without the error the real runtime gives. Pass everything through.
+  // A parent that never created a context leaves the child free to use CUDA (a fork-based
+  // worker pool started before any CUDA call): then the pool stays on.
+  if (g_num_states.load(std::memory_order_acquire) > 0) g_settings.pool = false;
+  g_num_states.store(0, std::memory_order_release);
+  g_fork_generation.fetch_add(1, std::memory_order_acq_rel);
+  stream_registry().forget_all();
+}
+
+__attribute__((constructor)) void gpuheap_init() noexcept {
+  Settings& s = g_settings;
+  // Never act inside setuid/setgid programs (secure-execution mode, getauxval(3)).
+  if (getauxval(AT_SECURE) != 0 || env_flag("GPUHEAP_DISABLE", false)) {
+    s.enabled = false;
+    return;
+  }
+  s.pool = env_flag("GPUHEAP_POOL", true);
+  s.free_stacks = env_flag("GPUHEAP_FREE_STACKS", false);
+  s.unsafe_reuse = env_flag("GPUHEAP_UNSAFE_REUSE", false);
+  if (const char* v = getenv("GPUHEAP_SEAL_US")) s.seal_ns = strtoull(v, nullptr, 10) * 1000ull;
+  set_device_info_fn(device_info);
+  pthread_atfork(nullptr, nullptr, atfork_child);
+  recorder_start();
+  g_enabled.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+bool HookScope::active() const noexcept { return outer_ && g_enabled.load(std::memory_order_relaxed); }
+
+const Settings& settings() noexcept { return g_settings; }
+
+ContextState* current_state() noexcept {
+  if (!g_settings.pool) return nullptr;
+  auto get = real<Fn::cuCtxGetCurrent>();
+  CUcontext ctx = nullptr;
+  if (!get || get(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+  unsigned gen = g_fork_generation.load(std::memory_order_relaxed);
+  if (t_cache.ctx == ctx && t_cache.state && t_cache_generation == gen) return t_cache.state;
+  ContextState* s = find_or_create(ctx);
+  t_cache = {ctx, s};
+  t_cache_generation = gen;
+  return s;
+}
+
+int all_states(ContextState** out, int cap) noexcept {
+  int n = g_num_states.load(std::memory_order_acquire);
+  int k = 0;
+  for (int i = 0; i < n && k < cap; ++i)
+    if (ContextState* s = g_states[i].load(std::memory_order_acquire)) out[k++] = s;
+  return k;
+}
+
+int current_device() noexcept {
+  auto get = real<Fn::cuCtxGetDevice>();
+  CUdevice d = 0;
+  if (!get || get(&d) != CUDA_SUCCESS) return -1;
+  return static_cast<int>(d);
+}
+
+std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
+  HookScope guard;
+  ContextState* states[kMaxStates];
+  int n = all_states(states, kMaxStates);
+  std::size_t total = 0;
+  for (int i = 0; i < n; ++i) total += states[i]->pool.empty_cache(static_cast<int>(reason));
+  return total;
+}
+
+// ---- trace observer (called under the pool lock) ----
+
+void TraceObserver::on_segment_alloc(void* ptr, std::size_t size, bool small) noexcept {
+  ensure_device(device_);
+  format::SegmentRecord r{now_ns(), static_cast<std::int16_t>(device_),
+                          static_cast<std::uint8_t>(small ? format::kFlagSmallPool : 0),
+                          reinterpret_cast<std::uint64_t>(ptr), size};
+  record(r, false);
+}
+
+void TraceObserver::on_segment_free(void* ptr, std::size_t size, bool small) noexcept {
+  format::SegmentRecord r{now_ns(), static_cast<std::int16_t>(device_),
+                          static_cast<std::uint8_t>(small ? format::kFlagSmallPool : 0),
+                          reinterpret_cast<std::uint64_t>(ptr), size};
+  record(r, true);
+}
+
+void TraceObserver::on_free_completed(void* ptr, std::size_t size) noexcept {
+  record(format::FreeCompletedRecord{now_ns(), static_cast<std::int16_t>(device_),
+                                     reinterpret_cast<std::uint64_t>(ptr), size});
+}
+
+void TraceObserver::on_retry(std::size_t requested) noexcept {
+  record(format::RetryRecord{now_ns(), static_cast<std::int16_t>(device_), requested});
+}
+
+void TraceObserver::on_empty_cache(std::size_t released, int reason) noexcept {
+  record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_),
+                                  static_cast<format::EmptyCacheReason>(reason), released});
+}
+
+}  // namespace detail
+}  // namespace gpuheap
+
+namespace gpuheap {
+namespace detail {
+
+void note_stream_created(CUstream s) noexcept {
+  auto get = real<Fn::cuCtxGetCurrent>();
+  CUcontext ctx = nullptr;
+  if (!s || !get || get(&ctx) != CUDA_SUCCESS || !ctx) return;
+  stream_registry().add(ctx, s);
+}
+
+void note_stream_destroyed(CUstream s) noexcept { stream_registry().remove(s); }
+
+}  // namespace detail
+}  // namespace gpuheap

@@ -1,0 +1,49 @@
+// Per-context pool state shared by the allocation paths (alloc.cpp) and set-up (runtime.cpp).
+#pragma once
+
+#include <cuda.h>
+
+#include "preload/cuda_upstream.h"
+#include "preload/pool.h"
+
+namespace gpuheap {
+namespace detail {
+
+// Pool observer that turns pool events into trace records for one device.
+class TraceObserver final : public PoolObserver {
+ public:
+  explicit TraceObserver(int device) noexcept : device_(device) {}
+  void on_segment_alloc(void* ptr, std::size_t size, bool small) noexcept override;
+  void on_segment_free(void* ptr, std::size_t size, bool small) noexcept override;
+  void on_free_completed(void* ptr, std::size_t size) noexcept override;
+  void on_retry(std::size_t requested) noexcept override;
+  void on_empty_cache(std::size_t released, int reason) noexcept override;
+
+ private:
+  int device_;
+};
+
+// One per CUDA context gpuheap has served (contexts, not devices: memory of one context is
+// not usable in another, even on the same device). Never destroyed: CUDA must not be called
+// from static destructors after main.
+struct ContextState {
+  CUcontext ctx = nullptr;
+  int device = 0;
+  CudaUpstream upstream;
+  TraceObserver observer;
+  Pool pool;
+  ContextState(CUcontext c, int dev, const PoolConfig& cfg) noexcept
+      : ctx(c), device(dev), upstream(c, dev), observer(dev), pool(upstream, cfg, &observer) {}
+};
+
+// State for the calling thread's current context; nullptr when there is none (or the pool
+// is off). Creates it on first use.
+ContextState* current_state() noexcept;
+// Every state created so far (for frees of blocks owned by another context, and for
+// empty_cache); returns the count, fills up to cap.
+int all_states(ContextState** out, int cap) noexcept;
+// The device ordinal of the current context (-1 if none).
+int current_device() noexcept;
+
+}  // namespace detail
+}  // namespace gpuheap

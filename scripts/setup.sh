@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what gpuheap needs (Debian/Ubuntu packages, only when missing) and builds it into
+# build/ (idempotent: a second run only rebuilds what changed).
+#   BUILD_DIR=build   CMAKE_ARGS="..."   GPUHEAP_NO_APT=1 (never call apt-get)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+PKGS=(build-essential cmake pkg-config libunwind-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+      libcli11-dev libdw-dev libelf-dev libzstd-dev libgtest-dev libbenchmark-dev zstd)
+missing=()
+if command -v dpkg >/dev/null 2>&1; then
+  for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+fi
+if [ ${#missing[@]} -gt 0 ] && [ -z "${GPUHEAP_NO_APT:-}" ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
+if [ ! -f "$CUDA_ROOT/include/cuda.h" ]; then
+  echo "setup: the CUDA toolkit headers are needed (cuda.h not under $CUDA_ROOT/include); set CUDA_ROOT" >&2
+  exit 2
+fi
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_ROOT="$CUDA_ROOT" ${CMAKE_ARGS:-} >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" 2>&1 | grep -E "error|warning: unused|FAILED|Error" || true
+test -x "$BUILD_DIR/gpuheap" && test -f "$BUILD_DIR/libgpuheap.so" || { echo "setup: build failed" >&2; cmake --build "$BUILD_DIR" -j1 2>&1 | tail -40; exit 1; }
