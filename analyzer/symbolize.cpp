@@ -1,0 +1,506 @@
+// Offline symbolization with libdwfl (elfutils). Each module from the trace gets its own
+// Dwfl session, opened lazily on the first address that falls into it: modules can overlap
+// across a trace's lifetime (dlclose + dlopen at the same address), which a single Dwfl
+// address space cannot represent, and most modules of a big process never appear in a
+// stack at all.
+#include "analyzer/symbolize.h"
+
+#include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gpuheap {
+namespace detail {
+namespace {
+
+// Search path for separate debug info: nullptr means libdwfl's default
+// (":.debug:/usr/lib/debug"), which covers /usr/lib/debug/.build-id/xx/yyyy.debug as
+// installed by Debian's -dbg/-dbgsym packages and .gnu_debuglink files next to the binary.
+char* g_debuginfo_path = nullptr;
+
+const Dwfl_Callbacks kOfflineCallbacks = {
+    .find_elf = dwfl_build_id_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = dwfl_offline_section_address,
+    .debuginfo_path = &g_debuginfo_path,
+};
+
+std::string demangle(const char* name) {
+  if (name == nullptr) return {};
+  // Versioned symbol-table names ("memcpy@@GLIBC_2.14"): the version is noise in a report.
+  if (const char* at = std::strchr(name, '@'); at != nullptr && at != name)
+    return demangle(std::string(name, at).c_str());
+  // Only Itanium-mangled names: __cxa_demangle would otherwise "demangle" plain C names
+  // that happen to look like type encodings (e.g. "f" -> "float").
+  if (name[0] == '_' && name[1] == 'Z') {
+    int status = 0;
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    if (status == 0 && d != nullptr) {
+      std::string out(d);
+      std::free(d);
+      return out;
+    }
+    std::free(d);
+  }
+  return name;
+}
+
+std::string_view basename_of(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// gpuheap's own library and the CUDA runtime/driver are implementation detail of every
+// allocation: hiding them makes the first visible frame the user's call site.
+bool hidden_module(std::string_view path) {
+  auto b = basename_of(path);
+  return b.starts_with("libgpuheap") || b.starts_with("libcudart") || b.starts_with("libcuda.so");
+}
+
+// Statically linked cudart (the nvcc default, -cudart=static) lives inside the user's
+// binary; its functions are in namespace cudart or carry a __cudart prefix.
+bool hidden_function(std::string_view fn) {
+  return fn.starts_with("cudart::") || fn.starts_with("__cudart");
+}
+
+bool is_function_scope(Dwarf_Die* die) {
+  int tag = dwarf_tag(die);
+  return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
+}
+
+// Symbols of one module's ELF symbol table, sorted for binary search. libdwfl's own
+// dwfl_module_addrinfo scans every symbol on each call, which is far too slow for the
+// hundred thousand distinct addresses of a long trace.
+class SymbolIndex {
+ public:
+  void build(Dwfl_Module* mod) {
+    int n = dwfl_module_getsymtab(mod);
+    for (int i = 1; i < n; ++i) {
+      GElf_Sym sym;
+      GElf_Addr addr = 0;
+      GElf_Word shndx = 0;
+      const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, nullptr, nullptr);
+      int type = GELF_ST_TYPE(sym.st_info);
+      if (name == nullptr || *name == '\0' || shndx == SHN_UNDEF ||
+          (type != STT_FUNC && type != STT_GNU_IFUNC))
+        continue;
+      int bind = GELF_ST_BIND(sym.st_info);
+      int rank = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
+      syms_.push_back({addr, sym.st_size, name, rank});
+    }
+    // Aliases at one address: keep the global, then weak, then local name.
+    std::sort(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) {
+      return a.addr != b.addr ? a.addr < b.addr : a.rank < b.rank;
+    });
+    syms_.erase(std::unique(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) { return a.addr == b.addr; }),
+                syms_.end());
+  }
+
+  // *exact: the symbol's size covers pc (not just the nearest sizeless one before it).
+  const char* find(std::uint64_t pc, bool* exact) const {
+    *exact = false;
+    auto it = std::upper_bound(syms_.begin(), syms_.end(), pc, [](std::uint64_t v, const Sym& s) { return v < s.addr; });
+    if (it == syms_.begin()) return nullptr;
+    --it;
+    if (it->size == 0) return it->name;  // assembly without .size: nearest preceding
+    // A sized symbol not covering pc may sit inside a bigger one (nested labels).
+    for (int back = 0; back < 8; ++back, --it) {
+      if (pc < it->addr + it->size) {
+        *exact = true;
+        return it->name;
+      }
+      if (it == syms_.begin()) break;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Sym {
+    std::uint64_t addr, size;
+    const char* name;  // in the ELF string table, alive as long as the Dwfl
+    int rank;
+  };
+  std::vector<Sym> syms_;
+};
+
+// Per compilation unit: the concrete functions with their address ranges, and the
+// namespace/class prefix of every subprogram DIE. Built in one walk of the unit on its first
+// use; dwarf_getscopes would walk the unit again for every address.
+struct CuIndex {
+  struct Fn {
+    Dwarf_Addr lo, hi;
+    Dwarf_Die die;
+  };
+  std::vector<Fn> fns;  // sorted by lo
+  std::unordered_map<Dwarf_Off, std::string> prefix;
+
+  void build(Dwarf_Die* cudie) {
+    std::string scope;
+    walk(cudie, scope, 0);
+    std::sort(fns.begin(), fns.end(), [](const Fn& a, const Fn& b) { return a.lo < b.lo; });
+  }
+
+  const Dwarf_Die* find(Dwarf_Addr pc) const {
+    auto it = std::upper_bound(fns.begin(), fns.end(), pc, [](Dwarf_Addr v, const Fn& f) { return v < f.lo; });
+    if (it == fns.begin()) return nullptr;
+    --it;
+    return pc < it->hi ? &it->die : nullptr;
+  }
+
+ private:
+  void walk(Dwarf_Die* parent, std::string& scope, int depth) {
+    Dwarf_Die child;
+    if (depth > 64 || dwarf_child(parent, &child) != 0) return;
+    do {
+      int tag = dwarf_tag(&child);
+      if (tag == DW_TAG_subprogram) {
+        if (!scope.empty()) prefix.emplace(dwarf_dieoffset(&child), scope);
+        Dwarf_Addr base = 0, lo = 0, hi = 0;
+        ptrdiff_t off = 0;
+        while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0)
+          if (lo < hi) fns.push_back({lo, hi, child});
+      } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
+                 tag == DW_TAG_union_type) {
+        const char* name = dwarf_diename(&child);
+        auto saved = scope.size();
+        scope += name != nullptr ? name : tag == DW_TAG_namespace ? "(anonymous namespace)" : "{anonymous}";
+        scope += "::";
+        walk(&child, scope, depth + 1);
+        scope.resize(saved);
+      }
+    } while (dwarf_siblingof(&child, &child) == 0);
+  }
+};
+
+// Name of a subprogram / inlined_subroutine DIE. dwarf_attr_integrate follows
+// DW_AT_abstract_origin and DW_AT_specification, so an inlined instance or an out-of-line
+// member definition yields its declaration's name. The demangled linkage name is
+// qualified and carries parameter types, like ELF symbol names; without one (e.g. members
+// of classes in anonymous namespaces) the scope prefix comes from the unit's index.
+std::string die_function_name(Dwarf_Die* die, const CuIndex* idx) {
+  Dwarf_Attribute attr;
+  const char* linkage = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
+      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr)
+    linkage = dwarf_formstring(&attr);
+  if (linkage != nullptr) return demangle(linkage);
+  const char* name = dwarf_diename(die);
+  if (name == nullptr) return {};
+  // Find the scope prefix of the DIE at the end of the origin/specification chain.
+  Dwarf_Die cur = *die, next;
+  for (int hops = 0; idx != nullptr && hops < 8; ++hops) {
+    auto it = idx->prefix.find(dwarf_dieoffset(&cur));
+    if (it != idx->prefix.end()) return it->second + name;
+    if (dwarf_attr(&cur, DW_AT_abstract_origin, &attr) == nullptr &&
+        dwarf_attr(&cur, DW_AT_specification, &attr) == nullptr)
+      break;
+    if (dwarf_formref_die(&attr, &next) == nullptr) break;
+    cur = next;
+  }
+  return name;
+}
+
+// Chain of inlined_subroutine DIEs containing pc inside a concrete function, innermost
+// first: descends through lexical blocks and inline instances whose ranges hold pc.
+std::vector<Dwarf_Die> inline_chain(Dwarf_Die fn, Dwarf_Addr pc) {
+  std::vector<Dwarf_Die> chain;
+  Dwarf_Die scope = fn, child;
+  for (int depth = 0; depth < 256 && dwarf_child(&scope, &child) == 0; ++depth) {
+    bool found = false;
+    do {
+      int tag = dwarf_tag(&child);
+      if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block || tag == DW_TAG_try_block ||
+           tag == DW_TAG_catch_block) &&
+          dwarf_haspc(&child, pc) > 0) {
+        if (tag == DW_TAG_inlined_subroutine) chain.push_back(child);
+        scope = child;
+        found = true;
+        break;
+      }
+    } while (dwarf_siblingof(&child, &child) == 0);
+    if (!found) break;
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+}  // namespace
+}  // namespace detail
+
+struct Symbolizer::Impl {
+  struct Module {
+    std::string path, build_id;
+    std::uint64_t base = 0, lo = 0, hi = 0;
+    bool hidden = false;
+    bool tried = false;  // open attempted (successfully or not)
+    Dwfl* dwfl = nullptr;
+    Dwfl_Module* mod = nullptr;
+    detail::SymbolIndex syms;
+    std::unordered_map<Dwarf_Off, std::unique_ptr<detail::CuIndex>> cus;  // by CU DIE offset
+    ~Module() {
+      cus.clear();
+      if (dwfl != nullptr) dwfl_end(dwfl);
+    }
+  };
+
+  // Non-overlapping address ranges keyed by lo; a newer module evicts what it overlaps.
+  std::map<std::uint64_t, std::unique_ptr<Module>> modules;
+  std::unordered_map<std::uint64_t, std::vector<Frame>> cache;
+  std::set<std::string> warned;  // module paths already warned about
+
+  Module* find(std::uint64_t addr) {
+    auto it = modules.upper_bound(addr);
+    if (it == modules.begin()) return nullptr;
+    --it;
+    return addr < it->second->hi ? it->second.get() : nullptr;
+  }
+
+  void warn_once(const Module& m, const std::string& msg, bool warn) {
+    if (!warned.insert(m.path).second) return;
+    if (warn)
+      spdlog::warn("{}", msg);
+    else
+      spdlog::info("{}", msg);
+  }
+
+  void open(Module& m);
+  std::vector<Frame> lookup(std::uint64_t addr);
+  void dwarf_frames(Module& m, std::uint64_t addr, const Frame& proto, std::vector<Frame>& out);
+};
+
+// Opens the module's file for reading symbols and DWARF. The path comes from the trace and
+// is untrusted: it must be absolute and name a regular file (not a FIFO that would block,
+// not a device whose open has side effects); it is only ever opened O_RDONLY and parsed
+// by libelf/libdw, never mapped executable or dlopen'ed.
+void Symbolizer::Impl::open(Module& m) {
+  m.tried = true;
+  const std::string& p = m.path;
+  bool sane = !p.empty() && p[0] == '/' && p.find('\0') == std::string::npos &&
+              p.find('\n') == std::string::npos;
+  struct stat st {};
+  if (!sane || ::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    warn_once(m, fmt::format("symbolize: cannot use '{}' (not an absolute path to a regular file); "
+                             "its frames are shown as module+offset", p), false);
+    return;
+  }
+  // O_NONBLOCK: should the path be swapped for a FIFO between stat and open, the open
+  // must not hang; fstat below then rejects it.
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd >= 0) ::close(fd);
+    warn_once(m, fmt::format("symbolize: cannot open '{}': {}; its frames are shown as module+offset",
+                             p, std::strerror(errno)), false);
+    return;
+  }
+  Dwfl* dwfl = dwfl_begin(&detail::kOfflineCallbacks);
+  if (dwfl == nullptr) {
+    ::close(fd);
+    return;
+  }
+  dwfl_report_begin(dwfl);
+  // base is the load bias (l_addr): for ET_DYN, add_p_vaddr=true places the file at
+  // base + p_vaddr, i.e. bias = base, which is also right for prelinked objects whose
+  // first PT_LOAD has a non-zero p_vaddr. ET_EXEC ignores base (absolute addresses).
+  Dwfl_Module* mod = dwfl_report_elf(dwfl, p.c_str(), p.c_str(), fd, m.base, true);
+  if (mod == nullptr) {
+    ::close(fd);  // only consumed on success
+    warn_once(m, fmt::format("symbolize: '{}' is not a usable ELF file ({}); its frames are shown "
+                             "as module+offset", p, dwfl_errmsg(-1)), false);
+    dwfl_end(dwfl);
+    return;
+  }
+  dwfl_report_end(dwfl, nullptr, nullptr);
+  if (!m.build_id.empty()) {
+    const unsigned char* bits = nullptr;
+    GElf_Addr vaddr = 0;
+    int n = dwfl_module_build_id(mod, &bits, &vaddr);
+    if (n <= 0 || static_cast<std::size_t>(n) != m.build_id.size() ||
+        std::memcmp(bits, m.build_id.data(), m.build_id.size()) != 0) {
+      // Symbols of a different build would name the wrong functions: worse than none.
+      warn_once(m, fmt::format("symbolize: '{}' on this machine is not the build the trace recorded "
+                               "(build-id differs); its frames are shown as module+offset", p), true);
+      dwfl_end(dwfl);
+      return;
+    }
+  }
+  m.dwfl = dwfl;
+  m.mod = mod;
+  m.syms.build(mod);
+}
+
+// Appends the DWARF frames for addr: every inline instance containing it (innermost first),
+// then the concrete function. The position inside a frame is the line table's for the
+// innermost one and the DW_AT_call_file/call_line of the next-inner inline instance for
+// every outer one. Appends nothing without debug info for addr.
+void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& proto, std::vector<Frame>& out) {
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cudie = dwfl_module_addrdie(m.mod, addr, &bias);
+  if (cudie == nullptr) return;
+  Dwarf_Addr pc = addr - bias;
+  auto& idx = m.cus[dwarf_dieoffset(cudie)];
+  if (!idx) {
+    idx = std::make_unique<detail::CuIndex>();
+    idx->build(cudie);
+  }
+  std::vector<Dwarf_Die> chain;  // function scopes, innermost first, ending in the concrete one
+  if (const Dwarf_Die* fn = idx->find(pc)) {
+    chain = detail::inline_chain(*fn, pc);
+    chain.push_back(*fn);
+  } else {
+    // Functions the walk did not see (e.g. nested in an unusual scope): ask libdw, which
+    // walks the unit for this address; dwarf_getscopes_die then gives the concrete chain.
+    Dwarf_Die* scopes = nullptr;
+    int n = dwarf_getscopes(cudie, pc, &scopes);
+    for (int i = 0; i < n; ++i) {
+      if (!detail::is_function_scope(&scopes[i])) continue;
+      Dwarf_Die* concrete = nullptr;
+      int k = dwarf_getscopes_die(&scopes[i], &concrete);
+      for (int j = 0; j < k; ++j) {
+        if (!detail::is_function_scope(&concrete[j])) continue;
+        chain.push_back(concrete[j]);
+        if (dwarf_tag(&concrete[j]) == DW_TAG_subprogram) break;
+      }
+      std::free(concrete);
+      break;
+    }
+    std::free(scopes);
+  }
+
+  std::string file;
+  int line = 0;
+  if (Dwfl_Line* l = dwfl_module_getsrc(m.mod, addr)) {
+    int col = 0;
+    Dwarf_Addr a = 0;
+    if (const char* f = dwfl_lineinfo(l, &a, &line, &col, nullptr, nullptr)) file = f;
+  }
+  for (auto& die : chain) {
+    Frame f = proto;
+    f.function = detail::die_function_name(&die, idx.get());
+    f.file = file;
+    f.line = line;
+    f.inlined = dwarf_tag(&die) == DW_TAG_inlined_subroutine;
+    out.push_back(std::move(f));
+    if (!out.back().inlined) break;
+    // The caller's position: where this instance was inlined. call_file indexes the line
+    // table of the unit holding the DIE (an imported partial unit in dwz-compressed debug
+    // info may differ from cudie).
+    file.clear();
+    line = 0;
+    Dwarf_Attribute attr;
+    Dwarf_Word w = 0;
+    Dwarf_Die unit;
+    Dwarf_Files* files = nullptr;
+    std::size_t nfiles = 0;
+    if (dwarf_formudata(dwarf_attr(&die, DW_AT_call_file, &attr), &w) == 0 &&
+        dwarf_diecu(&die, &unit, nullptr, nullptr) != nullptr && dwarf_getsrcfiles(&unit, &files, &nfiles) == 0 &&
+        w < nfiles)
+      if (const char* cf = dwarf_filesrc(files, w, nullptr, nullptr)) file = cf;
+    if (dwarf_formudata(dwarf_attr(&die, DW_AT_call_line, &attr), &w) == 0) line = static_cast<int>(w);
+  }
+  // No function DIE (e.g. assembly with only a line table): the location alone.
+  if (chain.empty() && !file.empty()) {
+    Frame f = proto;
+    f.file = file;
+    f.line = line;
+    out.push_back(std::move(f));
+  }
+}
+
+std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr) {
+  Frame proto;
+  proto.ip = addr;
+  Module* m = find(addr);
+  if (m == nullptr) return {proto};
+  proto.module = m->path;
+  proto.offset = addr - m->base;
+  proto.hidden = m->hidden;
+  if (!m->tried) open(*m);
+  if (m->mod == nullptr) return {proto};
+
+  std::vector<Frame> out;
+  dwarf_frames(*m, addr, proto, out);
+  if (out.empty()) out.push_back(proto);
+  // The concrete function's name: the symbol table's (qualified, with parameter types,
+  // also read from separate debug info) is preferred over DWARF's, unless it is only the
+  // nearest sizeless symbol.
+  bool exact = false;
+  const char* name = m->syms.find(addr, &exact);
+  if (name != nullptr && (exact || out.back().function.empty())) out.back().function = detail::demangle(name);
+  for (auto& f : out) f.hidden = m->hidden || detail::hidden_function(f.function);
+  return out;
+}
+
+Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
+Symbolizer::~Symbolizer() = default;
+
+void Symbolizer::add_module(const format::ModuleRecord& r) {
+  if (r.hi <= r.lo) {
+    spdlog::debug("symbolize: ignoring module '{}' with empty range", r.path);
+    return;
+  }
+  auto& mods = impl_->modules;
+  // Evict every module overlapping [lo, hi): ranges are disjoint and sorted, so the
+  // overlapping ones are contiguous just below lower_bound(hi).
+  auto it = mods.lower_bound(r.hi);
+  while (it != mods.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second->hi <= r.lo) break;
+    mods.erase(prev);
+  }
+  auto m = std::make_unique<Impl::Module>();
+  m->path = std::string(r.path);
+  m->build_id = std::string(r.build_id);
+  m->base = r.base, m->lo = r.lo, m->hi = r.hi;
+  m->hidden = detail::hidden_module(m->path);
+  mods.emplace(r.lo, std::move(m));
+  impl_->cache.clear();  // cached frames may name an evicted module
+}
+
+std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, bool all_frames) {
+  std::vector<Frame> out;
+  out.reserve(ips.size());
+  for (std::size_t i = 0; i < ips.size(); ++i) {
+    // A return address points after the call; the instruction before it is the call
+    // itself, so file:line (and the inline chain) name the call site. The innermost ip
+    // is the interrupted instruction itself and stays as is.
+    std::uint64_t addr = (i == 0 || ips[i] == 0) ? ips[i] : ips[i] - 1;
+    auto it = impl_->cache.find(addr);
+    if (it == impl_->cache.end()) it = impl_->cache.emplace(addr, impl_->lookup(addr)).first;
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  if (!all_frames) {
+    std::vector<Frame> visible;
+    visible.reserve(out.size());
+    for (auto& f : out)
+      if (!f.hidden) visible.push_back(f);
+    if (!visible.empty()) return visible;
+  }
+  return out;
+}
+
+std::string Symbolizer::format_frame(const Frame& f) {
+  std::string fn = f.function.empty() ? fmt::format("{:#x}", f.ip) : f.function;
+  if (f.inlined) fn = "[inlined] " + fn;
+  if (!f.file.empty())
+    return f.line > 0 ? fmt::format("{} ({}:{})", fn, f.file, f.line) : fmt::format("{} ({})", fn, f.file);
+  if (!f.module.empty()) return fmt::format("{} ({}+{:#x})", fn, f.module, f.offset);
+  if (!f.function.empty()) return fmt::format("{} ({:#x})", fn, f.ip);
+  return fn;
+}
+
+}  // namespace gpuheap

@@ -1,0 +1,331 @@
+// Symbolizer tests on this process's own stacks. This file is compiled with -O0 -g, so the
+// call sites below have exact line numbers; module records come from dl_iterate_phdr
+// exactly as the preload's recorder builds them.
+#define UNW_LOCAL_ONLY
+#include <gtest/gtest.h>
+#include <libunwind.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "analyzer/symbolize.h"
+#include "self_modules.h"
+#include "symtest_libs.h"
+
+using gpuheap::Frame;
+using gpuheap::Symbolizer;
+using symtest::OwnedModule;
+
+namespace symtest_exe {
+
+__attribute__((noinline)) std::vector<std::uint64_t> capture_stack() {
+  void* buf[64];
+  int n = unw_backtrace(buf, 64);  // buf[0]: return address into capture_stack itself
+  std::vector<std::uint64_t> ips;
+  for (int i = 0; i < n; ++i) ips.push_back(reinterpret_cast<std::uint64_t>(buf[i]));
+  return ips;
+}
+
+__attribute__((noinline)) std::vector<std::uint64_t> noinline_alloc_site(int* line) {
+  *line = __LINE__ + 1;
+  std::vector<std::uint64_t> ips = capture_stack();
+  return ips;
+}
+
+struct Capture {
+  std::vector<std::uint64_t> ips;
+};
+__attribute__((noinline)) void capture_cb(void* arg) { static_cast<Capture*>(arg)->ips = capture_stack(); }
+
+}  // namespace symtest_exe
+
+// Static cudart code inside a user binary: hidden by name.
+namespace cudart {
+__attribute__((noinline)) std::vector<std::uint64_t> fake_runtime_call() {
+  return symtest_exe::capture_stack();
+}
+}  // namespace cudart
+extern "C" __attribute__((noinline)) std::vector<std::uint64_t> __cudartFakeEntry() {
+  return cudart::fake_runtime_call();
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class SymbolizeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    mods_ = symtest::loaded_modules();
+    exe_ = &mods_.front();
+  }
+  void add_all(Symbolizer& s, const std::vector<OwnedModule>& mods) {
+    for (const auto& m : mods) s.add_module(m.record());
+  }
+  const Frame* find_fn(const std::vector<Frame>& fs, const std::string& needle) {
+    for (const auto& f : fs)
+      if (f.function.find(needle) != std::string::npos) return &f;
+    return nullptr;
+  }
+  std::vector<OwnedModule> mods_;
+  const OwnedModule* exe_ = nullptr;
+};
+
+TEST_F(SymbolizeTest, CallSiteHasExactFunctionFileAndLine) {
+  int line = 0;
+  auto ips = symtest_exe::noinline_alloc_site(&line);
+  ASSERT_GE(ips.size(), 3u);
+  Symbolizer s;
+  add_all(s, mods_);
+  auto frames = s.symbolize(ips, true);
+  ASSERT_GE(frames.size(), 3u);
+  // Innermost: the unadjusted return address inside capture_stack.
+  EXPECT_EQ(frames[0].function, "symtest_exe::capture_stack()");
+  EXPECT_EQ(frames[0].ip, ips[0]);
+  EXPECT_TRUE(ends_with(frames[0].file, "test_symbolize.cpp")) << frames[0].file;
+  // Caller: adjusted by one byte, names the call line exactly.
+  EXPECT_EQ(frames[1].function, "symtest_exe::noinline_alloc_site(int*)");
+  EXPECT_EQ(frames[1].ip, ips[1] - 1);
+  EXPECT_TRUE(ends_with(frames[1].file, "tests/unit/test_symbolize.cpp")) << frames[1].file;
+  EXPECT_EQ(frames[1].line, line);
+  EXPECT_EQ(frames[1].module, exe_->path);
+  EXPECT_EQ(frames[1].offset, ips[1] - 1 - exe_->base);
+  EXPECT_FALSE(frames[1].inlined);
+  EXPECT_FALSE(frames[1].hidden);
+  EXPECT_EQ(Symbolizer::format_frame(frames[1]),
+            fmt::format("symtest_exe::noinline_alloc_site(int*) ({}:{})", frames[1].file, line));
+  // The test body that called it is next.
+  EXPECT_NE(frames[2].function.find("CallSiteHasExactFunctionFileAndLine"), std::string::npos)
+      << frames[2].function;
+}
+
+TEST_F(SymbolizeTest, InlinedFrameNamesInlinedFunctionAndCallerLine) {
+  symtest_exe::Capture c;
+  symtest_inline_entry(&symtest_exe::capture_cb, &c);
+  Symbolizer s;
+  add_all(s, mods_);
+  auto frames = s.symbolize(c.ips, true);
+  std::size_t i = 0;
+  while (i < frames.size() && frames[i].function.find("inlined_leaf") == std::string::npos) ++i;
+  ASSERT_LT(i + 1, frames.size()) << "no inlined_leaf frame";
+  const Frame& leaf = frames[i];
+  const Frame& entry = frames[i + 1];
+  EXPECT_EQ(leaf.function, "symtest::inlined_leaf(void (*)(void*), void*)");
+  EXPECT_TRUE(leaf.inlined);
+  EXPECT_TRUE(ends_with(leaf.file, "symbolize_data/inline_lib.cpp")) << leaf.file;
+  EXPECT_EQ(leaf.line, symtest_leaf_call_line);
+  EXPECT_EQ(entry.function, "symtest_inline_entry");
+  EXPECT_FALSE(entry.inlined);
+  EXPECT_TRUE(ends_with(entry.file, "symbolize_data/inline_lib.cpp")) << entry.file;
+  EXPECT_EQ(entry.line, symtest_entry_call_line);
+  EXPECT_EQ(leaf.ip, entry.ip);  // both expanded from one address
+  EXPECT_EQ(Symbolizer::format_frame(leaf),
+            fmt::format("[inlined] symtest::inlined_leaf(void (*)(void*), void*) ({}:{})", leaf.file,
+                        symtest_leaf_call_line));
+  // The frame above the inline expansion is the callback, in this executable.
+  ASSERT_GE(i, 1u);
+  EXPECT_EQ(frames[i - 1].function, "symtest_exe::capture_cb(void*)");
+}
+
+TEST_F(SymbolizeTest, FramesInGpuheapNamedModuleAreHidden) {
+  symtest_exe::Capture c;
+  symtest_inline_entry(&symtest_exe::capture_cb, &c);
+  // The same library under gpuheap's name: same bytes, same build-id, different basename.
+  auto mods = mods_;
+  OwnedModule* lib = nullptr;
+  for (auto& m : mods)
+    if (ends_with(m.path, "/libsymtest_inline.so")) lib = &m;
+  ASSERT_NE(lib, nullptr);
+  lib->path = SYMTEST_HIDDEN_COPY;
+  Symbolizer s;
+  add_all(s, mods);
+
+  auto all = s.symbolize(c.ips, true);
+  const Frame* entry = find_fn(all, "symtest_inline_entry");
+  ASSERT_NE(entry, nullptr);  // the copy is read: same build-id as recorded
+  EXPECT_TRUE(entry->hidden);
+  EXPECT_EQ(entry->module, SYMTEST_HIDDEN_COPY);
+  const Frame* leaf = find_fn(all, "inlined_leaf");
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_TRUE(leaf->hidden);
+
+  auto visible = s.symbolize(c.ips, false);
+  EXPECT_EQ(find_fn(visible, "symtest_inline_entry"), nullptr);
+  EXPECT_EQ(find_fn(visible, "inlined_leaf"), nullptr);
+  EXPECT_NE(find_fn(visible, "capture_cb"), nullptr);
+  EXPECT_EQ(visible.size(), all.size() - 2);
+  for (const auto& f : visible) EXPECT_FALSE(f.hidden) << f.function;
+
+  // A stack made only of hidden frames keeps them rather than becoming empty.
+  std::vector<std::uint64_t> only_lib;
+  for (std::size_t i = 1; i < c.ips.size(); ++i)  // as the innermost frame: pre-adjusted
+    if (c.ips[i] - 1 >= lib->lo && c.ips[i] - 1 < lib->hi) only_lib.push_back(c.ips[i] - 1);
+  ASSERT_EQ(only_lib.size(), 1u);
+  auto kept = s.symbolize(only_lib, false);
+  ASSERT_EQ(kept.size(), 2u);  // inlined_leaf + symtest_inline_entry
+  EXPECT_TRUE(kept[0].hidden && kept[1].hidden);
+}
+
+TEST_F(SymbolizeTest, StaticCudartFunctionsAreHidden) {
+  auto ips = __cudartFakeEntry();
+  Symbolizer s;
+  add_all(s, mods_);
+  auto all = s.symbolize(ips, true);
+  const Frame* ns = find_fn(all, "cudart::fake_runtime_call");
+  const Frame* prefixed = find_fn(all, "__cudartFakeEntry");
+  ASSERT_NE(ns, nullptr);
+  ASSERT_NE(prefixed, nullptr);
+  EXPECT_TRUE(ns->hidden);
+  EXPECT_TRUE(prefixed->hidden);
+  EXPECT_FALSE(all[0].hidden);  // capture_stack, the innermost
+  auto visible = s.symbolize(ips, false);
+  EXPECT_EQ(find_fn(visible, "cudart::"), nullptr);
+  EXPECT_EQ(find_fn(visible, "__cudart"), nullptr);
+  EXPECT_EQ(visible.size(), all.size() - 2);
+  EXPECT_NE(find_fn(visible, "StaticCudartFunctionsAreHidden"), nullptr);
+}
+
+TEST_F(SymbolizeTest, BuildIdMismatchFallsBackToModuleOffsetAndWarnsOnce) {
+  int line = 0;
+  auto ips = symtest_exe::noinline_alloc_site(&line);
+  auto mods = mods_;
+  ASSERT_FALSE(mods.front().build_id.empty()) << "test binary has no build-id";
+  mods.front().build_id[0] = static_cast<char>(mods.front().build_id[0] ^ 0x5a);
+
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("symtest", sink));
+  Symbolizer s;
+  add_all(s, mods);
+  auto frames = s.symbolize(ips, true);
+  auto again = s.symbolize(symtest_exe::capture_stack(), true);
+  spdlog::set_default_logger(previous);
+
+  ASSERT_GE(frames.size(), 2u);
+  EXPECT_EQ(frames[1].function, "");
+  EXPECT_EQ(frames[1].file, "");
+  EXPECT_EQ(frames[1].line, 0);
+  EXPECT_EQ(frames[1].module, exe_->path);
+  EXPECT_EQ(frames[1].offset, ips[1] - 1 - exe_->base);
+  EXPECT_EQ(Symbolizer::format_frame(frames[1]),
+            fmt::format("{:#x} ({}+{:#x})", ips[1] - 1, exe_->path, ips[1] - 1 - exe_->base));
+  int warnings = 0;
+  for (const auto& msg : sink->last_formatted())
+    if (msg.find("build-id") != std::string::npos && msg.find(exe_->path) != std::string::npos) ++warnings;
+  EXPECT_EQ(warnings, 1);
+  // Other modules (libc, with the right build-id) still symbolize.
+  const Frame* libc_main = find_fn(again, "__libc_start");
+  EXPECT_NE(libc_main, nullptr);
+}
+
+TEST_F(SymbolizeTest, UnusableFilesFallBackToModuleOffsetWithoutBlocking) {
+  int line = 0;
+  auto ips = symtest_exe::noinline_alloc_site(&line);
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("symtest-{}", getpid());
+  std::filesystem::create_directories(dir);
+  auto fifo = (dir / "fifo.so").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto text = (dir / "text.so").string();
+  std::ofstream(text) << "not an ELF file\n";
+  std::vector<std::string> paths = {"/nonexistent/dir/libmissing.so", "relative/libx.so", fifo, text,
+                                    "/dev/zero", dir.string(), ""};
+  for (const auto& p : paths) {
+    auto mods = mods_;
+    mods.front().path = p;
+    Symbolizer s;
+    add_all(s, mods);
+    auto frames = s.symbolize(ips, true);
+    ASSERT_GE(frames.size(), 2u) << p;
+    EXPECT_EQ(frames[1].function, "") << p;
+    EXPECT_EQ(frames[1].file, "") << p;
+    EXPECT_EQ(frames[1].module, p);
+    EXPECT_EQ(frames[1].offset, ips[1] - 1 - exe_->base) << p;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(SymbolizeTest, NoDebugInfoUsesSymbolTable) {
+  symtest_exe::Capture c;
+  symtest_nodebug_entry(&symtest_exe::capture_cb, &c);
+  Symbolizer s;
+  add_all(s, mods_);
+  auto frames = s.symbolize(c.ips, true);
+  const Frame* local = find_fn(frames, "nodebug_local");
+  const Frame* entry = find_fn(frames, "symtest_nodebug_entry");
+  ASSERT_NE(local, nullptr);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(local->function, "nodebug_local(void (*)(void*), void*)");  // .symtab only (file-local)
+  EXPECT_EQ(local->file, "");
+  EXPECT_EQ(local->line, 0);
+  const OwnedModule* lib = symtest::module_named(mods_, "/libsymtest_nodebug.so");
+  ASSERT_NE(lib, nullptr);
+  EXPECT_EQ(entry->module, lib->path);
+  EXPECT_EQ(entry->offset, entry->ip - lib->base);
+  EXPECT_EQ(Symbolizer::format_frame(*entry),
+            fmt::format("symtest_nodebug_entry ({}+{:#x})", lib->path, entry->offset));
+}
+
+TEST_F(SymbolizeTest, LaterOverlappingModuleWinsAndUnknownAddressesStayRaw) {
+  int line = 0;
+  auto ips = symtest_exe::noinline_alloc_site(&line);
+  Symbolizer s;
+  add_all(s, mods_);
+  EXPECT_EQ(s.symbolize(ips, true)[1].line, line);
+  // A later module over part of the executable's range (dlclose + dlopen at that address).
+  OwnedModule later = *exe_;
+  later.path = "/nonexistent/replacement.so";
+  later.lo = exe_->lo + 1;
+  later.hi = exe_->lo + 2;
+  s.add_module(later.record());
+  auto frames = s.symbolize(ips, true);
+  EXPECT_EQ(frames[1].module, "");  // the executable's record was evicted
+  EXPECT_EQ(frames[1].function, "");
+  EXPECT_EQ(Symbolizer::format_frame(frames[1]), fmt::format("{:#x}", ips[1] - 1));
+  auto in_later = s.symbolize({later.lo}, true);
+  ASSERT_EQ(in_later.size(), 1u);
+  EXPECT_EQ(in_later[0].module, later.path);
+  EXPECT_EQ(in_later[0].offset, later.lo - later.base);
+  // Modules elsewhere are untouched.
+  EXPECT_NE(find_fn(frames, "__libc_start"), nullptr);
+}
+
+TEST(SymbolizeFormat, FrameFormats) {
+  Frame f;
+  f.ip = 0x7f0000001234;
+  EXPECT_EQ(Symbolizer::format_frame(f), "0x7f0000001234");
+  f.module = "/usr/lib/libfoo.so";
+  f.offset = 0x1a2b;
+  EXPECT_EQ(Symbolizer::format_frame(f), "0x7f0000001234 (/usr/lib/libfoo.so+0x1a2b)");
+  f.function = "foo(int)";
+  EXPECT_EQ(Symbolizer::format_frame(f), "foo(int) (/usr/lib/libfoo.so+0x1a2b)");
+  f.file = "/src/foo.cpp";
+  f.line = 42;
+  EXPECT_EQ(Symbolizer::format_frame(f), "foo(int) (/src/foo.cpp:42)");
+  f.inlined = true;
+  EXPECT_EQ(Symbolizer::format_frame(f), "[inlined] foo(int) (/src/foo.cpp:42)");
+  f.line = 0;
+  EXPECT_EQ(Symbolizer::format_frame(f), "[inlined] foo(int) (/src/foo.cpp)");
+  Frame g;
+  g.ip = 0x10;
+  g.function = "bar";
+  EXPECT_EQ(Symbolizer::format_frame(g), "bar (0x10)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // libdw would otherwise query debuginfod servers named in the environment (network).
+  unsetenv("DEBUGINFOD_URLS");
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
