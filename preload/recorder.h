@@ -29,7 +29,11 @@ struct RecorderConfig {
   int max_depth = 64;            // GPUHEAP_STACK_DEPTH (1..256)
   std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS (default 20)
   const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
+  std::size_t max_buffer_bytes = 256u << 20;  // GPUHEAP_BUFFER_MB: beyond it producers wait
 };
+// Other environment read at start: GPUHEAP_QUIET=1 (no "tracing to" line), GPUHEAP_PATH_FILE
+// (append the trace path to this file), GPUHEAP_FOLLOW_FORK=0 (forked children not traced).
+// The environment is re-read by each recorder_start() that opens a new file.
 
 std::uint64_t now_ns() noexcept;      // CLOCK_MONOTONIC
 std::uint32_t current_tid() noexcept; // gettid(), cached per thread
@@ -44,7 +48,9 @@ void recorder_flush() noexcept;
 // Path of the current trace file ("" if none).
 const char* recorder_path() noexcept;
 
-// `skip` frames of gpuheap itself are dropped from the top.
+// `skip` frames of gpuheap itself are dropped from the top: with skip = 0 the innermost ip
+// is the return address into the function that called capture_stack; skip = 1 drops that
+// function too, and so on. Returns 0 if stacks are off (GPUHEAP_STACKS=0) or not tracing.
 std::uint32_t capture_stack(int skip) noexcept;
 
 void ensure_device(int device) noexcept;  // writes a `device` record once per device
@@ -66,6 +72,8 @@ void set_device_info_fn(DeviceInfoFn fn) noexcept;
 // Counters for tests and gpuheap_stats(): records written, bytes written, dropped.
 struct RecorderCounters {
   std::uint64_t records = 0, bytes = 0, dropped = 0, stacks = 0;
+  std::uint64_t producer_waits = 0;  // record() calls that waited for buffer space
+  std::uint64_t writes = 0;          // write(2) calls by the writer/flush paths
 };
 RecorderCounters recorder_counters() noexcept;
 

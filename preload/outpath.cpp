@@ -1,0 +1,114 @@
+#include "preload/outpath.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <string.h>
+#include <unistd.h>
+
+namespace gpuheap {
+namespace detail {
+namespace {
+
+struct Out {
+  char* p;
+  std::size_t cap, n = 0;
+  bool ok = true;
+  void ch(char c) {
+    if (n + 1 >= cap) {
+      ok = false;
+      return;
+    }
+    p[n++] = c;
+  }
+  void value(const char* s) {  // substituted text: no directory separators
+    for (; s && *s; ++s) ch(*s == '/' ? '_' : *s);
+  }
+};
+
+}  // namespace
+
+long expand_output_pattern(const char* pattern, const OutpathVars& v, char* out,
+                           std::size_t cap) noexcept {
+  if (!out || cap == 0) return -1;
+  if (!pattern || !*pattern) pattern = kDefaultOutputPattern;
+  Out o{out, cap};
+  char num[24];
+  for (const char* s = pattern; *s; ++s) {
+    if (*s != '%') {
+      o.ch(*s);
+      continue;
+    }
+    switch (s[1]) {
+      case 'p':
+        snprintf(num, sizeof num, "%ld", v.pid);
+        o.value(num);
+        ++s;
+        break;
+      case 'h': o.value(v.hostname), ++s; break;
+      case 'r': o.value(v.rank), ++s; break;
+      case 'n': o.value(v.program), ++s; break;
+      case '%': o.ch('%'), ++s; break;
+      case '\0': o.ch('%'); break;  // trailing lone '%'
+      default: o.ch('%'); break;    // unknown: keep "%x" literally (x copied next round)
+    }
+  }
+  out[o.ok ? o.n : 0] = '\0';
+  return o.ok ? static_cast<long>(o.n) : -1;
+}
+
+void current_outpath_vars(OutpathVars* v, char* host, std::size_t host_cap, char* prog,
+                          std::size_t prog_cap) noexcept {
+  v->pid = static_cast<long>(getpid());
+  host[0] = '\0';
+  if (gethostname(host, host_cap) != 0) host[0] = '\0';
+  host[host_cap - 1] = '\0';
+  v->hostname = host;
+  v->rank = getenv("RANK");
+  prog[0] = '\0';
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+  } else {
+    // argv[0] is the first '\0'-terminated string of /proc/self/cmdline.
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    n = fd >= 0 ? read(fd, exe, sizeof exe - 1) : -1;
+    if (fd >= 0) close(fd);
+    exe[n > 0 ? n : 0] = '\0';
+  }
+  const char* base = strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  snprintf(prog, prog_cap, "%s", base);
+  v->program = prog;
+}
+
+int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  if (snprintf(final_path, cap, "%s", path) >= static_cast<int>(cap)) return -ENAMETOOLONG;
+  // Where the suffix goes: before the last '.' of the file name (not a leading dot).
+  const char* slash = strrchr(path, '/');
+  const char* name = slash ? slash + 1 : path;
+  const char* dot = strrchr(name, '.');
+  if (dot == name) dot = nullptr;
+  std::size_t stem = dot ? static_cast<std::size_t>(dot - path) : strlen(path);
+  const char* ext = dot ? dot : "";
+  for (int i = 0; i < 10000; ++i) {
+    if (i > 0 && snprintf(final_path, cap, "%.*s.%d%s", static_cast<int>(stem), path, i, ext) >=
+                     static_cast<int>(cap))
+      return -ENAMETOOLONG;
+    int fd = open(final_path, kFlags, 0600);
+    if (fd >= 0) {
+      // The umask may only remove bits; 0600 is what we want regardless of it.
+      if (fchmod(fd, 0600) != 0) { /* best effort: created 0600 & ~umask already */ }
+      return fd;
+    }
+    if (errno != EEXIST) return -errno;
+  }
+  return -EEXIST;
+}
+
+}  // namespace detail
+}  // namespace gpuheap

@@ -1,0 +1,47 @@
+// Trace output path: pattern expansion and exclusive, never-clobbering file creation.
+//
+// Pattern (GPUHEAP_OUTPUT, default "./gpuheap.%n.%p.trace"):
+//   %p  process id            %h  hostname
+//   %r  $RANK (empty if unset) %n  program name (basename of /proc/self/exe, else argv[0])
+//   %%  a literal '%'
+// An unknown conversion ("%x") and a trailing lone '%' are copied literally, so a typo
+// still yields a usable, recognisable file name. Substituted values have '/' replaced by
+// '_' (a RANK or hostname must never move the file into another directory).
+//
+// Existing files are never clobbered: if PATH exists (as anything, including a dangling
+// symlink), the number N = 1, 2, ... 9999 is inserted before the last extension of the
+// file name ("gpuheap.x.7.trace" -> "gpuheap.x.7.1.trace"); a name without an extension
+// gets ".N" appended. Files are opened O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC with
+// mode 0600 (traces hold command lines and addresses: private to the user).
+#pragma once
+
+#include <cstddef>
+
+namespace gpuheap {
+namespace detail {
+
+struct OutpathVars {
+  long pid = 0;
+  const char* hostname = "";
+  const char* rank = nullptr;  // nullptr: RANK unset -> %r expands to ""
+  const char* program = "";
+};
+
+inline constexpr const char* kDefaultOutputPattern = "./gpuheap.%n.%p.trace";
+
+// Expands `pattern` (nullptr or "" = default) into out[0..cap). Returns the length
+// written (NUL excluded), or -1 if the result does not fit.
+long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* out,
+                           std::size_t cap) noexcept;
+
+// Fills `vars` for the calling process; strings point into the caller's buffers.
+void current_outpath_vars(OutpathVars* vars, char* host, std::size_t host_cap, char* prog,
+                          std::size_t prog_cap) noexcept;
+
+// Creates `path` exclusively (see above for the suffix rule). Returns the fd and writes
+// the path actually created into final_path; on failure returns -errno (final_path holds
+// the last name tried).
+int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept;
+
+}  // namespace detail
+}  // namespace gpuheap

@@ -1,0 +1,373 @@
+// Recorder glue: configuration, the trace file's lifecycle (start, stop, fork, exit,
+// fatal signals) and the record entry points. Buffering/writing lives in sink.cpp,
+// stacks in unwind.cpp, loaded objects in modules.cpp, the path rules in outpath.cpp.
+#include "preload/recorder.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "preload/modules.h"
+#include "preload/outpath.h"
+#include "preload/signals.h"
+#include "preload/sink.h"
+#include "preload/unwind.h"
+
+#ifndef GPUHEAP_VERSION
+#define GPUHEAP_VERSION "dev"
+#endif
+
+namespace gpuheap {
+namespace detail {
+namespace {
+
+constexpr int kMaxTrackedDevices = 1024;
+
+RecorderConfig g_cfg;
+pthread_mutex_t g_ctl_mu = PTHREAD_MUTEX_INITIALIZER;  // start/stop/child activation
+pthread_mutex_t g_dev_mu = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<std::uint64_t> g_dev_bits[kMaxTrackedDevices / 64];  // announced in this file
+std::atomic<DeviceInfoFn> g_devinfo{nullptr};
+std::atomic<std::uint32_t> g_file_gen{1};  // bumps per file: threads re-announce themselves
+bool g_hooks_registered = false;           // atexit/atfork, once per process (g_ctl_mu)
+thread_local std::uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+thread_local std::uint32_t t_thread_gen __attribute__((tls_model("initial-exec"))) = 0;
+
+bool env_is(const char* name, const char* value) {
+  const char* v = getenv(name);
+  return v && strcmp(v, value) == 0;
+}
+long env_long(const char* name, long def, long lo, long hi) {
+  const char* v = getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  if (*end != '\0' || x < lo || x > hi) return def;
+  return x;
+}
+
+void read_config() {
+  g_cfg.stacks = !env_is("GPUHEAP_STACKS", "0");
+  g_cfg.max_depth = static_cast<int>(env_long("GPUHEAP_STACK_DEPTH", 64, 1, format::kMaxStackDepth));
+  g_cfg.flush_ns = static_cast<std::uint64_t>(env_long("GPUHEAP_FLUSH_MS", 20, 1, 60'000)) * 1'000'000u;
+  g_cfg.max_buffer_bytes = static_cast<std::size_t>(env_long("GPUHEAP_BUFFER_MB", 256, 2, 1 << 20)) << 20;
+  g_cfg.output = getenv("GPUHEAP_OUTPUT");
+  stacks_configure(g_cfg.stacks, g_cfg.max_depth);
+}
+
+void warn_errno(const char* what, const char* path, int err) {
+  char msg[4400];
+  snprintf(msg, sizeof msg, "%s %s: %s; tracing disabled, the program continues", what, path, strerror(err));
+  sink_warn_once(msg);
+}
+
+// Reads a whole small /proc file into buf; returns its length.
+std::size_t read_proc(const char* path, char* buf, std::size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::size_t n = 0;
+  while (n < cap) {
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<std::size_t>(r);
+  }
+  close(fd);
+  return n;
+}
+
+void append_process_record(const char* host) {
+  constexpr std::size_t kCmdCap = 64 << 10;
+  char* cmd = static_cast<char*>(malloc(kCmdCap));
+  char exe[4096];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[k > 0 ? k : 0] = '\0';
+  std::size_t cmd_len = cmd ? read_proc("/proc/self/cmdline", cmd, kCmdCap) : 0;
+  while (cmd_len > 0 && cmd[cmd_len - 1] == '\0') --cmd_len;  // '\0' separates, not ends
+  timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  format::ProcessRecord r;
+  r.pid = static_cast<std::uint32_t>(getpid()), r.ppid = static_cast<std::uint32_t>(getppid());
+  r.wall_ns = static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(wall.tv_nsec);
+  r.mono_ns = now_ns();
+  r.hostname = host, r.cmdline = std::string_view(cmd ? cmd : "", cmd_len);
+  r.version = GPUHEAP_VERSION, r.exe = exe;
+  std::size_t cap = 64 + strlen(host) + cmd_len + strlen(GPUHEAP_VERSION) + strlen(exe);
+  auto* buf = static_cast<unsigned char*>(malloc(cap));
+  if (buf) {
+    std::size_t n = format::encode(buf, cap, r);
+    if (n) sink_append(buf, n, /*start_writer=*/false);
+  }
+  free(buf);
+  free(cmd);
+}
+
+void announce_path(const char* path) {
+  char line[4200];
+  if (!env_is("GPUHEAP_QUIET", "1")) {
+    int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
+    if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n) < sizeof line ? n : sizeof line - 1) < 0) {
+    }
+  }
+  // `gpuheap run` learns every traced process's file from this list (one line each;
+  // a single O_APPEND write keeps concurrent processes' lines whole).
+  if (const char* pf = getenv("GPUHEAP_PATH_FILE"); pf && *pf) {
+    int fd = open(pf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      int n = snprintf(line, sizeof line, "%s\n", path);
+      if (n > 0 && static_cast<std::size_t>(n) < sizeof line && write(fd, line, static_cast<std::size_t>(n)) < 0) {
+      }
+      close(fd);
+    }
+  }
+}
+
+// Creates the file for this process and writes the opening records. g_ctl_mu held.
+bool open_file_locked() {
+  char host[256], prog[256], rel[4096], path[4096];
+  OutpathVars vars;
+  current_outpath_vars(&vars, host, sizeof host, prog, sizeof prog);
+  if (expand_output_pattern(g_cfg.output, vars, rel, sizeof rel) < 0) {
+    sink_set_state(SinkState::failed);
+    sink_warn_once("GPUHEAP_OUTPUT expands to a path that is too long; tracing disabled");
+    return false;
+  }
+  // Absolute path, so `gpuheap run` (another cwd) can find the file.
+  if (rel[0] != '/') {
+    char cwd[2048];
+    const char* r = strncmp(rel, "./", 2) == 0 ? rel + 2 : rel;
+    if (getcwd(cwd, sizeof cwd) && snprintf(path, sizeof path, "%s/%s", cwd, r) < static_cast<int>(sizeof path)) {
+      snprintf(rel, sizeof rel, "%s", path);
+    }
+  }
+  int fd = create_trace_file(rel, path, sizeof path);
+  if (fd < 0) {
+    sink_set_state(SinkState::failed);
+    warn_errno("cannot create trace file", path, -fd);
+    return false;
+  }
+  unsigned char header[format::kFileHeaderSize];
+  format::encode_file_header(header);
+  if (write(fd, header, sizeof header) != static_cast<ssize_t>(sizeof header)) {
+    int err = errno ? errno : ENOSPC;
+    close(fd);
+    sink_set_state(SinkState::failed);
+    warn_errno("cannot write trace file", path, err);
+    return false;
+  }
+  stacks_reset();
+  modules_reset();
+  for (auto& b : g_dev_bits) b.store(0);
+  g_file_gen.fetch_add(1);
+  sink_open(fd, path, g_cfg.flush_ns, g_cfg.max_buffer_bytes, sizeof header);
+  append_process_record(host);
+  modules_sync();
+  announce_path(path);
+  return true;
+}
+
+bool activate_child() {
+  pthread_mutex_lock(&g_ctl_mu);
+  if (sink_state() == SinkState::pending_child) open_file_locked();
+  pthread_mutex_unlock(&g_ctl_mu);
+  return sink_state() == SinkState::active;
+}
+
+// Fast path: one atomic load. A forked child opens its file on first use.
+inline bool ensure_active(bool count_drop) {
+  SinkState s = sink_state();
+  if (s == SinkState::active) [[likely]] return true;
+  if (s == SinkState::pending_child) return activate_child();
+  if (count_drop) sink_count_dropped();
+  return false;
+}
+
+void announce_thread() {
+  std::uint32_t gen = g_file_gen.load(std::memory_order_relaxed);
+  if (t_thread_gen == gen) return;
+  t_thread_gen = gen;
+  char name[64] = {};
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  unsigned char buf[format::kMaxEventRecordSize + 64];
+  std::size_t n = format::encode(buf, sizeof buf, format::ThreadRecord{current_tid(), name});
+  if (n) sink_append(buf, n);
+}
+
+template <class R, class... Extra>
+void emit(const R& r, Extra... extra) {
+  unsigned char buf[format::kMaxEventRecordSize];
+  std::size_t n = format::encode(buf, sizeof buf, r, extra...);
+  if (n) sink_append(buf, n);
+}
+
+void on_fatal_signal(int, bool terminating) noexcept { sink_emergency_flush(terminating); }
+
+void at_exit() { recorder_stop(format::EndReason::exit); }
+
+void fork_prepare() {
+  pthread_mutex_lock(&g_ctl_mu);
+  pthread_mutex_lock(&g_dev_mu);
+  stacks_fork_prepare();
+  modules_fork_prepare();
+  sink_fork_prepare();
+}
+void fork_parent() {
+  sink_fork_parent();
+  modules_fork_parent();
+  stacks_fork_parent();
+  pthread_mutex_unlock(&g_dev_mu);
+  pthread_mutex_unlock(&g_ctl_mu);
+}
+void fork_child() {
+  // One thread, ours: locks are re-initialised rather than trusted.
+  pthread_mutex_init(&g_ctl_mu, nullptr);
+  pthread_mutex_init(&g_dev_mu, nullptr);
+  t_tid = 0;  // the TLS copy holds the parent's tid
+  SinkState s = sink_state();
+  sink_fork_child();
+  modules_fork_child();
+  stacks_fork_child();
+  for (auto& b : g_dev_bits) b.store(0);
+  g_file_gen.fetch_add(1);
+  bool follow = !env_is("GPUHEAP_FOLLOW_FORK", "0");
+  bool tracing = s == SinkState::active || s == SinkState::pending_child;
+  sink_set_state(tracing && follow ? SinkState::pending_child : SinkState::off);
+}
+
+}  // namespace
+
+std::uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::uint32_t current_tid() noexcept {
+  if (t_tid == 0) [[unlikely]] t_tid = static_cast<std::uint32_t>(syscall(SYS_gettid));
+  return t_tid;
+}
+
+bool recorder_start() noexcept {
+  pthread_mutex_lock(&g_ctl_mu);
+  SinkState s = sink_state();
+  bool ok = s == SinkState::active || s == SinkState::pending_child;
+  if (!ok) {
+    if (getauxval(AT_SECURE) != 0) {  // setuid/setgid: never write files on its behalf
+      sink_set_state(SinkState::off);
+    } else {
+      read_config();
+      if (!g_hooks_registered) {
+        g_hooks_registered = true;
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
+        atexit(at_exit);
+      }
+      signals_install(on_fatal_signal);
+      sink_reset_warning();
+      ok = open_file_locked();
+    }
+  }
+  pthread_mutex_unlock(&g_ctl_mu);
+  return ok;
+}
+
+bool recorder_active() noexcept {
+  SinkState s = sink_state();
+  return s == SinkState::active || s == SinkState::pending_child;
+}
+
+void recorder_stop(format::EndReason reason) noexcept {
+  pthread_mutex_lock(&g_ctl_mu);
+  SinkState s = sink_state();
+  if (s == SinkState::pending_child) sink_set_state(SinkState::stopped);
+  else if (s == SinkState::active || s == SinkState::failed) sink_close(reason);
+  pthread_mutex_unlock(&g_ctl_mu);
+}
+
+void recorder_flush() noexcept { sink_flush(); }
+
+const char* recorder_path() noexcept { return sink_path(); }
+
+__attribute__((noinline)) std::uint32_t capture_stack(int skip) noexcept {
+  if (!stacks_enabled() || !ensure_active(false)) return 0;
+  std::uint32_t id = stacks_capture(skip + 1);  // + this frame
+  asm volatile("" ::: "memory");                // not a tail call: keep this frame counted
+  return id;
+}
+
+void ensure_device(int device) noexcept {
+  if (!ensure_active(false)) return;
+  bool tracked = device >= 0 && device < kMaxTrackedDevices;
+  auto bit = tracked ? 1ull << (device % 64) : 0;
+  auto& word = g_dev_bits[tracked ? device / 64 : 0];
+  if (tracked && (word.load(std::memory_order_acquire) & bit)) return;
+  pthread_mutex_lock(&g_dev_mu);
+  if (!tracked || !(word.load(std::memory_order_relaxed) & bit)) {
+    char name[256] = {};
+    std::uint64_t total = 0;
+    DeviceInfoFn fn = g_devinfo.load();
+    if (!fn || !fn(device, name, sizeof name, &total)) {
+      snprintf(name, sizeof name, "unknown");
+      total = 0;
+    }
+    name[sizeof name - 1] = '\0';
+    unsigned char buf[format::kMaxEventRecordSize + sizeof name];
+    std::size_t n = format::encode(buf, sizeof buf, format::DeviceRecord{device, total, name});
+    // Published only after the record is in the buffer: whoever sees the bit appends later.
+    if (n && sink_append(buf, n) && tracked) word.fetch_or(bit, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_dev_mu);
+}
+
+void note_modules_changed() noexcept {
+  if (ensure_active(false)) modules_sync();
+}
+
+void record(const format::AllocRecord& r) noexcept {
+  if (!ensure_active(true)) return;
+  announce_thread();
+  emit(r);
+}
+void record(const format::FreeRecord& r) noexcept {
+  if (!ensure_active(true)) return;
+  announce_thread();
+  emit(r);
+}
+void record(const format::OomRecord& r) noexcept {
+  if (!ensure_active(true)) return;
+  announce_thread();
+  emit(r);
+}
+void record(const format::FreeCompletedRecord& r) noexcept {
+  if (ensure_active(true)) emit(r);
+}
+void record(const format::SegmentRecord& r, bool is_free) noexcept {
+  if (ensure_active(true)) emit(r, is_free);
+}
+void record(const format::RetryRecord& r) noexcept {
+  if (ensure_active(true)) emit(r);
+}
+void record(const format::EmptyCacheRecord& r) noexcept {
+  if (ensure_active(true)) emit(r);
+}
+
+void set_device_info_fn(DeviceInfoFn fn) noexcept { g_devinfo.store(fn); }
+
+RecorderCounters recorder_counters() noexcept {
+  SinkCounters s = sink_counters();
+  RecorderCounters c;
+  c.records = s.records, c.bytes = s.bytes, c.dropped = s.dropped, c.stacks = stacks_count();
+  c.producer_waits = s.producer_waits, c.writes = s.writes;
+  return c;
+}
+
+}  // namespace detail
+}  // namespace gpuheap

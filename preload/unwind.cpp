@@ -1,0 +1,190 @@
+#include "preload/unwind.h"
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <atomic>
+
+#include "format/trace.h"
+#include "preload/sink.h"
+
+namespace gpuheap {
+namespace detail {
+namespace {
+
+// Open-addressing table, lock-free lookups. A slot is published by storing its key
+// (hash | 1, never 0) with release order after id/depth/ips are filled in; readers load
+// the key with acquire. Inserts are serialised by g_intern_mu.
+struct Slot {
+  std::atomic<std::uint64_t> key;
+  std::uint32_t id;
+  std::uint16_t depth;
+  const std::uint64_t* ips;
+};
+constexpr std::size_t kSlots = 1u << 19;           // 12 MiB of address space, touched lazily
+constexpr std::size_t kMaxFill = kSlots / 4 * 3;   // beyond: stacks are written uninterned
+constexpr std::size_t kArenaBytes = 1u << 20;
+
+struct Arena {  // storage for interned ip arrays; reused (not freed) across resets
+  Arena* next;
+  std::size_t used;
+  unsigned char data[kArenaBytes];
+};
+
+Slot* g_table = nullptr;
+std::size_t g_fill = 0;
+std::uint32_t g_next_id = 1;
+Arena* g_arena_head = nullptr;  // first arena; g_arena is the one being filled
+Arena* g_arena = nullptr;
+pthread_mutex_t g_intern_mu = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<std::uint64_t> g_count{0};
+std::atomic<bool> g_enabled{true};
+std::atomic<int> g_depth{64};
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+void init_once() {
+  // Per-thread caches: no global lock inside libunwind on the hot path.
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g_table = p == MAP_FAILED ? nullptr : static_cast<Slot*>(p);
+}
+
+inline std::uint64_t hash_ips(const std::uint64_t* ips, int depth) {
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(depth);
+  for (int i = 0; i < depth; ++i) {
+    h = (h ^ ips[i]) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 29;
+  }
+  return h | 1;
+}
+
+// Copies ips into arena storage (g_intern_mu held).
+const std::uint64_t* store_ips(const std::uint64_t* ips, int depth) {
+  std::size_t need = 8u * static_cast<std::size_t>(depth);
+  if (!g_arena || kArenaBytes - g_arena->used < need) {
+    Arena* next = g_arena ? g_arena->next : g_arena_head;
+    if (!next) {
+      next = static_cast<Arena*>(malloc(sizeof(Arena)));
+      if (!next) return nullptr;
+      next->next = nullptr;
+      if (g_arena) g_arena->next = next;
+      else g_arena_head = next;
+    }
+    next->used = 0;
+    g_arena = next;
+  }
+  auto* dst = reinterpret_cast<std::uint64_t*>(g_arena->data + g_arena->used);
+  memcpy(dst, ips, need);
+  g_arena->used += need;
+  return dst;
+}
+
+bool append_stack(std::uint32_t id, const std::uint64_t* ips, int depth) {
+  unsigned char buf[format::stack_record_size(format::kMaxStackDepth)];
+  std::size_t n = format::encode_stack(buf, sizeof buf, id, ips, static_cast<std::uint16_t>(depth));
+  return n && sink_append(buf, n);
+}
+
+}  // namespace
+
+void stacks_configure(bool enabled, int max_depth) noexcept {
+  pthread_once(&g_once, init_once);
+  if (max_depth < 1) max_depth = 1;
+  if (max_depth > format::kMaxStackDepth) max_depth = format::kMaxStackDepth;
+  g_enabled.store(enabled), g_depth.store(max_depth);
+}
+bool stacks_enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+
+std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
+  if (depth <= 0) return 0;
+  if (depth > format::kMaxStackDepth) depth = format::kMaxStackDepth;
+  pthread_once(&g_once, init_once);
+  std::uint64_t h = hash_ips(ips, depth);
+  std::size_t mask = kSlots - 1;
+  if (g_table) {
+    for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+      Slot& s = g_table[i];
+      std::uint64_t k = s.key.load(std::memory_order_acquire);
+      if (k == 0) break;
+      if (k == h && s.depth == depth && s.ips && memcmp(s.ips, ips, 8u * depth) == 0) return s.id;
+    }
+  }
+  pthread_mutex_lock(&g_intern_mu);
+  std::uint32_t id = 0;
+  Slot* empty = nullptr;
+  if (g_table) {
+    for (std::size_t i = h & mask;; i = (i + 1) & mask) {  // again: someone may have won
+      Slot& s = g_table[i];
+      std::uint64_t k = s.key.load(std::memory_order_relaxed);
+      if (k == 0) {
+        empty = &s;
+        break;
+      }
+      if (k == h && s.depth == depth && memcmp(s.ips, ips, 8u * depth) == 0) {
+        id = s.id;
+        break;
+      }
+    }
+  }
+  if (id == 0) {
+    std::uint32_t new_id = g_next_id;
+    // The record goes to the sink before the id is visible to anyone else.
+    if (append_stack(new_id, ips, depth)) {
+      ++g_next_id;
+      id = new_id;
+      g_count.fetch_add(1, std::memory_order_relaxed);
+      const std::uint64_t* stored = empty && g_fill < kMaxFill ? store_ips(ips, depth) : nullptr;
+      if (stored) {  // full table / no memory: the stack stays written but uninterned
+        empty->id = id, empty->depth = static_cast<std::uint16_t>(depth), empty->ips = stored;
+        empty->key.store(h, std::memory_order_release);
+        ++g_fill;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_intern_mu);
+  return id;
+}
+
+__attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
+  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
+  pthread_once(&g_once, init_once);
+  void* raw[format::kMaxStackDepth + 32];
+  if (skip < 0) skip = 0;
+  if (skip > 31) skip = 31;
+  // unw_backtrace's first entry is the return address into this function; drop it too.
+  int first = skip + 1;
+  int n = unw_backtrace(raw, g_depth.load(std::memory_order_relaxed) + first);
+  if (n <= first) return 0;
+  static_assert(sizeof(void*) == sizeof(std::uint64_t));
+  return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first);
+}
+
+void stacks_reset() noexcept {
+  pthread_mutex_lock(&g_intern_mu);
+  if (g_table && g_fill) {
+    // Anonymous private mapping: MADV_DONTNEED gives back zero pages (cheap, lazily).
+    madvise(g_table, kSlots * sizeof(Slot), MADV_DONTNEED);
+  }
+  g_fill = 0;
+  g_next_id = 1;
+  g_arena = nullptr;  // arenas are reused from the head
+  g_count.store(0);
+  pthread_mutex_unlock(&g_intern_mu);
+}
+
+std::uint64_t stacks_count() noexcept { return g_count.load(std::memory_order_relaxed); }
+
+void stacks_fork_prepare() noexcept { pthread_mutex_lock(&g_intern_mu); }
+void stacks_fork_parent() noexcept { pthread_mutex_unlock(&g_intern_mu); }
+void stacks_fork_child() noexcept {
+  pthread_mutex_init(&g_intern_mu, nullptr);
+  stacks_reset();
+}
+
+}  // namespace detail
+}  // namespace gpuheap

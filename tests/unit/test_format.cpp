@@ -1,0 +1,259 @@
+// format/trace.h: every record round-trips; a cut trace decodes exactly its whole records;
+// corrupted frames and bad headers are reported as such.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/trace.h"
+
+namespace f = gpuheap::format;
+
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+
+template <class R, class... Extra>
+void append(Bytes& out, const R& r, Extra... extra) {
+  unsigned char buf[4096];
+  std::size_t n = f::encode(buf, sizeof buf, r, extra...);
+  ASSERT_GT(n, 0u);
+  out.insert(out.end(), buf, buf + n);
+}
+
+const std::uint64_t kIps[3] = {0x401000, 0x7f0000001234, 0xdeadbeef};
+
+// One of every record type, with every field set to something distinctive.
+Bytes sample_records(std::vector<f::RecordType>* types) {
+  Bytes b;
+  f::ProcessRecord p{1234, 1, 1700000000123456789ull, 987654321, "host", std::string_view("a\0b", 3), "0.1", "/bin/x"};
+  append(b, p), types->push_back(f::RecordType::process);
+  append(b, f::DeviceRecord{3, 80ull << 30, "H200"}), types->push_back(f::RecordType::device);
+  append(b, f::ModuleRecord{0x1000, 0x2000, 0x9000, "/lib/libz.so", std::string_view("\x01\x02\0\x04", 4)});
+  types->push_back(f::RecordType::module);
+  append(b, f::ModuleUnloadRecord{55, 0x1000}), types->push_back(f::RecordType::module_unload);
+  unsigned char sb[256];
+  std::size_t n = f::encode_stack(sb, sizeof sb, 7, kIps, 3);
+  b.insert(b.end(), sb, sb + n), types->push_back(f::RecordType::stack);
+  append(b, f::AllocRecord{10, 42, 2, f::AllocKind::managed, f::kFlagSmallPool, 0xabc000, 100, 512, 0x77, 7});
+  types->push_back(f::RecordType::alloc);
+  append(b, f::FreeRecord{11, 43, 1, f::AllocKind::vmm_map, f::kFlagFailed, 0xabc000, 512, 0x78, 7});
+  types->push_back(f::RecordType::free);
+  append(b, f::FreeCompletedRecord{12, 1, 0xabc000, 512}), types->push_back(f::RecordType::free_completed);
+  append(b, f::SegmentRecord{13, 1, f::kFlagSmallPool, 0xa00000, 2 << 20}, false);
+  types->push_back(f::RecordType::segment_alloc);
+  append(b, f::SegmentRecord{14, 1, 0, 0xa00000, 2 << 20}, true), types->push_back(f::RecordType::segment_free);
+  append(b, f::OomRecord{15, 44, 0, f::AllocKind::async, 1 << 30, 9, 100, 200, 300, 400, 500, 600, 7});
+  types->push_back(f::RecordType::oom);
+  append(b, f::RetryRecord{16, 0, 4096}), types->push_back(f::RecordType::retry);
+  append(b, f::EmptyCacheRecord{17, 0, f::EmptyCacheReason::oom_retry, 1 << 20});
+  types->push_back(f::RecordType::empty_cache);
+  append(b, f::ThreadRecord{45, "worker-3"}), types->push_back(f::RecordType::thread);
+  append(b, f::EndRecord{18, f::EndReason::signal, 14}), types->push_back(f::RecordType::end);
+  return b;
+}
+
+std::size_t frame_at(const Bytes& b, std::size_t index) {  // offset of the index-th frame
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < index; ++i) {
+    std::uint32_t len;
+    std::memcpy(&len, b.data() + off + 1, 4);
+    off += f::kFrameHeaderSize + len;
+  }
+  return off;
+}
+
+}  // namespace
+
+TEST(Format, EveryRecordRoundTrips) {
+  std::vector<f::RecordType> types;
+  Bytes b = sample_records(&types);
+  std::size_t off = 0, i = 0;
+  f::Record r;
+  std::size_t used = 0;
+  while (off < b.size()) {
+    ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok) << i;
+    ASSERT_LT(i, types.size());
+    EXPECT_EQ(r.type, types[i]);
+    switch (r.type) {
+      case f::RecordType::process:
+        EXPECT_EQ(r.process.pid, 1234u); EXPECT_EQ(r.process.ppid, 1u);
+        EXPECT_EQ(r.process.wall_ns, 1700000000123456789ull); EXPECT_EQ(r.process.mono_ns, 987654321u);
+        EXPECT_EQ(r.process.hostname, "host"); EXPECT_EQ(r.process.cmdline, std::string_view("a\0b", 3));
+        EXPECT_EQ(r.process.version, "0.1"); EXPECT_EQ(r.process.exe, "/bin/x");
+        break;
+      case f::RecordType::device:
+        EXPECT_EQ(r.device.device, 3); EXPECT_EQ(r.device.total_memory, 80ull << 30);
+        EXPECT_EQ(r.device.name, "H200");
+        break;
+      case f::RecordType::module:
+        EXPECT_EQ(r.module.base, 0x1000u); EXPECT_EQ(r.module.lo, 0x2000u); EXPECT_EQ(r.module.hi, 0x9000u);
+        EXPECT_EQ(r.module.path, "/lib/libz.so"); EXPECT_EQ(r.module.build_id, std::string_view("\x01\x02\0\x04", 4));
+        break;
+      case f::RecordType::module_unload:
+        EXPECT_EQ(r.module_unload.ts, 55u); EXPECT_EQ(r.module_unload.base, 0x1000u);
+        break;
+      case f::RecordType::stack:
+        EXPECT_EQ(r.stack.id, 7u); ASSERT_EQ(r.stack.depth, 3);
+        for (int k = 0; k < 3; ++k) EXPECT_EQ(r.stack.ip(k), kIps[k]);
+        break;
+      case f::RecordType::alloc: {
+        auto& a = r.alloc;
+        EXPECT_EQ(a.ts, 10u); EXPECT_EQ(a.tid, 42u); EXPECT_EQ(a.device, 2); EXPECT_EQ(a.kind, f::AllocKind::managed);
+        EXPECT_EQ(a.flags, f::kFlagSmallPool); EXPECT_EQ(a.ptr, 0xabc000u); EXPECT_EQ(a.requested, 100u);
+        EXPECT_EQ(a.size, 512u); EXPECT_EQ(a.stream, 0x77u); EXPECT_EQ(a.stack, 7u);
+        EXPECT_EQ(used, f::kFrameHeaderSize + 52);
+        break;
+      }
+      case f::RecordType::free: {
+        auto& x = r.free;
+        EXPECT_EQ(x.ts, 11u); EXPECT_EQ(x.tid, 43u); EXPECT_EQ(x.device, 1); EXPECT_EQ(x.kind, f::AllocKind::vmm_map);
+        EXPECT_EQ(x.flags, f::kFlagFailed); EXPECT_EQ(x.ptr, 0xabc000u); EXPECT_EQ(x.size, 512u);
+        EXPECT_EQ(x.stream, 0x78u); EXPECT_EQ(x.stack, 7u); EXPECT_EQ(used, f::kFrameHeaderSize + 44);
+        break;
+      }
+      case f::RecordType::free_completed:
+        EXPECT_EQ(r.free_completed.ts, 12u); EXPECT_EQ(r.free_completed.device, 1);
+        EXPECT_EQ(r.free_completed.ptr, 0xabc000u); EXPECT_EQ(r.free_completed.size, 512u);
+        break;
+      case f::RecordType::segment_alloc:
+      case f::RecordType::segment_free:
+        EXPECT_EQ(r.segment.ts, r.type == f::RecordType::segment_alloc ? 13u : 14u);
+        EXPECT_EQ(r.segment.flags, r.type == f::RecordType::segment_alloc ? f::kFlagSmallPool : 0);
+        EXPECT_EQ(r.segment.device, 1); EXPECT_EQ(r.segment.ptr, 0xa00000u); EXPECT_EQ(r.segment.size, 2u << 20);
+        break;
+      case f::RecordType::oom: {
+        auto& o = r.oom;
+        EXPECT_EQ(o.ts, 15u); EXPECT_EQ(o.tid, 44u); EXPECT_EQ(o.kind, f::AllocKind::async);
+        EXPECT_EQ(o.requested, 1u << 30); EXPECT_EQ(o.stream, 9u); EXPECT_EQ(o.device_free, 100u);
+        EXPECT_EQ(o.device_total, 200u); EXPECT_EQ(o.limit, 300u); EXPECT_EQ(o.reserved, 400u);
+        EXPECT_EQ(o.allocated, 500u); EXPECT_EQ(o.largest_free, 600u); EXPECT_EQ(o.stack, 7u);
+        break;
+      }
+      case f::RecordType::retry:
+        EXPECT_EQ(r.retry.ts, 16u); EXPECT_EQ(r.retry.requested, 4096u);
+        break;
+      case f::RecordType::empty_cache:
+        EXPECT_EQ(r.empty_cache.ts, 17u); EXPECT_EQ(r.empty_cache.reason, f::EmptyCacheReason::oom_retry);
+        EXPECT_EQ(r.empty_cache.released, 1u << 20);
+        break;
+      case f::RecordType::thread:
+        EXPECT_EQ(r.thread.tid, 45u); EXPECT_EQ(r.thread.name, "worker-3");
+        break;
+      case f::RecordType::end:
+        EXPECT_EQ(r.end.ts, 18u); EXPECT_EQ(r.end.reason, f::EndReason::signal); EXPECT_EQ(r.end.records, 14u);
+        break;
+    }
+    off += used, ++i;
+  }
+  EXPECT_EQ(i, types.size());
+  EXPECT_EQ(i, 15u) << "one record of each of the 15 types";
+}
+
+TEST(Format, CutAtEveryOffsetDecodesWholeRecordsThenNeedMore) {
+  std::vector<f::RecordType> types;
+  Bytes b = sample_records(&types);
+  std::vector<std::size_t> ends;  // end offset of each frame
+  for (std::size_t i = 1; i <= types.size(); ++i) ends.push_back(frame_at(b, i));
+  for (std::size_t cut = 0; cut <= b.size(); ++cut) {
+    std::size_t off = 0, count = 0, used = 0;
+    f::Record r;
+    f::FrameStatus st;
+    while ((st = f::decode_frame(b.data() + off, cut - off, r, &used)) == f::FrameStatus::ok) off += used, ++count;
+    std::size_t expect = 0;
+    while (expect < ends.size() && ends[expect] <= cut) ++expect;
+    ASSERT_EQ(count, expect) << "cut at " << cut;
+    ASSERT_EQ(st, f::FrameStatus::need_more) << "cut at " << cut;
+    ASSERT_EQ(off, expect ? ends[expect - 1] : 0u);
+  }
+}
+
+TEST(Format, CorruptFramesAreReported) {
+  std::vector<f::RecordType> types;
+  Bytes b = sample_records(&types);
+  f::Record r;
+  std::size_t used = 0;
+  auto status = [&](const Bytes& x, std::size_t at) { return f::decode_frame(x.data() + at, x.size() - at, r, &used); };
+  for (unsigned char bad : {0, 16, 200, 255}) {  // bad type
+    Bytes x = b;
+    x[0] = bad;
+    EXPECT_EQ(status(x, 0), f::FrameStatus::corrupt) << int(bad);
+  }
+  {  // absurd length
+    Bytes x = b;
+    std::uint32_t len = f::kMaxPayload + 1;
+    std::memcpy(x.data() + 1, &len, 4);
+    EXPECT_EQ(status(x, 0), f::FrameStatus::corrupt);
+  }
+  std::size_t alloc_at = frame_at(b, 5), free_at = frame_at(b, 6), oom_at = frame_at(b, 10);
+  ASSERT_EQ(b[alloc_at], static_cast<unsigned char>(f::RecordType::alloc));
+  for (int delta : {-1, 1, -8, 4}) {  // length disagreeing with the alloc layout
+    Bytes x = b;
+    std::uint32_t len = 52 + delta;
+    std::memcpy(x.data() + alloc_at + 1, &len, 4);
+    EXPECT_EQ(status(x, alloc_at), f::FrameStatus::corrupt) << delta;
+  }
+  {  // a free frame relabelled as alloc: 44 bytes cannot be an alloc
+    Bytes x = b;
+    x[free_at] = static_cast<unsigned char>(f::RecordType::alloc);
+    EXPECT_EQ(status(x, free_at), f::FrameStatus::corrupt);
+  }
+  for (std::size_t at : {alloc_at, free_at, oom_at}) {  // kind byte out of range
+    Bytes x = b;
+    x[at + f::kFrameHeaderSize + 14] = f::kNumAllocKinds;
+    EXPECT_EQ(status(x, at), f::FrameStatus::corrupt) << at;
+    x[at + f::kFrameHeaderSize + 14] = f::kNumAllocKinds - 1;
+    EXPECT_EQ(status(x, at), f::FrameStatus::ok) << at;
+  }
+  {  // stack depth beyond the maximum
+    std::size_t at = frame_at(b, 4);
+    Bytes x = b;
+    std::uint16_t depth = f::kMaxStackDepth + 1;
+    std::memcpy(x.data() + at + f::kFrameHeaderSize + 4, &depth, 2);
+    EXPECT_EQ(status(x, at), f::FrameStatus::corrupt);
+  }
+  {  // string length running past the payload
+    Bytes x = b;
+    std::uint32_t huge = 1000;
+    std::memcpy(x.data() + f::kFrameHeaderSize + 24, &huge, 4);  // process: hostname length
+    EXPECT_EQ(status(x, 0), f::FrameStatus::corrupt);
+  }
+  {  // bad end reason / empty-cache reason
+    std::size_t end_at = frame_at(b, 14), ec_at = frame_at(b, 12);
+    Bytes x = b;
+    x[end_at + f::kFrameHeaderSize + 8] = 3;
+    EXPECT_EQ(status(x, end_at), f::FrameStatus::corrupt);
+    x[ec_at + f::kFrameHeaderSize + 10] = 4;
+    EXPECT_EQ(status(x, ec_at), f::FrameStatus::corrupt);
+  }
+}
+
+TEST(Format, FileHeader) {
+  unsigned char h[f::kFileHeaderSize];
+  f::encode_file_header(h);
+  std::uint16_t v = 0;
+  EXPECT_EQ(f::decode_file_header(h, sizeof h, &v), f::HeaderStatus::ok);
+  EXPECT_EQ(v, f::kFormatVersion);
+  for (std::size_t n = 0; n < sizeof h; ++n) EXPECT_EQ(f::decode_file_header(h, n, nullptr), f::HeaderStatus::short_file) << n;
+  unsigned char elf[f::kFileHeaderSize] = {0x7f, 'E', 'L', 'F'};
+  EXPECT_EQ(f::decode_file_header(elf, sizeof elf, nullptr), f::HeaderStatus::not_a_trace);
+  EXPECT_EQ(f::decode_file_header(elf, 3, nullptr), f::HeaderStatus::not_a_trace);
+  unsigned char newer[f::kFileHeaderSize];
+  std::memcpy(newer, h, sizeof h);
+  std::uint16_t nv = f::kFormatVersion + 1;
+  std::memcpy(newer + 8, &nv, 2);
+  EXPECT_EQ(f::decode_file_header(newer, sizeof newer, &v), f::HeaderStatus::newer_version);
+  EXPECT_EQ(v, nv);
+  std::uint16_t zero = 0;
+  std::memcpy(newer + 8, &zero, 2);
+  EXPECT_EQ(f::decode_file_header(newer, sizeof newer, nullptr), f::HeaderStatus::not_a_trace);
+}
+
+TEST(Format, EncodersRefuseSmallBuffers) {
+  unsigned char buf[64];
+  f::AllocRecord a;
+  EXPECT_EQ(f::encode(buf, f::kFrameHeaderSize + 51, a), 0u);
+  EXPECT_EQ(f::encode(buf, f::kFrameHeaderSize + 52, a), f::kFrameHeaderSize + 52);
+  EXPECT_EQ(f::encode(buf, 3, a), 0u);
+}
