@@ -100,6 +100,9 @@ class Pool {
   PoolStats stats() const noexcept;
   // Free bytes that a cudaMemGetInfo caller could still get: cached and not in use.
   std::size_t cached_unused() const noexcept;
+  // Test/debug aid, O(n): walks every segment and checks the pool's internal invariants
+  // (blocks tile each segment, free neighbours coalesced, sets/maps/counters agree).
+  bool check_consistency() const noexcept;
 
  private:
   struct Impl;
