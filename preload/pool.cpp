@@ -26,6 +26,7 @@ namespace detail {
 namespace {
 
 constexpr int kOomRetryReason = 2;  // format::EmptyCacheReason::oom_retry
+constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock reads
 
 // false on overflow
 bool round_up(std::size_t n, std::size_t m, std::size_t* out) noexcept {
@@ -214,6 +215,7 @@ struct Pool::Impl {
   Batch* batch_tail = nullptr;
   std::uint64_t last_seal_ns = 0;
   bool sealed_once = false;
+  unsigned frees_since_check = 0;
   std::size_t reserved = 0, allocated = 0, pending = 0, nblocks = 0;
   std::size_t pending_kind[2] = {0, 0};  // [small]
   std::uint64_t retries = 0, ooms = 0;
@@ -247,12 +249,13 @@ struct Pool::Impl {
       if (s < cfg.max_split_size && b->size >= cfg.max_split_size) return nullptr;
       if (s >= cfg.max_split_size && b->size - s >= cfg.large_segment) return nullptr;
     }
-    fs.erase(it);
-    return carve(b, s, small);
+    // The remainder sorts just before b's old place in the common case (b was the largest
+    // free block, e.g. a segment's tail), so that place is a good insertion hint.
+    return carve(b, s, small, fs.erase(it));
   }
 
   // b is free and in no set; splits off the tail when the remainder is worth keeping.
-  Block* carve(Block* b, std::size_t s, bool small) noexcept {
+  Block* carve(Block* b, std::size_t s, bool small, FreeSet::const_iterator hint) noexcept {
     std::size_t rem = b->size - s;
     bool split = small ? rem >= cfg.round
                        : (s < cfg.max_split_size && rem > cfg.large_split_min);
@@ -263,7 +266,7 @@ struct Pool::Impl {
         if (b->next) b->next->prev = r;
         b->next = r;
         b->size = s;
-        free_sets[small].insert(r);
+        free_sets[small].insert(hint, r);
       }  // else: hand out the whole block (only when the host is out of memory)
     }
     return b;
@@ -371,7 +374,7 @@ struct Pool::Impl {
     reserved += seg_bytes;
     obs->on_segment_alloc(p, seg_bytes, small);
     b->addr = sg->base, b->size = seg_bytes, b->seg = sg;
-    return carve(b, s, small);
+    return carve(b, s, small, free_sets[small].end());
   }
 
   std::size_t release_free_segments() noexcept {
@@ -499,8 +502,14 @@ bool Pool::deallocate(void* ptr, std::size_t* size_out) noexcept {
   m.pending_kind[b->seg->small] += b->size;
   // One fence per interval, not per free: recording a fence costs an event record per
   // stream on the real device.
-  std::uint64_t now = m.up.now_ns();
-  if (!m.sealed_once || now - m.last_seal_ns >= m.cfg.seal_interval_ns) m.seal(now);
+  // Reading the clock costs about as much as the rest of a free, so a run of frees checks
+  // it on its first free and then every kClockEvery-th: a dense run seals a few frees late
+  // (microseconds), a sparse one is checked every time.
+  if (m.unsealed_head == b || ++m.frees_since_check >= kClockEvery) {
+    m.frees_since_check = 0;
+    std::uint64_t now = m.up.now_ns();
+    if (!m.sealed_once || now - m.last_seal_ns >= m.cfg.seal_interval_ns) m.seal(now);
+  }
   return true;
 }
 
