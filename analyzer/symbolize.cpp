@@ -163,6 +163,9 @@ struct CuIndex {
   }
 
  private:
+  // Visits every DIE once (functions nested in functions, e.g. members of local classes,
+  // included) and follows DW_TAG_imported_unit into partial units (dwz-compressed debug
+  // info), so that an address inside any function is found without a fallback scan.
   void walk(Dwarf_Die* parent, std::string& scope, int depth) {
     Dwarf_Die child;
     if (depth > 64 || dwarf_child(parent, &child) != 0) return;
@@ -174,6 +177,7 @@ struct CuIndex {
         ptrdiff_t off = 0;
         while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0)
           if (lo < hi) fns.push_back({lo, hi, child});
+        if (dwarf_haschildren(&child) > 0) walk(&child, scope, depth + 1);
       } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
                  tag == DW_TAG_union_type) {
         const char* name = dwarf_diename(&child);
@@ -182,9 +186,18 @@ struct CuIndex {
         scope += "::";
         walk(&child, scope, depth + 1);
         scope.resize(saved);
+      } else if (tag == DW_TAG_imported_unit) {
+        Dwarf_Attribute attr;
+        Dwarf_Die unit;
+        if (dwarf_formref_die(dwarf_attr(&child, DW_AT_import, &attr), &unit) != nullptr &&
+            imported.insert(dwarf_dieoffset(&unit)).second)
+          walk(&unit, scope, depth + 1);
+      } else if (dwarf_haschildren(&child) > 0) {
+        walk(&child, scope, depth + 1);  // lexical blocks, inline instances, ...
       }
     } while (dwarf_siblingof(&child, &child) == 0);
   }
+  std::set<Dwarf_Off> imported;
 };
 
 // Name of a subprogram / inlined_subroutine DIE. dwarf_attr_integrate follows
@@ -293,9 +306,16 @@ void Symbolizer::Impl::open(Module& m) {
   bool sane = !p.empty() && p[0] == '/' && p.find('\0') == std::string::npos &&
               p.find('\n') == std::string::npos;
   struct stat st {};
-  if (!sane || ::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    warn_once(m, fmt::format("symbolize: cannot use '{}' (not an absolute path to a regular file); "
-                             "its frames are shown as module+offset", p), false);
+  if (!sane) {  // e.g. "linux-vdso.so.1", which has no file
+    spdlog::debug("symbolize: '{}' is not an absolute path; its frames are shown as module+offset", p);
+    return;
+  }
+  const char* why = ::stat(p.c_str(), &st) != 0 ? std::strerror(errno)
+                    : !S_ISREG(st.st_mode)          ? "not a regular file"
+                                                    : nullptr;
+  if (why != nullptr) {
+    warn_once(m, fmt::format("symbolize: cannot use '{}' ({}); its frames are shown as module+offset", p, why),
+              false);
     return;
   }
   // O_NONBLOCK: should the path be swapped for a FIFO between stat and open, the open
@@ -361,9 +381,9 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
   if (const Dwarf_Die* fn = idx->find(pc)) {
     chain = detail::inline_chain(*fn, pc);
     chain.push_back(*fn);
-  } else {
-    // Functions the walk did not see (e.g. nested in an unusual scope): ask libdw, which
-    // walks the unit for this address; dwarf_getscopes_die then gives the concrete chain.
+  } else if (idx->fns.empty()) {
+    // A unit whose functions the walk cannot see (e.g. a split-DWARF skeleton): ask libdw,
+    // which walks the unit for this address; dwarf_getscopes_die gives the concrete chain.
     Dwarf_Die* scopes = nullptr;
     int n = dwarf_getscopes(cudie, pc, &scopes);
     for (int i = 0; i < n; ++i) {
