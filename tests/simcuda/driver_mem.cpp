@@ -30,7 +30,6 @@ bool kind_in(Kind k, std::initializer_list<Kind> kinds) {
 constexpr std::initializer_list<Kind> kFreeable = {Kind::device, Kind::pitch, Kind::managed, Kind::async};
 
 CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) {
-  SIM_COUNT("cuMemGetInfo_v2");
   int dev = 0;
   if (CUresult r = ctx_device(&dev); r != CUDA_SUCCESS) return r;
   if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -199,6 +198,7 @@ SIM_API CUresult cuMemFree(CUdeviceptr_v1 p) {
 }
 
 SIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  SIM_COUNT("cuMemGetInfo_v2");
   return mem_get_info(free_bytes, total_bytes);
 }
 
@@ -223,8 +223,8 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int 
 }
 
 // Pitch is the row width rounded up to 512 bytes (the simulated texture pitch alignment).
-SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
-  SIM_COUNT("cuMemAllocPitch_v2");
+namespace {
+CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
   if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;  // documented sizes
   size_t p = round_up(width, kAllocAlign);
@@ -236,6 +236,12 @@ SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   *pitch = p;
   return CUDA_SUCCESS;
 }
+}  // namespace
+
+SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
+  SIM_COUNT("cuMemAllocPitch_v2");
+  return alloc_pitch(dptr, pitch, width, height, elem);
+}
 
 SIM_API CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsigned int width, unsigned int height,
                                  unsigned int elem) {
@@ -243,10 +249,11 @@ SIM_API CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsi
   if (dptr == nullptr || pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
   size_t pp = 0;
-  CUresult r = cuMemAllocPitch_v2(&p, &pp, width, height, elem);
+  CUresult r = alloc_pitch(&p, &pp, width, height, elem);
   if (r != CUDA_SUCCESS) return r;
-  if (p > UINT_MAX) {
-    cuMemFree_v2(p);
+  if (p > UINT_MAX) {  // cannot be expressed as CUdeviceptr_v1
+    Allocation a;
+    if (take_allocation(p, {Kind::pitch}, &a) == CUDA_SUCCESS) release_allocation(a);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   *dptr = static_cast<CUdeviceptr_v1>(p);
@@ -273,7 +280,14 @@ SIM_API CUresult cuMemAllocHost_v2(void** pp, size_t size) {
   if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
   return r;
 }
-SIM_API CUresult cuMemAllocHost(void** pp, unsigned int size) { return cuMemAllocHost_v2(pp, size); }
+SIM_API CUresult cuMemAllocHost(void** pp, unsigned int size) {
+  SIM_COUNT("cuMemAllocHost");
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t p = 0;
+  CUresult r = alloc_in_ctx(&p, size, Kind::host, false);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
+  return r;
+}
 
 SIM_API CUresult cuMemFreeHost(void* p) {
   SIM_COUNT("cuMemFreeHost");

@@ -336,6 +336,23 @@ TEST(ProcAddress, VersionAndPerThreadMapping) {
   ASSERT_NE(old_gpa, nullptr);
   EXPECT_EQ(old_gpa("cuMemFree", &fn, 13000, 0), CUDA_SUCCESS);
   EXPECT_EQ(fn, sym("cuMemFree_v2"));
+
+  // The pre-3.2 ABI: 32-bit device pointers and sizes.
+  using OldAlloc = CUresult (*)(unsigned int*, unsigned int);
+  using OldFree = CUresult (*)(unsigned int);
+  void* old_alloc = nullptr;
+  void* old_free = nullptr;
+  ASSERT_EQ(gpa("cuMemAlloc", &old_alloc, 3000, 0, &st), CUDA_SUCCESS);
+  ASSERT_EQ(gpa("cuMemFree", &old_free, 3000, 0, &st), CUDA_SUCCESS);
+  const size_t u0 = simcuda_used_bytes(0);
+  const unsigned long long v2_allocs = simcuda_call_count("cuMemAlloc_v2");
+  unsigned int p32 = 0;
+  ASSERT_EQ(reinterpret_cast<OldAlloc>(old_alloc)(&p32, 100), CUDA_SUCCESS);
+  EXPECT_NE(p32, 0u);
+  EXPECT_EQ(simcuda_used_bytes(0), u0 + 512);
+  EXPECT_EQ(simcuda_call_count("cuMemAlloc_v2"), v2_allocs);  // counted under its own name only
+  EXPECT_EQ(reinterpret_cast<OldFree>(old_free)(p32), CUDA_SUCCESS);
+  EXPECT_EQ(simcuda_used_bytes(0), u0);
 }
 
 TEST(EntryPoint, RuntimeForwardsToTheDriver) {

@@ -22,7 +22,7 @@ struct SlowWrite {
 void slow_write(void* arg) {
   auto* w = static_cast<SlowWrite*>(arg);
   std::this_thread::sleep_for(w->delay);
-  *w->target = w->value;
+  __atomic_store_n(w->target, w->value, __ATOMIC_RELEASE);  // the test polls it concurrently
   w->done.store(true);
 }
 
@@ -137,7 +137,7 @@ TEST(Streams, FreeSynchronisesButPoolReuseWouldNot) {
   ASSERT_EQ(cudaLaunchHostFunc(s, slow_write, &w), cudaSuccess);
   // A caching allocator handing `buf` out again right now would see the late write: detectable.
   std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(*buf, 0);
+  EXPECT_EQ(__atomic_load_n(buf, __ATOMIC_ACQUIRE), 0);
   EXPECT_FALSE(w.done.load());
   // cudaFree synchronises the device first, so the write lands before the memory goes away.
   ASSERT_EQ(cudaFree(buf), cudaSuccess);
