@@ -495,10 +495,11 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
   std::vector<Frame> out;
   out.reserve(ips.size());
   for (std::size_t i = 0; i < ips.size(); ++i) {
-    // A return address points after the call; the instruction before it is the call
-    // itself, so file:line (and the inline chain) name the call site. The innermost ip
-    // is the interrupted instruction itself and stays as is.
-    std::uint64_t addr = (i == 0 || ips[i] == 0) ? ips[i] : ips[i] - 1;
+    // A return address points after the call; its last byte before it is inside the call
+    // instruction, so file:line (and the inline chain) name the call site. This holds for
+    // the innermost ip too: the recorder captures from inside gpuheap's hooks and skips
+    // their frames, so it never records an interrupted instruction.
+    std::uint64_t addr = ips[i] == 0 ? 0 : ips[i] - 1;
     auto it = impl_->cache.find(addr);
     if (it == impl_->cache.end()) it = impl_->cache.emplace(addr, impl_->lookup(addr)).first;
     out.insert(out.end(), it->second.begin(), it->second.end());

@@ -26,8 +26,11 @@ using symtest::OwnedModule;
 
 namespace symtest_exe {
 
+int g_capture_line = 0;
+
 __attribute__((noinline)) std::vector<std::uint64_t> capture_stack() {
   void* buf[64];
+  g_capture_line = __LINE__ + 1;
   int n = unw_backtrace(buf, 64);  // buf[0]: return address into capture_stack itself
   std::vector<std::uint64_t> ips;
   for (int i = 0; i < n; ++i) ips.push_back(reinterpret_cast<std::uint64_t>(buf[i]));
@@ -89,10 +92,11 @@ TEST_F(SymbolizeTest, CallSiteHasExactFunctionFileAndLine) {
   add_all(s, mods_);
   auto frames = s.symbolize(ips, true);
   ASSERT_GE(frames.size(), 3u);
-  // Innermost: the unadjusted return address inside capture_stack.
+  // Innermost: a return address too (into capture_stack), so it names the unw_backtrace call.
   EXPECT_EQ(frames[0].function, "symtest_exe::capture_stack()");
-  EXPECT_EQ(frames[0].ip, ips[0]);
+  EXPECT_EQ(frames[0].ip, ips[0] - 1);
   EXPECT_TRUE(ends_with(frames[0].file, "test_symbolize.cpp")) << frames[0].file;
+  EXPECT_EQ(frames[0].line, symtest_exe::g_capture_line);
   // Caller: adjusted by one byte, names the call line exactly.
   EXPECT_EQ(frames[1].function, "symtest_exe::noinline_alloc_site(int*)");
   EXPECT_EQ(frames[1].ip, ips[1] - 1);
@@ -168,8 +172,8 @@ TEST_F(SymbolizeTest, FramesInGpuheapNamedModuleAreHidden) {
 
   // A stack made only of hidden frames keeps them rather than becoming empty.
   std::vector<std::uint64_t> only_lib;
-  for (std::size_t i = 1; i < c.ips.size(); ++i)  // as the innermost frame: pre-adjusted
-    if (c.ips[i] - 1 >= lib->lo && c.ips[i] - 1 < lib->hi) only_lib.push_back(c.ips[i] - 1);
+  for (std::uint64_t ip : c.ips)
+    if (ip - 1 >= lib->lo && ip - 1 < lib->hi) only_lib.push_back(ip);
   ASSERT_EQ(only_lib.size(), 1u);
   auto kept = s.symbolize(only_lib, false);
   ASSERT_EQ(kept.size(), 2u);  // inlined_leaf + symtest_inline_entry
@@ -291,12 +295,17 @@ TEST_F(SymbolizeTest, LaterOverlappingModuleWinsAndUnknownAddressesStayRaw) {
   EXPECT_EQ(frames[1].module, "");  // the executable's record was evicted
   EXPECT_EQ(frames[1].function, "");
   EXPECT_EQ(Symbolizer::format_frame(frames[1]), fmt::format("{:#x}", ips[1] - 1));
-  auto in_later = s.symbolize({later.lo}, true);
+  auto in_later = s.symbolize({later.lo + 1}, true);  // return address: looked up at lo
   ASSERT_EQ(in_later.size(), 1u);
   EXPECT_EQ(in_later[0].module, later.path);
   EXPECT_EQ(in_later[0].offset, later.lo - later.base);
   // Modules elsewhere are untouched.
   EXPECT_NE(find_fn(frames, "__libc_start"), nullptr);
+  // A zero ip (a cut unwind) stays zero rather than wrapping around.
+  auto zero = s.symbolize({0}, true);
+  ASSERT_EQ(zero.size(), 1u);
+  EXPECT_EQ(zero[0].ip, 0u);
+  EXPECT_EQ(zero[0].module, "");
 }
 
 TEST(SymbolizeFormat, FrameFormats) {

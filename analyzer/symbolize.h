@@ -1,0 +1,56 @@
+// Offline symbolization of trace stacks: module map (from `module` records) + libdw.
+// Never executes or dlopens anything named in a trace: it only reads ELF/DWARF files
+// (regular files, opened read-only) at the recorded paths, checking the build-id when the
+// trace recorded one (a mismatch falls back to module+offset).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/trace.h"
+
+namespace gpuheap {
+
+struct Frame {
+  std::uint64_t ip = 0;         // absolute address looked up: return address - 1 (inside the call)
+  std::string function;         // demangled; empty when unknown
+  std::string file;             // source file; empty when no debug info
+  int line = 0;                 // 0 when unknown
+  std::string module;           // module path ("" when the ip is in no known module)
+  std::uint64_t offset = 0;     // ip - module base (for "module+0x1234" display)
+  bool inlined = false;         // an inlined frame (expanded from the frame below it)
+  bool hidden = false;          // inside gpuheap or the CUDA libraries (hidden by default)
+};
+
+class Symbolizer {
+ public:
+  Symbolizer();
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Strings are copied. Later modules at an overlapping range win (dlclose + dlopen).
+  void add_module(const format::ModuleRecord& m);
+
+  // Symbolizes one stack (innermost first, as recorded: return addresses). Every ip is moved
+  // back by one byte so that file:line names the call, not the instruction after it: the
+  // preload records return addresses only (its own frames are skipped, no interrupted PC
+  // is ever recorded), the innermost included. Inlined frames are expanded (innermost
+  // first). Results are cached per ip.
+  // Frames in gpuheap's own library, libcudart*, libcuda.so*, and static cudart code
+  // (functions in the `cudart::` namespace or named __cudart*) are marked hidden; with
+  // all_frames=false they are dropped from the result, except that a stack that would become
+  // empty keeps its frames.
+  std::vector<Frame> symbolize(const std::vector<std::uint64_t>& ips, bool all_frames = false);
+
+  // "function (file:line)" / "function (module+0xoff)" / "0xip" — one frame, for text reports.
+  static std::string format_frame(const Frame& f);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuheap
