@@ -14,6 +14,7 @@
 //   - Segments: std::map base -> Segment, only for find() and bulk release.
 //   - Pending blocks: an unsealed FIFO, then FIFO batches each guarded by one fence.
 #include "preload/pool.h"
+#include "preload/pool_containers.h"
 
 #include <algorithm>
 #include <map>
@@ -24,6 +25,10 @@
 namespace gpuheap {
 namespace detail {
 namespace {
+
+using pool_impl::ArenaAlloc;
+using pool_impl::NodeArena;
+using pool_impl::PtrMap;
 
 constexpr int kOomRetryReason = 2;  // format::EmptyCacheReason::oom_retry
 constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock reads
@@ -64,133 +69,12 @@ struct Batch {
   Batch* next = nullptr;
 };
 
-// Recycles fixed-size nodes for the free sets: std::set allocates exactly one node type, so
-// the first size seen is the slot size; anything else goes straight to operator new/delete.
-class NodeArena {
- public:
-  NodeArena() = default;
-  NodeArena(const NodeArena&) = delete;
-  NodeArena& operator=(const NodeArena&) = delete;
-  ~NodeArena() {
-    while (head_) {
-      Slot* s = head_;
-      head_ = s->next;
-      ::operator delete(s);
-    }
-  }
-  void* get(std::size_t bytes) {
-    if (slot_ == 0 && bytes >= sizeof(Slot)) slot_ = bytes;
-    if (bytes == slot_ && head_) {
-      Slot* s = head_;
-      head_ = s->next;
-      return s;
-    }
-    return ::operator new(bytes);  // aborts on failure under -fno-exceptions; rare
-  }
-  void put(void* p, std::size_t bytes) noexcept {
-    if (bytes != slot_) return ::operator delete(p);
-    head_ = new (p) Slot{head_};
-  }
-
- private:
-  struct Slot { Slot* next; };
-  Slot* head_ = nullptr;
-  std::size_t slot_ = 0;
-};
-
-template <class T>
-struct ArenaAlloc {
-  using value_type = T;
-  NodeArena* arena;
-  explicit ArenaAlloc(NodeArena* a) noexcept : arena(a) {}
-  template <class U>
-  ArenaAlloc(const ArenaAlloc<U>& o) noexcept : arena(o.arena) {}  // NOLINT: rebind
-  T* allocate(std::size_t n) {
-    if (n == 1) return static_cast<T*>(arena->get(sizeof(T)));
-    return static_cast<T*>(::operator new(n * sizeof(T)));
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    if (n == 1) return arena->put(p, sizeof(T));
-    ::operator delete(p);
-  }
-  template <class U>
-  bool operator==(const ArenaAlloc<U>& o) const noexcept { return arena == o.arena; }
-};
-
 struct BySizeAddr {
   bool operator()(const Block* a, const Block* b) const noexcept {
     return a->size != b->size ? a->size < b->size : a->addr < b->addr;
   }
 };
 using FreeSet = std::set<Block*, BySizeAddr, ArenaAlloc<Block*>>;
-
-// Open addressing, linear probing, backward-shift deletion; key 0 = empty (no block is at 0).
-class LiveMap {
- public:
-  LiveMap() = default;
-  LiveMap(const LiveMap&) = delete;
-  LiveMap& operator=(const LiveMap&) = delete;
-  ~LiveMap() { delete[] slots_; }
-  std::size_t size() const noexcept { return count_; }
-  // Makes room for one insert (load <= 1/2); false when memory for growth is unavailable.
-  bool reserve_one() noexcept { return (count_ + 1) * 2 <= cap_ || grow(); }
-  void insert(std::uintptr_t k, Block* v) noexcept {
-    std::size_t i = home(k);
-    while (slots_[i].key) i = (i + 1) & mask_;
-    slots_[i] = {k, v};
-    ++count_;
-  }
-  Block* find(std::uintptr_t k) const noexcept {
-    if (!cap_) return nullptr;
-    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
-      if (slots_[i].key == k) return slots_[i].val;
-      if (!slots_[i].key) return nullptr;
-    }
-  }
-  Block* erase(std::uintptr_t k) noexcept {
-    if (!cap_) return nullptr;
-    std::size_t i = home(k);
-    while (slots_[i].key != k) {
-      if (!slots_[i].key) return nullptr;
-      i = (i + 1) & mask_;
-    }
-    Block* v = slots_[i].val;
-    for (std::size_t j = i;;) {
-      j = (j + 1) & mask_;
-      if (!slots_[j].key) break;
-      // The entry at j may fill the hole at i iff i lies on its probe path home..j.
-      if (((j - home(slots_[j].key)) & mask_) >= ((j - i) & mask_)) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i].key = 0;
-    --count_;
-    return v;
-  }
-
- private:
-  struct Slot { std::uintptr_t key; Block* val; };
-  std::size_t home(std::uintptr_t k) const noexcept {
-    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
-  }
-  bool grow() noexcept {
-    std::size_t ncap = cap_ ? cap_ * 2 : 1024;
-    Slot* ns = new (std::nothrow) Slot[ncap]();
-    if (!ns) return false;
-    Slot* old = slots_;
-    std::size_t ocap = cap_;
-    slots_ = ns, cap_ = ncap, mask_ = ncap - 1, count_ = 0;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(ncap));
-    for (std::size_t i = 0; i < ocap; ++i)
-      if (old[i].key) insert(old[i].key, old[i].val);
-    delete[] old;
-    return true;
-  }
-  Slot* slots_ = nullptr;
-  std::size_t cap_ = 0, mask_ = 0, count_ = 0;
-  unsigned shift_ = 64;
-};
 
 }  // namespace
 
@@ -205,7 +89,7 @@ struct Pool::Impl {
   mutable std::mutex mu;
   NodeArena arena;  // before the sets: it must outlive their nodes
   FreeSet free_sets[2] = {FreeSet(ArenaAlloc<Block*>(&arena)), FreeSet(ArenaAlloc<Block*>(&arena))};
-  LiveMap live;
+  PtrMap<Block> live;
   std::map<std::uintptr_t, Segment*> segments;
   Block* spare_blocks = nullptr;
   Batch* spare_batches = nullptr;
@@ -341,7 +225,7 @@ struct Pool::Impl {
     reclaim_oldest();
   }
   void wait_all() noexcept {
-    seal(up.now_ns());
+    if (unsealed_head) seal(up.now_ns());
     while (batch_head) wait_oldest();
   }
 
@@ -400,7 +284,7 @@ struct Pool::Impl {
 
   // The slow path, in the order pool.h documents.
   Block* miss(bool small, std::size_t s, std::size_t requested) noexcept {
-    seal(up.now_ns());
+    if (unsealed_head) seal(up.now_ns());
     reclaim_done();
     if (Block* b = take_fit(small, s)) return b;
     // cudaFree would have synchronized anyway; waiting beats growing the footprint.
@@ -482,10 +366,29 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out) noexcept {
 }
 
 bool Pool::deallocate(void* ptr, std::size_t* size_out) noexcept {
+  return deallocate(ptr, size_out, nullptr, nullptr);
+}
+
+bool Pool::contains(const void* ptr) const noexcept {
+  Impl& m = *impl_;
+  auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> g(m.mu);
+  auto it = m.segments.upper_bound(a);
+  if (it == m.segments.begin()) return false;
+  Segment* sg = std::prev(it)->second;
+  return a - sg->base < sg->size;
+}
+
+bool Pool::deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg) noexcept {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> g(m.mu);
   Block* b = m.live.erase(reinterpret_cast<std::uintptr_t>(ptr));
   if (!b) return false;
+  if (hook) {
+    PoolBlock pb;
+    m.fill(b, &pb);
+    hook(arg, pb);
+  }
   if (size_out) *size_out = b->size;
   m.allocated -= b->size;
   --m.nblocks;

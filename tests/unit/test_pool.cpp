@@ -19,7 +19,7 @@ PoolBlock must_alloc(Pool& p, std::size_t n) {
   return b;
 }
 
-struct Fixture : ::testing::Test {
+struct PoolTest : ::testing::Test {
   HostUpstream up;
   RecordingObserver obs;
 };
@@ -29,7 +29,7 @@ struct RoundCase {
   bool small;
 };
 
-TEST_F(Fixture, RoundingAndSegmentSizes) {
+TEST_F(PoolTest, RoundingAndSegmentSizes) {
   const RoundCase cases[] = {
       {0, 512, 2 * MiB, true},
       {1, 512, 2 * MiB, true},
@@ -63,7 +63,7 @@ TEST_F(Fixture, RoundingAndSegmentSizes) {
   }
 }
 
-TEST_F(Fixture, SmallAndLargeRequestsUseSeparatePools) {
+TEST_F(PoolTest, SmallAndLargeRequestsUseSeparatePools) {
   Pool p(up, {}, &obs);
   PoolBlock s = must_alloc(p, 4 * KiB);
   PoolBlock l = must_alloc(p, 2 * MiB);
@@ -79,7 +79,7 @@ TEST_F(Fixture, SmallAndLargeRequestsUseSeparatePools) {
   EXPECT_EQ(p.stats().segments, 2u);
 }
 
-TEST_F(Fixture, SplitThenCoalesceBackToOneBlock) {
+TEST_F(PoolTest, SplitThenCoalesceBackToOneBlock) {
   PoolConfig cfg;
   cfg.seal_interval_ns = 0;  // every free gets a fence; host fences complete at once
   Pool p(up, cfg, &obs);
@@ -109,7 +109,7 @@ TEST_F(Fixture, SplitThenCoalesceBackToOneBlock) {
   EXPECT_TRUE(p.check_consistency());
 }
 
-TEST_F(Fixture, BestFitSmallestThenLowestAddress) {
+TEST_F(PoolTest, BestFitSmallestThenLowestAddress) {
   Pool p(up, {}, &obs);
   // Holes of 8K, 4K, 16K, 4K separated by live 512 B fences.
   const std::size_t holes[] = {8 * KiB, 4 * KiB, 16 * KiB, 4 * KiB};
@@ -130,7 +130,7 @@ TEST_F(Fixture, BestFitSmallestThenLowestAddress) {
   EXPECT_TRUE(p.check_consistency());
 }
 
-TEST_F(Fixture, LargePoolSplitNeedsMoreThanOneMiBRemainder) {
+TEST_F(PoolTest, LargePoolSplitNeedsMoreThanOneMiBRemainder) {
   Pool p(up, {}, &obs);
   PoolBlock a = must_alloc(p, 9 * MiB);  // 20 MiB segment, 11 MiB remainder
   PoolBlock b = must_alloc(p, 9 * MiB + 512 * KiB);
@@ -143,7 +143,7 @@ TEST_F(Fixture, LargePoolSplitNeedsMoreThanOneMiBRemainder) {
   EXPECT_EQ(p.stats().allocated, 20 * MiB);
 }
 
-TEST_F(Fixture, OversizeBlocksAreNeverSplitAndOnlyServeCloseOversizeRequests) {
+TEST_F(PoolTest, OversizeBlocksAreNeverSplitAndOnlyServeCloseOversizeRequests) {
   PoolConfig cfg;
   cfg.max_split_size = 32 * MiB;
   Pool p(up, cfg, &obs);
@@ -177,7 +177,7 @@ TEST_F(Fixture, OversizeBlocksAreNeverSplitAndOnlyServeCloseOversizeRequests) {
   EXPECT_TRUE(p.check_consistency());
 }
 
-TEST_F(Fixture, FindInteriorPointers) {
+TEST_F(PoolTest, FindInteriorPointers) {
   Pool p(up, {}, &obs);
   PoolBlock a = must_alloc(p, 4096), b = must_alloc(p, 1000), c = must_alloc(p, 3 * MiB);
   PoolBlock f;
@@ -205,7 +205,7 @@ TEST_F(Fixture, FindInteriorPointers) {
   EXPECT_FALSE(p.find(a.ptr, &f));
 }
 
-TEST_F(Fixture, DeallocateRejectsForeignInteriorAndDoubleFrees) {
+TEST_F(PoolTest, DeallocateRejectsForeignInteriorAndDoubleFrees) {
   Pool p(up, {}, &obs);
   PoolBlock a = must_alloc(p, 4096);
   int local = 0;
@@ -217,7 +217,7 @@ TEST_F(Fixture, DeallocateRejectsForeignInteriorAndDoubleFrees) {
   EXPECT_TRUE(p.check_consistency());
 }
 
-TEST_F(Fixture, EmptyCacheReleasesOnlyFullyFreeSegments) {
+TEST_F(PoolTest, EmptyCacheReleasesOnlyFullyFreeSegments) {
   Pool p(up, {}, &obs);
   PoolBlock keep = must_alloc(p, 4096);
   PoolBlock gone = must_alloc(p, 2 * MiB);
@@ -242,7 +242,7 @@ TEST_F(Fixture, EmptyCacheReleasesOnlyFullyFreeSegments) {
   EXPECT_EQ(p.empty_cache(), 0u);
 }
 
-TEST_F(Fixture, LimitCapsReservedBytes) {
+TEST_F(PoolTest, LimitCapsReservedBytes) {
   PoolConfig cfg;
   cfg.limit = 24 * MiB;
   Pool p(up, cfg, &obs);
@@ -260,7 +260,7 @@ TEST_F(Fixture, LimitCapsReservedBytes) {
   (void)a, (void)b;
 }
 
-TEST_F(Fixture, DestructorReturnsEverySegment) {
+TEST_F(PoolTest, DestructorReturnsEverySegment) {
   {
     Pool p(up, {}, &obs);
     must_alloc(p, 100);

@@ -1,0 +1,141 @@
+// Containers behind the caching pool (pool.cpp only): a node-recycling allocator for the
+// free-block sets and an open-addressing pointer map for live blocks. Both keep the
+// steady-state allocate/deallocate path free of malloc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+namespace gpuheap {
+namespace detail {
+// Own namespace: libgpuheap.so links every preload/*.cpp, so avoid ODR clashes on names.
+namespace pool_impl {
+
+// Recycles fixed-size nodes for the free sets: std::set allocates exactly one node type, so
+// the first size seen is the slot size; anything else goes straight to operator new/delete.
+class NodeArena {
+ public:
+  NodeArena() = default;
+  NodeArena(const NodeArena&) = delete;
+  NodeArena& operator=(const NodeArena&) = delete;
+  ~NodeArena() {
+    while (head_) {
+      Slot* s = head_;
+      head_ = s->next;
+      ::operator delete(s);
+    }
+  }
+  void* get(std::size_t bytes) {
+    if (slot_ == 0 && bytes >= sizeof(Slot)) slot_ = bytes;
+    if (bytes == slot_ && head_) {
+      Slot* s = head_;
+      head_ = s->next;
+      return s;
+    }
+    return ::operator new(bytes);  // aborts on failure under -fno-exceptions; rare
+  }
+  void put(void* p, std::size_t bytes) noexcept {
+    if (bytes != slot_) return ::operator delete(p);
+    head_ = new (p) Slot{head_};
+  }
+
+ private:
+  struct Slot { Slot* next; };
+  Slot* head_ = nullptr;
+  std::size_t slot_ = 0;
+};
+
+template <class T>
+struct ArenaAlloc {
+  using value_type = T;
+  NodeArena* arena;
+  explicit ArenaAlloc(NodeArena* a) noexcept : arena(a) {}
+  template <class U>
+  ArenaAlloc(const ArenaAlloc<U>& o) noexcept : arena(o.arena) {}  // NOLINT: rebind
+  T* allocate(std::size_t n) {
+    if (n == 1) return static_cast<T*>(arena->get(sizeof(T)));
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n == 1) return arena->put(p, sizeof(T));
+    ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const ArenaAlloc<U>& o) const noexcept { return arena == o.arena; }
+};
+
+
+// Open addressing, linear probing, backward-shift deletion; key 0 = empty (no block is at 0).
+template <class V>
+class PtrMap {
+ public:
+  PtrMap() = default;
+  PtrMap(const PtrMap&) = delete;
+  PtrMap& operator=(const PtrMap&) = delete;
+  ~PtrMap() { delete[] slots_; }
+  std::size_t size() const noexcept { return count_; }
+  // Makes room for one insert (load <= 1/2); false when memory for growth is unavailable.
+  bool reserve_one() noexcept { return (count_ + 1) * 2 <= cap_ || grow(); }
+  void insert(std::uintptr_t k, V* v) noexcept {
+    std::size_t i = home(k);
+    while (slots_[i].key) i = (i + 1) & mask_;
+    slots_[i] = {k, v};
+    ++count_;
+  }
+  V* find(std::uintptr_t k) const noexcept {
+    if (!cap_) return nullptr;
+    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+      if (slots_[i].key == k) return slots_[i].val;
+      if (!slots_[i].key) return nullptr;
+    }
+  }
+  V* erase(std::uintptr_t k) noexcept {
+    if (!cap_) return nullptr;
+    std::size_t i = home(k);
+    while (slots_[i].key != k) {
+      if (!slots_[i].key) return nullptr;
+      i = (i + 1) & mask_;
+    }
+    V* v = slots_[i].val;
+    for (std::size_t j = i;;) {
+      j = (j + 1) & mask_;
+      if (!slots_[j].key) break;
+      // The entry at j may fill the hole at i iff i lies on its probe path home..j.
+      if (((j - home(slots_[j].key)) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = 0;
+    --count_;
+    return v;
+  }
+
+ private:
+  struct Slot { std::uintptr_t key; V* val; };
+  std::size_t home(std::uintptr_t k) const noexcept {
+    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  bool grow() noexcept {
+    std::size_t ncap = cap_ ? cap_ * 2 : 1024;
+    Slot* ns = new (std::nothrow) Slot[ncap]();
+    if (!ns) return false;
+    Slot* old = slots_;
+    std::size_t ocap = cap_;
+    slots_ = ns, cap_ = ncap, mask_ = ncap - 1, count_ = 0;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(ncap));
+    for (std::size_t i = 0; i < ocap; ++i)
+      if (old[i].key) insert(old[i].key, old[i].val);
+    delete[] old;
+    return true;
+  }
+  Slot* slots_ = nullptr;
+  std::size_t cap_ = 0, mask_ = 0, count_ = 0;
+  unsigned shift_ = 64;
+};
+
+
+}  // namespace pool_impl
+}  // namespace detail
+}  // namespace gpuheap
