@@ -1,0 +1,29 @@
+# Recorder area: trace format, output paths, the in-process recorder.
+include(GoogleTest)
+
+add_executable(test_format test_format.cpp)
+target_link_libraries(test_format PRIVATE gpuheap_format GTest::gtest_main)
+target_compile_options(test_format PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_link_options(test_format PRIVATE ${GPUHEAP_SAN_FLAGS})
+gtest_discover_tests(test_format)
+
+if(TARGET gpuheap_outpath)
+  add_executable(test_outpath test_outpath.cpp)
+  target_link_libraries(test_outpath PRIVATE gpuheap_outpath GTest::gtest_main)
+  target_compile_options(test_outpath PRIVATE ${GPUHEAP_SAN_FLAGS})
+  target_link_options(test_outpath PRIVATE ${GPUHEAP_SAN_FLAGS})
+  gtest_discover_tests(test_outpath)
+endif()
+
+if(TARGET gpuheap_recorder_core)
+  foreach(t test_recorder test_recorder_process test_recorder_perf)
+    add_executable(${t} ${t}.cpp)
+    target_link_libraries(${t} PRIVATE gpuheap_recorder_core GTest::gtest_main Threads::Threads)
+    target_compile_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
+    target_link_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
+  endforeach()
+  gtest_discover_tests(test_recorder)
+  gtest_discover_tests(test_recorder_process)
+  # Timing test: serial, so the numbers are not distorted by other tests on 2 cores.
+  gtest_discover_tests(test_recorder_perf PROPERTIES RUN_SERIAL TRUE)
+endif()

@@ -1,0 +1,474 @@
+// In-process recorder: completeness and order under concurrency, stacks, devices,
+// modules, flush latency, I/O failure, fork and signals. Links the recorder sources
+// directly (gpuheap_recorder_core); every test writes into its own temporary directory.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "test_recorder_util.h"
+
+using namespace rec_test;
+namespace d = gpuheap::detail;
+
+namespace {
+
+__attribute__((noinline)) std::uint32_t capture_here() {
+  std::uint32_t id = d::capture_stack(0);
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) std::uint32_t capture_skip1() {
+  std::uint32_t id = d::capture_stack(1);
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) std::uint32_t outer_of_skip1() {
+  std::uint32_t id = capture_skip1();
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) std::uint32_t stack_at_depth(int n) {
+  std::uint32_t id = n <= 0 ? d::capture_stack(0) : stack_at_depth(n - 1);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+const f::Record* find_stack(const Trace& t, std::uint32_t id) {
+  for (auto& r : t.records)
+    if (r.type == f::RecordType::stack && r.stack.id == id) return &r;
+  return nullptr;
+}
+
+bool inside(std::uint64_t ip, const void* fn) {
+  auto a = reinterpret_cast<std::uint64_t>(fn);
+  return ip > a && ip < a + 512;
+}
+
+// Redirects fd 2 into a file while alive; text() returns what was written.
+struct CaptureStderr {
+  std::string file;
+  int saved;
+  explicit CaptureStderr(const TempDir& dir) : file(dir.path + "/stderr.txt") {
+    fflush(stderr);
+    saved = dup(2);
+    int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2), close(fd);
+  }
+  ~CaptureStderr() { restore(); }
+  void restore() {
+    if (saved < 0) return;
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    saved = -1;
+  }
+  std::string text() const {
+    std::ifstream in(file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+};
+
+int count_lines_with(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+void expect_stack_ids_defined_before_use(const Trace& t) {
+  std::set<std::uint32_t> defined;
+  std::uint32_t next = 1;
+  for (auto& r : t.records) {
+    std::uint32_t used = 0;
+    if (r.type == f::RecordType::stack) {
+      EXPECT_EQ(r.stack.id, next++) << "stack ids are dense, from 1, each written once";
+      defined.insert(r.stack.id);
+    } else if (r.type == f::RecordType::alloc) {
+      used = r.alloc.stack;
+    } else if (r.type == f::RecordType::free) {
+      used = r.free.stack;
+    }
+    if (used) ASSERT_TRUE(defined.count(used)) << "stack " << used << " used before its record";
+  }
+}
+
+}  // namespace
+
+TEST(Recorder, StartWritesProcessAndModuleRecords) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(d::recorder_start());
+  EXPECT_TRUE(d::recorder_active());
+  std::string path = d::recorder_path();
+  EXPECT_EQ(path, dir.path + "/t." + std::to_string(getpid()) + ".trace");
+  d::recorder_stop(f::EndReason::stopped);
+  EXPECT_FALSE(d::recorder_active());
+  Trace t = read_trace(path);
+  ASSERT_EQ(t.header, f::HeaderStatus::ok);
+  ASSERT_GE(t.records.size(), 3u);
+  const auto& p = t.records[0];
+  ASSERT_EQ(p.type, f::RecordType::process);
+  EXPECT_EQ(p.process.pid, static_cast<std::uint32_t>(getpid()));
+  EXPECT_EQ(p.process.ppid, static_cast<std::uint32_t>(getppid()));
+  EXPECT_LE(p.process.mono_ns, d::now_ns());
+  EXPECT_GT(p.process.wall_ns, 1'600'000'000ull * 1'000'000'000ull);
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(p.process.exe, std::string_view(exe, n));
+  EXPECT_NE(p.process.cmdline.find("test_recorder"), std::string_view::npos);
+  EXPECT_NE(p.process.cmdline.back(), '\0');
+  EXPECT_FALSE(p.process.version.empty());
+  char host[256];
+  gethostname(host, sizeof host);
+  EXPECT_EQ(p.process.hostname, host);
+  // Modules: the test program itself (resolved path, contains our code, has a build id)
+  // and libc.
+  bool main_seen = false, libc_seen = false;
+  auto code = reinterpret_cast<std::uint64_t>(&capture_here);
+  for (auto& r : t.records) {
+    if (r.type != f::RecordType::module) continue;
+    EXPECT_LT(r.module.lo, r.module.hi);
+    if (r.module.path == std::string_view(exe, n)) {
+      main_seen = true;
+      EXPECT_TRUE(r.module.lo <= code && code < r.module.hi);
+      EXPECT_GE(r.module.build_id.size(), 8u);
+    }
+    if (r.module.path.find("libc.so") != std::string_view::npos) libc_seen = true;
+  }
+  EXPECT_TRUE(main_seen);
+  EXPECT_TRUE(libc_seen);
+  auto& end = t.records.back();
+  ASSERT_EQ(end.type, f::RecordType::end);
+  EXPECT_EQ(end.end.reason, f::EndReason::stopped);
+  EXPECT_EQ(end.end.records, t.records.size() - 1);
+  EXPECT_EQ(t.tail_bytes, 0u);
+  // Records after stop are dropped and counted.
+  d::record(alloc_rec(1));
+  EXPECT_EQ(d::recorder_counters().dropped, 1u);
+}
+
+TEST(Recorder, SixteenThreadsCompleteAndInPerThreadOrder) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(d::recorder_start());
+  constexpr int kThreads = 16, kPerThread = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        // Every 50th event carries a stack; threads race to intern the same stacks.
+        std::uint32_t st = i % 50 == 0 ? stack_at_depth(t % 4 + i % 3) : 0;
+        std::uint64_t ptr = (static_cast<std::uint64_t>(t + 1) << 32) | static_cast<std::uint64_t>(i);
+        if (i % 2 == 0) d::record(alloc_rec(ptr, st));
+        else d::record(free_rec(ptr, st));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  ASSERT_EQ(t.header, f::HeaderStatus::ok);
+  EXPECT_EQ(t.last, f::FrameStatus::need_more);
+  EXPECT_EQ(t.tail_bytes, 0u);
+  std::vector<int> next(kThreads, 0);
+  std::map<std::uint32_t, int> tid_thread;
+  std::set<std::uint32_t> announced;
+  std::size_t allocs = 0, frees = 0;
+  for (auto& r : t.records) {
+    if (r.type == f::RecordType::thread) announced.insert(r.thread.tid);
+    if (r.type != f::RecordType::alloc && r.type != f::RecordType::free) continue;
+    bool is_alloc = r.type == f::RecordType::alloc;
+    std::uint64_t ptr = is_alloc ? r.alloc.ptr : r.free.ptr;
+    std::uint32_t tid = is_alloc ? r.alloc.tid : r.free.tid;
+    int th = static_cast<int>(ptr >> 32) - 1;
+    int i = static_cast<int>(ptr & 0xffffffff);
+    ASSERT_TRUE(th >= 0 && th < kThreads);
+    ASSERT_EQ(i, next[th]) << "thread " << th << " out of order";
+    ASSERT_EQ(is_alloc, i % 2 == 0);
+    auto [it, fresh] = tid_thread.emplace(tid, th);
+    ASSERT_EQ(it->second, th) << "one tid per thread";
+    ASSERT_TRUE(announced.count(tid)) << "thread record precedes the thread's first event";
+    ++next[th];
+    (is_alloc ? allocs : frees) += 1;
+  }
+  for (int th = 0; th < kThreads; ++th) EXPECT_EQ(next[th], kPerThread) << th;
+  EXPECT_EQ(allocs, kThreads * kPerThread / 2u);
+  EXPECT_EQ(frees, kThreads * kPerThread / 2u);
+  EXPECT_EQ(tid_thread.size(), static_cast<std::size_t>(kThreads));
+  expect_stack_ids_defined_before_use(t);
+  // 4 start depths x 3 offsets = depths 0..5 from the same call site: 6 distinct stacks.
+  EXPECT_EQ(t.count(f::RecordType::stack), 6u);
+  auto c = d::recorder_counters();
+  EXPECT_EQ(c.records, t.records.size());
+  EXPECT_EQ(c.bytes, t.data.size());
+  EXPECT_EQ(c.dropped, 0u);
+  EXPECT_EQ(c.stacks, 6u);
+}
+
+TEST(Recorder, FreeOnOneThreadPrecedesReuseOnAnother) {
+  // The analyzer replays address reuse: a free that happens-before another thread's alloc
+  // of the same address must come first in the file.
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(d::recorder_start());
+  constexpr int kRounds = 20000;
+  std::atomic<int> freed{-1}, taken{-1};
+  std::thread a([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      while (taken.load(std::memory_order_acquire) != i - 1) std::this_thread::yield();
+      d::record(free_rec(0x1000 + (i % 4)));
+      freed.store(i, std::memory_order_release);  // "the pool hands the block over"
+    }
+  });
+  std::thread b([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      while (freed.load(std::memory_order_acquire) != i) std::this_thread::yield();
+      d::record(alloc_rec(0x1000 + (i % 4)));
+      taken.store(i, std::memory_order_release);
+    }
+  });
+  a.join(), b.join();
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  int frees = 0, allocs = 0;
+  for (auto& r : t.records) {
+    if (r.type == f::RecordType::free) ++frees;
+    if (r.type == f::RecordType::alloc) {
+      ++allocs;
+      ASSERT_LE(allocs, frees) << "alloc of a reused address before the free that released it";
+      ASSERT_EQ(r.alloc.ptr, 0x1000u + ((allocs - 1) % 4));
+    }
+  }
+  EXPECT_EQ(allocs, kRounds);
+}
+
+TEST(Recorder, RecordsReachTheFileWithinTheFlushInterval) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(d::recorder_start());
+  for (int i = 0; i < 10; ++i) d::record(alloc_rec(0x5000 + i));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  Trace t = read_trace(d::recorder_path());  // no stop, no flush: the writer did it
+  EXPECT_EQ(t.count(f::RecordType::alloc), 10u);
+  EXPECT_EQ(t.count(f::RecordType::end), 0u);
+  EXPECT_EQ(t.tail_bytes, 0u);
+  d::recorder_stop(f::EndReason::stopped);
+}
+
+TEST(Recorder, FlushWritesEverythingRecordedSoFar) {
+  TempDir dir;
+  use_dir(dir);
+  setenv("GPUHEAP_FLUSH_MS", "60000", 1);  // the writer alone would not write for a minute
+  ASSERT_TRUE(d::recorder_start());
+  for (int i = 0; i < 1000; ++i) d::record(alloc_rec(i));
+  d::recorder_flush();
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::alloc), 1000u);
+  d::recorder_stop(f::EndReason::stopped);
+}
+
+TEST(Recorder, StackStartsAtTheCallerAndIsInternedOnce) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(d::recorder_start());
+  std::uint32_t ids[2];
+  for (volatile int k = 0; k < 2; k = k + 1) ids[k] = capture_here();  // one call site, no unrolling
+  std::uint32_t a1 = ids[0], a2 = ids[1];
+  std::uint32_t b = outer_of_skip1();
+  ASSERT_NE(a1, 0u);
+  EXPECT_EQ(a1, a2);
+  EXPECT_NE(a1, b);
+  d::record(alloc_rec(1, a1));
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::stack), 2u);
+  const f::Record* sa = find_stack(t, a1);
+  const f::Record* sb = find_stack(t, b);
+  ASSERT_TRUE(sa && sb);
+  ASSERT_GE(sa->stack.depth, 3);
+  EXPECT_TRUE(inside(sa->stack.ip(0), reinterpret_cast<void*>(&capture_here)));
+  // skip = 1 dropped capture_skip1: the innermost frame is its caller.
+  EXPECT_TRUE(inside(sb->stack.ip(0), reinterpret_cast<void*>(&outer_of_skip1)));
+  EXPECT_EQ(d::recorder_counters().stacks, 2u);
+}
+
+TEST(Recorder, StackDepthIsCapped) {
+  TempDir dir;
+  use_dir(dir);
+  setenv("GPUHEAP_STACK_DEPTH", "5", 1);
+  ASSERT_TRUE(d::recorder_start());
+  std::uint32_t id = stack_at_depth(20);
+  d::recorder_stop(f::EndReason::stopped);
+  unsetenv("GPUHEAP_STACK_DEPTH");
+  Trace t = read_trace(d::recorder_path());
+  const f::Record* s = find_stack(t, id);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->stack.depth, 5);
+}
+
+TEST(Recorder, StacksOffMeansNoStacks) {
+  TempDir dir;
+  use_dir(dir);
+  setenv("GPUHEAP_STACKS", "0", 1);
+  ASSERT_TRUE(d::recorder_start());
+  EXPECT_EQ(capture_here(), 0u);
+  d::record(alloc_rec(7, capture_here()));
+  d::recorder_stop(f::EndReason::stopped);
+  unsetenv("GPUHEAP_STACKS");
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::stack), 0u);
+  ASSERT_EQ(t.count(f::RecordType::alloc), 1u);
+  for (auto& r : t.records)
+    if (r.type == f::RecordType::alloc) EXPECT_EQ(r.alloc.stack, 0u);
+}
+
+namespace {
+bool fake_device_info(int device, char* name, std::size_t cap, std::uint64_t* total) {
+  if (device == 3) return false;
+  snprintf(name, cap, "Fake GPU %d", device);
+  *total = static_cast<std::uint64_t>(device + 1) << 30;
+  return true;
+}
+}  // namespace
+
+TEST(Recorder, DeviceAnnouncedOncePerDevicePerFile) {
+  TempDir dir;
+  use_dir(dir);
+  d::set_device_info_fn(fake_device_info);
+  for (int session = 0; session < 2; ++session) {
+    ASSERT_TRUE(d::recorder_start());
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 4; ++k)
+      ts.emplace_back([] {
+        for (int dev : {0, 1, 0, 3, 1}) {
+          d::ensure_device(dev);
+          auto a = alloc_rec(dev);
+          a.device = static_cast<std::int16_t>(dev);
+          d::record(a);
+        }
+      });
+    for (auto& th : ts) th.join();
+    d::recorder_stop(f::EndReason::stopped);
+    Trace t = read_trace(d::recorder_path());
+    std::map<int, const f::DeviceRecord*> devs;
+    for (auto& r : t.records) {
+      if (r.type == f::RecordType::device) {
+        EXPECT_FALSE(devs.count(r.device.device)) << "device " << r.device.device << " twice";
+        devs[r.device.device] = &r.device;
+      }
+      if (r.type == f::RecordType::alloc) ASSERT_TRUE(devs.count(r.alloc.device)) << "event before its device";
+    }
+    ASSERT_EQ(devs.size(), 3u) << "session " << session;
+    EXPECT_EQ(devs[1]->name, "Fake GPU 1");
+    EXPECT_EQ(devs[1]->total_memory, 2ull << 30);
+    EXPECT_EQ(devs[3]->name, "unknown");
+    EXPECT_EQ(devs[3]->total_memory, 0u);
+  }
+  d::set_device_info_fn(nullptr);
+}
+
+TEST(Recorder, ModulesLoadedAndUnloadedLater) {
+  TempDir dir;
+  use_dir(dir);
+  const char* lib = "libzstd.so.1";
+  if (dlopen(lib, RTLD_NOW | RTLD_NOLOAD)) GTEST_SKIP() << lib << " already loaded";
+  ASSERT_TRUE(d::recorder_start());
+  void* h = dlopen(lib, RTLD_NOW);
+  if (!h) {
+    d::recorder_stop(f::EndReason::stopped);
+    GTEST_SKIP() << lib << " not installed";
+  }
+  d::note_modules_changed();
+  d::note_modules_changed();  // nothing new: no duplicate records
+  dlclose(h);
+  d::note_modules_changed();
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  int loaded = 0, unloaded = 0;
+  std::uint64_t base = 0;
+  for (auto& r : t.records) {
+    if (r.type == f::RecordType::module && r.module.path.find("libzstd") != std::string_view::npos) {
+      ++loaded, base = r.module.base;
+      EXPECT_FALSE(r.module.build_id.empty());
+    }
+    if (r.type == f::RecordType::module_unload) {
+      ++unloaded;
+      EXPECT_EQ(r.module_unload.base, base);
+    }
+  }
+  EXPECT_EQ(loaded, 1);
+  EXPECT_EQ(unloaded, 1);
+}
+
+TEST(Recorder, UnwritableDirectoryWarnsOnceAndTheProgramContinues) {
+  TempDir dir;
+  use_dir(dir);
+  setenv("GPUHEAP_OUTPUT", "/nonexistent-gpuheap-dir/x.%p.trace", 1);
+  CaptureStderr err(dir);
+  EXPECT_FALSE(d::recorder_start());
+  EXPECT_FALSE(d::recorder_active());
+  for (int i = 0; i < 100; ++i) d::record(alloc_rec(i, capture_here()));
+  d::ensure_device(0);
+  d::recorder_flush();
+  d::recorder_stop(f::EndReason::stopped);
+  err.restore();
+  std::string text = err.text();
+  EXPECT_EQ(count_lines_with(text, "gpuheap: "), 1) << text;
+  EXPECT_NE(text.find("cannot create trace file /nonexistent-gpuheap-dir/x."), std::string::npos) << text;
+  EXPECT_NE(text.find("No such file or directory"), std::string::npos) << text;
+}
+
+TEST(Recorder, AnnouncesPathOnStderrAndInThePathFile) {
+  TempDir dir;
+  use_dir(dir);
+  unsetenv("GPUHEAP_QUIET");
+  std::string list = dir.path + "/paths.txt";
+  setenv("GPUHEAP_PATH_FILE", list.c_str(), 1);
+  CaptureStderr err(dir);
+  ASSERT_TRUE(d::recorder_start());
+  std::string path = d::recorder_path();
+  d::recorder_stop(f::EndReason::stopped);
+  ASSERT_TRUE(d::recorder_start());  // a second file: the same name gets a suffix
+  std::string path2 = d::recorder_path();
+  d::recorder_stop(f::EndReason::stopped);
+  err.restore();
+  unsetenv("GPUHEAP_PATH_FILE");
+  EXPECT_EQ(path[0], '/');
+  EXPECT_EQ(path2, dir.path + "/t." + std::to_string(getpid()) + ".1.trace");
+  EXPECT_EQ(err.text(), "gpuheap: tracing to " + path + "\ngpuheap: tracing to " + path2 + "\n");
+  std::ifstream in(list);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), path + "\n" + path2 + "\n");
+}
+
+TEST(Recorder, ProducersWaitAtTheBufferBoundAndNothingIsLost) {
+  TempDir dir;
+  use_dir(dir);
+  setenv("GPUHEAP_BUFFER_MB", "2", 1);
+  setenv("GPUHEAP_FLUSH_MS", "60000", 1);  // only full chunks wake the writer
+  ASSERT_TRUE(d::recorder_start());
+  constexpr int kThreads = 4, kPerThread = 60000;  // ~14 MB through a 2 MiB buffer
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([t] {
+      for (int i = 0; i < kPerThread; ++i) d::record(alloc_rec((std::uint64_t(t) << 32) | i));
+    });
+  for (auto& th : ts) th.join();
+  auto c = d::recorder_counters();
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::alloc), std::size_t{kThreads} * kPerThread);
+  EXPECT_EQ(c.dropped, 0u);
+  std::printf("[          ] producer waits at a 2 MiB bound: %llu, writes: %llu\n",
+              static_cast<unsigned long long>(c.producer_waits), static_cast<unsigned long long>(c.writes));
+}

@@ -1,0 +1,101 @@
+// Helpers for the in-process recorder tests: isolated output directories and a trace
+// file reader built on format/trace.h.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "format/trace.h"
+#include "preload/recorder.h"
+
+namespace rec_test {
+
+namespace f = gpuheap::format;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/gpuheap-rec-XXXXXX";
+    path = mkdtemp(t);
+  }
+  ~TempDir() {
+    if (!getenv("GPUHEAP_TEST_KEEP")) std::system(("rm -rf '" + path + "'").c_str());
+  }
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(path.c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.') out.push_back(path + "/" + e->d_name);
+      closedir(d);
+    }
+    return out;
+  }
+};
+
+struct Trace {
+  std::string data;
+  std::vector<f::Record> records;  // string views point into `data`
+  f::HeaderStatus header = f::HeaderStatus::short_file;
+  f::FrameStatus last = f::FrameStatus::ok;  // status that stopped decoding
+  std::size_t tail_bytes = 0;                // undecoded bytes at the end
+  std::size_t count(f::RecordType t) const {
+    std::size_t n = 0;
+    for (auto& r : records) n += r.type == t;
+    return n;
+  }
+};
+
+inline Trace read_trace(const std::string& path) {
+  Trace t;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  t.data = ss.str();
+  auto* p = reinterpret_cast<const unsigned char*>(t.data.data());
+  t.header = f::decode_file_header(p, t.data.size(), nullptr);
+  if (t.header != f::HeaderStatus::ok) return t;
+  std::size_t off = f::kFileHeaderSize;
+  for (;;) {
+    f::Record r;
+    std::size_t used = 0;
+    t.last = f::decode_frame(p + off, t.data.size() - off, r, &used);
+    if (t.last != f::FrameStatus::ok) break;
+    t.records.push_back(r);
+    off += used;
+  }
+  t.tail_bytes = t.data.size() - off;
+  return t;
+}
+
+// Points the recorder at `dir` for the next recorder_start().
+inline void use_dir(const TempDir& dir, const char* name = "t.%p.trace") {
+  setenv("GPUHEAP_OUTPUT", (dir.path + "/" + name).c_str(), 1);
+  setenv("GPUHEAP_QUIET", "1", 1);
+  unsetenv("GPUHEAP_STACKS");
+  unsetenv("GPUHEAP_FLUSH_MS");
+  unsetenv("GPUHEAP_BUFFER_MB");
+  unsetenv("GPUHEAP_PATH_FILE");
+  unsetenv("GPUHEAP_FOLLOW_FORK");
+}
+
+inline f::AllocRecord alloc_rec(std::uint64_t ptr, std::uint32_t stack = 0) {
+  f::AllocRecord a;
+  a.ts = gpuheap::detail::now_ns(), a.tid = gpuheap::detail::current_tid();
+  a.ptr = ptr, a.requested = 100, a.size = 512, a.stack = stack;
+  return a;
+}
+inline f::FreeRecord free_rec(std::uint64_t ptr, std::uint32_t stack = 0) {
+  f::FreeRecord x;
+  x.ts = gpuheap::detail::now_ns(), x.tid = gpuheap::detail::current_tid();
+  x.ptr = ptr, x.size = 512, x.stack = stack;
+  return x;
+}
+
+}  // namespace rec_test
