@@ -15,9 +15,9 @@ namespace gpuheap {
 namespace detail {
 namespace {
 
-pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-ModuleInfo* g_known = nullptr;  // written to the current file
-std::size_t g_nknown = 0;
+constinit pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+constinit ModuleInfo* g_known = nullptr;  // written to the current file
+constinit std::size_t g_nknown = 0;
 
 struct ScanState {
   ModuleInfo* mods = nullptr;

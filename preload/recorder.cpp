@@ -32,13 +32,13 @@ namespace {
 
 constexpr int kMaxTrackedDevices = 1024;
 
-RecorderConfig g_cfg;
-pthread_mutex_t g_ctl_mu = PTHREAD_MUTEX_INITIALIZER;  // start/stop/child activation
-pthread_mutex_t g_dev_mu = PTHREAD_MUTEX_INITIALIZER;
-std::atomic<std::uint64_t> g_dev_bits[kMaxTrackedDevices / 64];  // announced in this file
-std::atomic<DeviceInfoFn> g_devinfo{nullptr};
-std::atomic<std::uint32_t> g_file_gen{1};  // bumps per file: threads re-announce themselves
-bool g_hooks_registered = false;           // atexit/atfork, once per process (g_ctl_mu)
+constinit RecorderConfig g_cfg;
+constinit pthread_mutex_t g_ctl_mu = PTHREAD_MUTEX_INITIALIZER;  // start/stop/child activation
+constinit pthread_mutex_t g_dev_mu = PTHREAD_MUTEX_INITIALIZER;
+constinit std::atomic<std::uint64_t> g_dev_bits[kMaxTrackedDevices / 64];  // announced in this file
+constinit std::atomic<DeviceInfoFn> g_devinfo{nullptr};
+constinit std::atomic<std::uint32_t> g_file_gen{1};  // bumps per file: threads re-announce themselves
+constinit bool g_hooks_registered = false;           // atexit/atfork, once per process (g_ctl_mu)
 thread_local std::uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 thread_local std::uint32_t t_thread_gen __attribute__((tls_model("initial-exec"))) = 0;
 

@@ -11,9 +11,9 @@ namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGTERM};
 constexpr int kN = sizeof kSignals / sizeof kSignals[0];
-struct sigaction g_old[kN];
-std::atomic<FatalSignalFn> g_fn{nullptr};
-std::atomic<bool> g_installed{false};
+constinit struct sigaction g_old[kN];
+constinit std::atomic<FatalSignalFn> g_fn{nullptr};
+constinit std::atomic<bool> g_installed{false};
 
 int index_of(int sig) {
   for (int i = 0; i < kN; ++i)

@@ -28,11 +28,15 @@ struct Chunk {
 
 // Raw pthread objects: they are re-initialised in the fork child (a condvar copied while
 // the parent's writer waited on it carries phantom waiters; glibc may block on them).
+// Everything here is constant-initialised (constinit): runtime.cpp's constructor may call
+// recorder_start() before this file's dynamic initialisers would have run.
 struct Sink {
-  pthread_mutex_t buf_mu;  // chunk lists, state transitions, records counter
-  pthread_mutex_t io_mu;   // serialises write(2)s so batches reach the file in order
-  pthread_cond_t work_cv;  // writer: a chunk filled / exit requested
-  pthread_cond_t space_cv; // producers: chunks were returned
+  // Adaptive mutexes spin briefly before sleeping; the critical sections are a memcpy long.
+  pthread_mutex_t buf_mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;  // lists, state, records
+  pthread_mutex_t io_mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;   // orders write(2) batches
+  // Re-initialised on CLOCK_MONOTONIC by the first sink_open (init_conds).
+  pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;   // writer: a chunk filled / exit
+  pthread_cond_t space_cv = PTHREAD_COND_INITIALIZER;  // producers: chunks were returned
   Chunk* cur = nullptr;
   Chunk* full_head = nullptr;
   Chunk* full_tail = nullptr;
@@ -46,22 +50,16 @@ struct Sink {
   std::uint64_t records = 0, producer_waits = 0;  // under buf_mu
 };
 
-Sink g;
-std::atomic<int> g_state{static_cast<int>(SinkState::off)};
-std::atomic<std::uint64_t> g_bytes{0}, g_dropped{0}, g_writes{0};
-std::atomic<bool> g_warned{false};
+constinit Sink g;
+constinit std::atomic<int> g_state{static_cast<int>(SinkState::off)};
+constinit std::atomic<std::uint64_t> g_bytes{0}, g_dropped{0}, g_writes{0};
+constinit std::atomic<bool> g_warned{false};
+constinit pthread_once_t g_cond_once = PTHREAD_ONCE_INIT;
 // Which sink locks this thread holds: the signal handler must not wait for itself.
 thread_local bool t_holds_buf __attribute__((tls_model("initial-exec"))) = false;
 thread_local bool t_holds_io __attribute__((tls_model("initial-exec"))) = false;
 
-void init_sync() noexcept {
-  pthread_mutexattr_t ma;
-  pthread_mutexattr_init(&ma);
-  // Adaptive: spins briefly before sleeping; the critical sections are a memcpy long.
-  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-  pthread_mutex_init(&g.buf_mu, &ma);
-  pthread_mutex_init(&g.io_mu, &ma);
-  pthread_mutexattr_destroy(&ma);
+void init_conds() noexcept {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -69,9 +67,15 @@ void init_sync() noexcept {
   pthread_cond_init(&g.space_cv, &ca);
   pthread_condattr_destroy(&ca);
 }
-struct SyncInit {
-  SyncInit() { init_sync(); }
-} g_sync_init;
+void init_sync() noexcept {  // fork child: nothing else runs, fresh objects are safe
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&g.buf_mu, &ma);
+  pthread_mutex_init(&g.io_mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+  init_conds();
+}
 
 void lock_buf() noexcept { pthread_mutex_lock(&g.buf_mu), t_holds_buf = true; }
 void unlock_buf() noexcept { t_holds_buf = false, pthread_mutex_unlock(&g.buf_mu); }
@@ -249,6 +253,7 @@ void sink_set_state(SinkState s) noexcept { set_state(s); }
 
 void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t max_bytes,
                std::size_t header_bytes) noexcept {
+  pthread_once(&g_cond_once, init_conds);  // before any thread can wait on them
   lock_io();
   lock_buf();
   release_locked(take_all_locked());

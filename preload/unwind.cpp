@@ -35,16 +35,16 @@ struct Arena {  // storage for interned ip arrays; reused (not freed) across res
   unsigned char data[kArenaBytes];
 };
 
-Slot* g_table = nullptr;
-std::size_t g_fill = 0;
-std::uint32_t g_next_id = 1;
-Arena* g_arena_head = nullptr;  // first arena; g_arena is the one being filled
-Arena* g_arena = nullptr;
-pthread_mutex_t g_intern_mu = PTHREAD_MUTEX_INITIALIZER;
-std::atomic<std::uint64_t> g_count{0};
-std::atomic<bool> g_enabled{true};
-std::atomic<int> g_depth{64};
-pthread_once_t g_once = PTHREAD_ONCE_INIT;
+constinit Slot* g_table = nullptr;
+constinit std::size_t g_fill = 0;
+constinit std::uint32_t g_next_id = 1;
+constinit Arena* g_arena_head = nullptr;  // first arena; g_arena is the one being filled
+constinit Arena* g_arena = nullptr;
+constinit pthread_mutex_t g_intern_mu = PTHREAD_MUTEX_INITIALIZER;
+constinit std::atomic<std::uint64_t> g_count{0};
+constinit std::atomic<bool> g_enabled{true};
+constinit std::atomic<int> g_depth{64};
+constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 void init_once() {
   // Per-thread caches: no global lock inside libunwind on the hot path.
