@@ -281,7 +281,8 @@ TEST(Recorder, StackStartsAtTheCallerAndIsInternedOnce) {
   use_dir(dir);
   ASSERT_TRUE(d::recorder_start());
   std::uint32_t ids[2];
-  for (volatile int k = 0; k < 2; k = k + 1) ids[k] = capture_here();  // one call site, no unrolling
+  volatile int reps = 2;  // unknown trip count: one call site, not unrolled into two
+  for (int k = 0; k < reps; ++k) ids[k] = capture_here();
   std::uint32_t a1 = ids[0], a2 = ids[1];
   std::uint32_t b = outer_of_skip1();
   ASSERT_NE(a1, 0u);
