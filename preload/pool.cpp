@@ -29,6 +29,7 @@ namespace {
 using pool_impl::ArenaAlloc;
 using pool_impl::NodeArena;
 using pool_impl::PtrMap;
+using Lock = std::lock_guard<pool_impl::SpinFutexMutex>;
 
 constexpr int kOomRetryReason = 2;  // format::EmptyCacheReason::oom_retry
 constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock reads
@@ -86,7 +87,7 @@ struct Pool::Impl {
   PoolConfig cfg;
   PoolObserver noop;
   PoolObserver* obs;
-  mutable std::mutex mu;
+  mutable pool_impl::SpinFutexMutex mu;
   NodeArena arena;  // before the sets: it must outlive their nodes
   FreeSet free_sets[2] = {FreeSet(ArenaAlloc<Block*>(&arena)), FreeSet(ArenaAlloc<Block*>(&arena))};
   PtrMap<Block> live;
@@ -315,7 +316,7 @@ Pool::Pool(Upstream& upstream, PoolConfig cfg, PoolObserver* observer) noexcept
 Pool::~Pool() {
   Impl& m = *impl_;
   {
-    std::lock_guard<std::mutex> g(m.mu);
+    Lock g(m.mu);
     m.wait_all();  // GPU work may still touch pending blocks
     for (auto& [base, sg] : m.segments) {
       m.up.deallocate(reinterpret_cast<void*>(base), sg->size);
@@ -346,7 +347,7 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out) noexcept {
   std::size_t s = 0;
   bool ok = round_up(requested ? requested : 1, m.cfg.round, &s);
   bool small = s <= m.cfg.small_max;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   Block* b = nullptr;
   if (ok && m.live.reserve_one()) {
     if (m.batch_head) m.reclaim_done();
@@ -372,7 +373,7 @@ bool Pool::deallocate(void* ptr, std::size_t* size_out) noexcept {
 bool Pool::contains(const void* ptr) const noexcept {
   Impl& m = *impl_;
   auto a = reinterpret_cast<std::uintptr_t>(ptr);
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   auto it = m.segments.upper_bound(a);
   if (it == m.segments.begin()) return false;
   Segment* sg = std::prev(it)->second;
@@ -381,7 +382,7 @@ bool Pool::contains(const void* ptr) const noexcept {
 
 bool Pool::deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg) noexcept {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   Block* b = m.live.erase(reinterpret_cast<std::uintptr_t>(ptr));
   if (!b) return false;
   if (hook) {
@@ -419,7 +420,7 @@ bool Pool::deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg
 bool Pool::find(const void* ptr, PoolBlock* out) const noexcept {
   Impl& m = *impl_;
   auto a = reinterpret_cast<std::uintptr_t>(ptr);
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   if (Block* b = m.live.find(a)) return m.fill(b, out), true;
   auto it = m.segments.upper_bound(a);
   if (it == m.segments.begin()) return false;
@@ -437,7 +438,7 @@ bool Pool::find(const void* ptr, PoolBlock* out) const noexcept {
 
 std::size_t Pool::empty_cache(int reason) noexcept {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   m.wait_all();
   std::size_t rel = m.release_free_segments();
   m.obs->on_empty_cache(rel, reason);
@@ -446,7 +447,7 @@ std::size_t Pool::empty_cache(int reason) noexcept {
 
 PoolStats Pool::stats() const noexcept {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   PoolStats st;
   st.reserved = m.reserved;
   st.allocated = m.allocated;
@@ -463,13 +464,13 @@ PoolStats Pool::stats() const noexcept {
 
 std::size_t Pool::cached_unused() const noexcept {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   return m.reserved - m.allocated;
 }
 
 bool Pool::check_consistency() const noexcept {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> g(m.mu);
+  Lock g(m.mu);
   std::size_t reserved = 0, allocated = 0, pending = 0, live = 0, nfree[2] = {0, 0};
   for (auto& [base, sg] : m.segments) {
     if (base != sg->base || !sg->first || sg->first->prev || sg->first->addr != base) return false;

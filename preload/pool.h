@@ -93,6 +93,14 @@ class Pool {
   PoolStatus allocate(std::size_t requested, PoolBlock* out) noexcept;
   // false when ptr is not the start of a live block of this pool (caller passes it on).
   bool deallocate(void* ptr, std::size_t* size_out = nullptr) noexcept;
+  // Same, calling hook(arg, block) under the pool lock once the block is validated and
+  // before it can be handed out again: the preload records the free there, so the trace
+  // never shows the address reused before it was freed.
+  using FreeHook = void (*)(void* arg, const PoolBlock& block) noexcept;
+  bool deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg) noexcept;
+  // True when ptr lies inside one of this pool's segments (live block or not): such a
+  // pointer must never reach the real free.
+  bool contains(const void* ptr) const noexcept;
   // Block containing ptr (start or interior) that is live; false otherwise.
   bool find(const void* ptr, PoolBlock* out) const noexcept;
   // Waits for all fences, returns every fully free segment upstream; returns bytes released.

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,7 +93,7 @@ int main() {
   EXPECT(pitch >= 100);
   CHECK(cudaFree(pitched));
   cudaPitchedPtr pp{};
-  CHECK(cudaMalloc3D(&pp, make_cudaExtent(100, 10, 2)));
+  CHECK(cudaMalloc3D(&pp, cudaExtent{100, 10, 2}));
   CHECK(cudaFree(pp.ptr));
 
   // Driver functions handed out by the runtime: our wrappers, recorded like direct calls.

@@ -34,7 +34,7 @@ bool small_scale() {
   return s && std::strcmp(s, "small") == 0;
 }
 
-struct Run {
+struct ProgRun {
   int status = -1;  // exit code, or 128+signal
   std::string dir;  // where traces went
   std::vector<std::string> traces;
@@ -60,9 +60,9 @@ std::vector<std::string> traces_in(const std::string& dir) {
 // Starts PROG with the preload (unless preload=false); on_start(pid, stdout_fd) may
 // interact with it (e.g. kill it). Returns exit status and traces.
 template <class OnStart>
-Run run_with(const std::string& prog, std::vector<std::string> args, std::vector<std::string> env,
+ProgRun run_with(const std::string& prog, std::vector<std::string> args, std::vector<std::string> env,
              bool preload, OnStart on_start) {
-  Run r;
+  ProgRun r;
   r.dir = make_dir();
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
@@ -70,11 +70,11 @@ Run run_with(const std::string& prog, std::vector<std::string> args, std::vector
         std::strncmp(*e, "GPUHEAP_", 8))
       envs.push_back(*e);
   }
+  for (auto& e : env) envs.push_back(e);  // first: getenv() returns the first match
   envs.push_back("LD_LIBRARY_PATH=" + kBuild + "/simcuda");
   if (preload) envs.push_back("LD_PRELOAD=" + kBuild + "/libgpuheap.so");
   envs.push_back("GPUHEAP_OUTPUT=" + r.dir + "/t.%p.trace");
   envs.push_back("GPUHEAP_QUIET=1");
-  for (auto& e : env) envs.push_back(e);
   std::vector<char*> envp, argv;
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -105,7 +105,7 @@ Run run_with(const std::string& prog, std::vector<std::string> args, std::vector
   return r;
 }
 
-Run run(const std::string& prog, std::vector<std::string> args = {}, std::vector<std::string> env = {},
+ProgRun run(const std::string& prog, std::vector<std::string> args = {}, std::vector<std::string> env = {},
         bool preload = true) {
   return run_with(prog, std::move(args), std::move(env), preload, [](pid_t, int) {});
 }
@@ -134,7 +134,7 @@ TEST(Preload, ProgramsBehaveTheSameWithoutIt) {
 
 TEST(Preload, RuntimeApiBySymbol) {
   // Cached after the frees: the 2 MiB small segment (1000 B block) and the 20 MiB large one.
-  Run r = run("prog_api", {}, {"PROG_API_EXPECT_CACHED=" + std::to_string(22u << 20)});
+  ProgRun r = run("prog_api", {}, {"PROG_API_EXPECT_CACHED=" + std::to_string(22u << 20)});
   ASSERT_EQ(r.status, 0) << r.out;
   ASSERT_EQ(r.traces.size(), 1u);
   TraceFile t = load_trace(r.traces[0]);
@@ -170,7 +170,7 @@ TEST(Preload, RuntimeApiBySymbol) {
 }
 
 TEST(Preload, PoolOffPassesEverythingThrough) {
-  Run r = run("prog_api", {}, {"GPUHEAP_POOL=0"});
+  ProgRun r = run("prog_api", {}, {"GPUHEAP_POOL=0"});
   ASSERT_EQ(r.status, 0) << r.out;
   TraceFile t = load_trace(r.traces.at(0));
   expect_well_formed(t);
@@ -182,7 +182,7 @@ TEST(Preload, PoolOffPassesEverythingThrough) {
 }
 
 TEST(Preload, DriverApiThroughDlsymAndGetProcAddress) {
-  Run r = run("prog_driver");
+  ProgRun r = run("prog_driver");
   ASSERT_EQ(r.status, 0) << r.out;
   TraceFile t = load_trace(r.traces.at(0));
   expect_well_formed(t);
@@ -207,7 +207,7 @@ TEST(Preload, DriverApiThroughDlsymAndGetProcAddress) {
 
 TEST(Preload, SixteenThreadsExactEventCounts) {
   const long iters = small_scale() ? 10000 : 100000;
-  Run r = run("prog_threads", {"16", std::to_string(iters)});
+  ProgRun r = run("prog_threads", {"16", std::to_string(iters)});
   ASSERT_EQ(r.status, 0) << r.out;
   TraceFile t = load_trace(r.traces.at(0));
   expect_well_formed(t);
@@ -238,7 +238,7 @@ TEST(Preload, NoEarlyReuseAndTheTestCanTell) {
 }
 
 TEST(Preload, ExitWithLiveAllocations) {
-  Run r = run("prog_lifecycle", {"live"});
+  ProgRun r = run("prog_lifecycle", {"live"});
   ASSERT_EQ(r.status, 0);
   TraceFile t = load_trace(r.traces.at(0));
   expect_well_formed(t);
@@ -248,7 +248,7 @@ TEST(Preload, ExitWithLiveAllocations) {
 }
 
 TEST(Preload, ForkedChildNeverWritesIntoParentsTrace) {
-  Run r = run("prog_lifecycle", {"fork"});
+  ProgRun r = run("prog_lifecycle", {"fork"});
   ASSERT_EQ(r.status, 0);
   ASSERT_GE(r.traces.size(), 1u);
   std::uint32_t parent_pid = 0;
@@ -270,7 +270,7 @@ TEST(Preload, ForkedChildNeverWritesIntoParentsTrace) {
 }
 
 TEST(Preload, SigkillLeavesAReadableTrace) {
-  Run r = run_with("prog_lifecycle", {"busy"}, {}, true, [](pid_t pid, int fd) {
+  ProgRun r = run_with("prog_lifecycle", {"busy"}, {}, true, [](pid_t pid, int fd) {
     char c;
     std::string line;
     while (read(fd, &c, 1) == 1 && c != '\n') line += c;
@@ -287,10 +287,10 @@ TEST(Preload, SigkillLeavesAReadableTrace) {
 }
 
 TEST(Preload, OutputPatternAndDisable) {
-  Run r = run("prog_lifecycle", {"live"}, {});
+  ProgRun r = run("prog_lifecycle", {"live"}, {});
   ASSERT_EQ(r.traces.size(), 1u);
   std::string dir = make_dir();
-  Run named = run("prog_lifecycle", {"live"}, {"GPUHEAP_OUTPUT=" + dir + "/%n-%p.trace"});
+  ProgRun named = run("prog_lifecycle", {"live"}, {"GPUHEAP_OUTPUT=" + dir + "/%n-%p.trace"});
   auto files = traces_in(dir);
   ASSERT_EQ(files.size(), 1u);
   EXPECT_NE(files[0].find("prog_lifecycle-"), std::string::npos);
