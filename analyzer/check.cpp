@@ -1,0 +1,163 @@
+#include "analyzer/check.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "analyzer/error.h"
+#include "analyzer/report.h"
+#include "analyzer/units.h"
+
+namespace gpuheap {
+
+namespace {
+
+std::string bytes_both(std::int64_t v) {
+  return fmt::format("{} ({} B)", human_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v)), v);
+}
+
+// The site most responsible for the peak of `device`: the top peak consumer in the process
+// with the largest peak on it.
+std::string top_site(const Analysis& a, int device, bool all_frames) {
+  const Model* best = nullptr;
+  const DeviceState* bd = nullptr;
+  for (const auto& t : a.traces)
+    for (const auto& d : t->devices)
+      if (d.device == device && (!bd || d.peak_held > bd->peak_held)) best = t.get(), bd = &d;
+  if (!bd || bd->peak_consumers.empty()) return "no live allocation recorded";
+  StackResolver res(*best, all_frames);
+  std::vector<SiteRow> rows;
+  for (const auto& s : bd->peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
+  auto merged = merge_sites(rows, res);
+  const auto& fr = res.frames(merged[0].stack);
+  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
+                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+}
+
+std::string top_leak(const Analysis& a, bool all_frames) {
+  const Model* best = nullptr;
+  for (const auto& t : a.traces)
+    if (!t->leaks.empty() && (!best || t->leaks[0].bytes > best->leaks[0].bytes)) best = t.get();
+  if (!best) return "no leak";
+  StackResolver res(*best, all_frames);
+  std::vector<SiteRow> rows;
+  for (const auto& l : best->leaks) rows.push_back({l.stack, l.bytes, l.count});
+  auto merged = merge_sites(rows, res);
+  const auto& fr = res.frames(merged[0].stack);
+  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
+                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+}
+
+}  // namespace
+
+CheckMeasures measure(const Analysis& a) {
+  CheckMeasures m;
+  auto take = [](std::int64_t v, int dev, std::int64_t& best, int& best_dev) {
+    if (v > best) best = v, best_dev = dev;
+  };
+  if (a.traces.size() > 1) {
+    for (const auto& md : a.merged) {
+      take(md.requested.peak, md.device, m.requested, m.requested_dev);
+      take(md.allocated.peak, md.device, m.allocated, m.allocated_dev);
+      take(md.reserved.peak, md.device, m.reserved, m.reserved_dev);
+    }
+  } else {
+    for (const auto& d : a.traces[0]->devices) {
+      take(d.stat[kRequestedBytes][0].peak, d.device, m.requested, m.requested_dev);
+      take(d.stat[kAllocatedBytes][0].peak, d.device, m.allocated, m.allocated_dev);
+      take(d.stat[kReservedBytes][0].peak, d.device, m.reserved, m.reserved_dev);
+    }
+  }
+  for (const auto& t : a.traces) m.leaked += static_cast<std::int64_t>(t->leaked_bytes);
+  return m;
+}
+
+CheckMeasures measure_baseline(const nlohmann::json& doc) {
+  if (!doc.is_object() || doc.value("schema", "") != "gpuheap.summary/1")
+    throw InputError("baseline is not a gpuheap summary --json document (schema gpuheap.summary/1)");
+  CheckMeasures m;
+  const nlohmann::json* devs = nullptr;
+  const nlohmann::json* leaked = nullptr;
+  if (doc.contains("merged")) {
+    devs = &doc["merged"]["devices"];
+    leaked = &doc["merged"]["leaked_bytes"];
+  } else {
+    devs = &doc["devices"];
+    leaked = doc.contains("leaked_bytes") ? &doc["leaked_bytes"] : nullptr;
+  }
+  try {
+    if (!devs->is_array()) throw InputError("baseline: 'devices' is not an array");
+    for (const auto& d : *devs) {
+      int dev = d.at("device").get<int>();
+      auto pk = [&](const char* k) { return d.at(k).at("peak").get<std::int64_t>(); };
+      if (pk("requested_bytes") > m.requested) m.requested = pk("requested_bytes"), m.requested_dev = dev;
+      if (pk("allocated_bytes") > m.allocated) m.allocated = pk("allocated_bytes"), m.allocated_dev = dev;
+      if (pk("reserved_bytes") > m.reserved) m.reserved = pk("reserved_bytes"), m.reserved_dev = dev;
+    }
+    if (leaked) m.leaked = leaked->get<std::int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("baseline: malformed summary document: {}", e.what()));
+  }
+  return m;
+}
+
+CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
+  CheckResult r;
+  auto cur = measure(a);
+  struct Item {
+    const char* name;
+    const char* flag;
+    std::int64_t value;
+    int dev;
+    std::optional<std::uint64_t> limit;
+    bool leaked;
+  };
+  Item items[] = {
+      {"peak requested bytes", "--max-requested", cur.requested, cur.requested_dev, opt.max_requested, false},
+      {"peak allocated bytes", "--max-allocated", cur.allocated, cur.allocated_dev, opt.max_allocated, false},
+      {"peak reserved bytes", "--max-reserved", cur.reserved, cur.reserved_dev, opt.max_reserved, false},
+      {"leaked bytes", "--max-leaked", cur.leaked, 0, opt.max_leaked, true},
+  };
+  auto site = [&](const Item& it) { return it.leaked ? top_leak(a, opt.all_frames) : top_site(a, it.dev, opt.all_frames); };
+  auto where = [](const Item& it) { return it.leaked ? std::string() : fmt::format(" on device {}", it.dev); };
+  for (const auto& it : items) {
+    if (!it.limit) continue;
+    if (it.value > static_cast<std::int64_t>(*it.limit)) {
+      r.violations.push_back(fmt::format("{} {}{} exceeds {} {}; top site: {}", it.name, bytes_both(it.value),
+                                         where(it), it.flag, bytes_both(static_cast<std::int64_t>(*it.limit)),
+                                         site(it)));
+    } else {
+      r.passed.push_back(fmt::format("{} {}{} within {} {}", it.name, bytes_both(it.value), where(it), it.flag,
+                                     bytes_both(static_cast<std::int64_t>(*it.limit))));
+    }
+  }
+  if (!opt.baseline.empty()) {
+    std::ifstream in(opt.baseline);
+    if (!in) throw InputError(fmt::format("{}: cannot open baseline", opt.baseline));
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: baseline is not valid JSON: {}", opt.baseline, e.what()));
+    }
+    auto base = measure_baseline(doc);
+    std::int64_t bvals[] = {base.requested, base.allocated, base.reserved, base.leaked};
+    for (int i = 0; i < 4; ++i) {
+      const auto& it = items[i];
+      double allowed = static_cast<double>(bvals[i]) * (1.0 + opt.tolerance_pct / 100.0);
+      if (static_cast<double>(it.value) > allowed) {
+        r.violations.push_back(fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); top site: {}",
+                                           it.name, bytes_both(it.value), where(it), bytes_both(bvals[i]),
+                                           opt.tolerance_pct,
+                                           bvals[i] ? 100.0 * (static_cast<double>(it.value) / static_cast<double>(bvals[i]) - 1) : 100.0,
+                                           site(it)));
+      } else {
+        r.passed.push_back(fmt::format("{} {} within {}% of baseline {}", it.name, bytes_both(it.value),
+                                       opt.tolerance_pct, bytes_both(bvals[i])));
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace gpuheap

@@ -1,0 +1,39 @@
+// `gpuheap check`: limits and baseline comparison for CI.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/analysis.h"
+
+namespace gpuheap {
+
+struct CheckOptions {
+  std::optional<std::uint64_t> max_requested, max_allocated, max_reserved, max_leaked;
+  std::string baseline;          // a `summary --json` document of an earlier run
+  double tolerance_pct = 5.0;    // allowed growth over the baseline
+  bool all_frames = false;
+};
+
+// The four measured quantities, as `check` and baselines see them: the largest per-device
+// peak (merged across processes for several traces), and leaked bytes summed.
+struct CheckMeasures {
+  std::int64_t requested = 0, allocated = 0, reserved = 0, leaked = 0;
+  int requested_dev = 0, allocated_dev = 0, reserved_dev = 0;
+};
+CheckMeasures measure(const Analysis& a);
+// From a summary --json document (single- or multi-trace). Throws InputError when the
+// document is not one.
+CheckMeasures measure_baseline(const nlohmann::json& doc);
+
+struct CheckResult {
+  std::vector<std::string> violations;  // one line each
+  std::vector<std::string> passed;      // one line per limit that held
+};
+CheckResult run_check(const Analysis& a, const CheckOptions& opt);
+
+}  // namespace gpuheap

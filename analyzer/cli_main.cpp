@@ -1,0 +1,149 @@
+// gpuheap CLI: run, dump, summary, check, diff. Exit 2 on bad input or usage.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "analyzer/analysis.h"
+#include "analyzer/check.h"
+#include "analyzer/commands.h"
+#include "analyzer/error.h"
+#include "analyzer/report.h"
+#include "analyzer/units.h"
+
+using namespace gpuheap;
+
+namespace {
+
+std::optional<std::uint64_t> size_opt(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return parse_size(s);
+}
+
+int real_main(int argc, char** argv) {
+  CLI::App app{"gpuheap: GPU memory profiler (trace with `run`, analyze with summary/check/diff)"};
+  app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
+  app.require_subcommand(1);
+
+  RunOptions run_opt;
+  std::string framework_pools = "off";
+  auto* run = app.add_subcommand("run", "Run a command with gpuheap preloaded");
+  run->add_option("-o,--output", run_opt.output, "Trace path pattern (GPUHEAP_OUTPUT)");
+  run->add_flag("--no-stacks", run_opt.no_stacks, "Do not record call stacks (GPUHEAP_STACKS=0)");
+  run->add_flag("--no-pool", run_opt.no_pool, "Pass allocations through to the driver (GPUHEAP_POOL=0)");
+  run->add_flag("--simulate", run_opt.simulate, "Use the simulated CUDA runtime next to gpuheap (simcuda/)");
+  run->add_option("--framework-pools", framework_pools, "off (default): disable framework caches; keep")
+      ->check(CLI::IsMember({"off", "keep"}));
+  run->add_option("--limit", run_opt.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
+  run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
+
+  std::string dump_path;
+  auto* dump = app.add_subcommand("dump", "Print every record of a trace as text");
+  dump->add_option("trace", dump_path)->required();
+
+  std::vector<std::string> traces;
+  bool json = false;
+  SummaryOptions sopt;
+  int top = 10;
+  auto* summary = app.add_subcommand("summary", "Memory summary of one or more traces");
+  summary->add_flag("--json", json, "One JSON document (schema gpuheap.summary/1)");
+  summary->add_option("--device", sopt.device, "Only this device");
+  summary->add_option("--top", top, "Entries per list (default 10)")->check(CLI::PositiveNumber);
+  summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
+  summary->add_option("traces", traces, "TRACE...")->required();
+
+  CheckOptions copt;
+  std::string max_req, max_alloc, max_res, max_leak;
+  auto* check = app.add_subcommand("check", "Fail (exit 1) when memory limits are exceeded");
+  check->add_option("traces", traces, "TRACE...")->required();
+  check->add_option("--max-requested", max_req, "Limit on peak requested bytes (SIZE)");
+  check->add_option("--max-allocated", max_alloc, "Limit on peak allocated bytes (SIZE)");
+  check->add_option("--max-reserved", max_res, "Limit on peak reserved bytes (SIZE)");
+  check->add_option("--max-leaked", max_leak, "Limit on bytes live at the end (SIZE)");
+  check->add_option("--baseline", copt.baseline, "summary --json of an earlier run");
+  check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
+      ->check(CLI::NonNegativeNumber);
+  check->add_flag("--all-frames", copt.all_frames, "Keep gpuheap/CUDA-internal frames in site names");
+
+  std::string diff_a, diff_b;
+  bool diff_all = false;
+  int diff_top = 20;
+  auto* diff = app.add_subcommand("diff", "Per-site differences between two traces");
+  diff->add_option("A", diff_a)->required();
+  diff->add_option("B", diff_b)->required();
+  diff->add_option("--top", diff_top, "Rows shown (default 20)")->check(CLI::PositiveNumber);
+  diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  if (*run) {
+    run_opt.keep_framework_pools = framework_pools == "keep";
+    return run_traced(run_opt);
+  }
+  if (*dump) return dump_trace(dump_path, stdout);
+  if (*summary) {
+    sopt.top = static_cast<std::size_t>(top);
+    auto a = analyze(traces);
+    if (json) {
+      std::cout << summary_json(a, sopt).dump(1) << "\n";
+    } else {
+      std::cout << summary_text(a, sopt);
+    }
+    return 0;
+  }
+  if (*check) {
+    copt.max_requested = size_opt(max_req);
+    copt.max_allocated = size_opt(max_alloc);
+    copt.max_reserved = size_opt(max_res);
+    copt.max_leaked = size_opt(max_leak);
+    if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && copt.baseline.empty())
+      throw UsageError("check: give at least one --max-* limit or --baseline");
+    auto a = analyze(traces);
+    auto r = run_check(a, copt);
+    for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());
+    for (const auto& v : r.violations) std::printf("gpuheap check: FAIL: %s\n", v.c_str());
+    return r.violations.empty() ? 0 : 1;
+  }
+  if (*diff) {
+    AnalyzeOptions aopt;
+    auto a = analyze({diff_a}, aopt);
+    auto b = analyze({diff_b}, aopt);
+    auto rows = diff_sites(*a.traces[0], *b.traces[0], diff_all);
+    std::cout << diff_text(rows, static_cast<std::size_t>(diff_top), *a.traces[0], *b.traces[0]);
+    return 0;
+  }
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_st("gpuheap");
+  logger->set_pattern("gpuheap: %^%l%$: %v");
+  spdlog::set_default_logger(logger);
+  try {
+    return real_main(argc, argv);
+  } catch (const InputError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return 2;
+  }
+}

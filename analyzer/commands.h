@@ -1,0 +1,29 @@
+// Subcommands that are more than a report: dump and run.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gpuheap {
+
+// Writes every record of the trace as one text line to `out`; returns the exit status.
+// Throws InputError for unreadable / invalid input.
+int dump_trace(const std::string& path, std::FILE* out);
+
+struct RunOptions {
+  std::string output;           // GPUHEAP_OUTPUT pattern ("" = preload's default)
+  bool no_stacks = false, no_pool = false, simulate = false;
+  bool keep_framework_pools = false;
+  std::string limit;            // GPUHEAP_LIMIT ("" = none)
+  std::vector<std::string> command;
+};
+// Runs the command under the preload; returns its exit status (128+signal when killed).
+int run_traced(const RunOptions& opt);
+
+// Directory of the running gpuheap binary (/proc/self/exe).
+std::string self_dir();
+// libgpuheap.so next to the binary, or in ../lib; "" when neither exists.
+std::string find_preload_library();
+
+}  // namespace gpuheap

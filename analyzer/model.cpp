@@ -1,0 +1,546 @@
+#include "analyzer/model.h"
+
+#include <algorithm>
+
+namespace gpuheap {
+
+using format::AllocKind;
+
+namespace {
+
+bool held_kind(AllocKind k) {
+  switch (k) {
+    case AllocKind::device_pooled:
+    case AllocKind::device_passthrough:
+    case AllocKind::pitch:
+    case AllocKind::async:
+    case AllocKind::managed:
+    case AllocKind::vmm_physical: return true;
+    default: return false;
+  }
+}
+// Kinds that the torch-style table accounts (pass-through counts as reserved = allocated).
+bool table_kind(AllocKind k) {
+  return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
+}
+// Leaked bytes count memory, not address space or mappings of already counted memory.
+bool leak_counted(AllocKind k) { return k != AllocKind::va_reserve && k != AllocKind::vmm_map; }
+
+void sort_sites(std::vector<SiteBytes>& v) {
+  std::sort(v.begin(), v.end(), [](const SiteBytes& a, const SiteBytes& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
+  });
+}
+
+}  // namespace
+
+Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_(timeline_buckets) {
+  info.path = std::move(path);
+  sites.resize(1);
+}
+
+std::uint16_t Model::dev_index(int device) {
+  for (std::size_t i = 0; i < dev_ids_.size(); ++i)
+    if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
+  dev_ids_.push_back(device);
+  devices.emplace_back();
+  devices.back().device = device;
+  devices.back().timeline = Timeline(timeline_buckets_);
+  return static_cast<std::uint16_t>(devices.size() - 1);
+}
+
+DeviceState& Model::dev(int device) { return devices[dev_index(device)]; }
+
+Model::Totals Model::totals(int device) const {
+  for (std::size_t i = 0; i < dev_ids_.size(); ++i) {
+    if (dev_ids_[i] != device) continue;
+    const auto& s = devices[i].stat;
+    return {s[kRequestedBytes][0].current, s[kAllocatedBytes][0].current, s[kReservedBytes][0].current};
+  }
+  return {};
+}
+
+Site& Model::site(std::uint32_t stack) {
+  if (stack >= sites.size()) {
+    // Stack ids are dense from 1; a wild id (corrupt writer) must not allocate gigabytes.
+    if (stack > (1u << 26)) return sites[0];
+    sites.resize(std::max<std::size_t>(stack + 1, sites.size() * 2));
+  }
+  return sites[stack];
+}
+
+std::uint64_t Model::key(std::uint64_t ptr, AllocKind k) {
+  // vmm handles, vmm mappings and VA reservations live in their own key spaces: cuMemMap's
+  // address is inside a cuMemAddressReserve range and may equal its start.
+  std::uint64_t space = 0;
+  if (k == AllocKind::vmm_physical) space = 1;
+  else if (k == AllocKind::vmm_map) space = 2;
+  else if (k == AllocKind::va_reserve) space = 3;
+  return ptr ^ (space << 58);
+}
+
+void Model::touch_ts(std::uint64_t ts) {
+  if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
+  if (ts > info.last_ts) info.last_ts = ts;
+}
+
+void Model::pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
+  d.stat[m][kAllPools].add(delta);
+  d.stat[m][pool].add(delta);
+}
+
+void Model::sample(DeviceState& d, std::uint64_t ts) {
+  d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
+                    d.stat[kReservedBytes][0].current);
+}
+
+void Model::feed(const format::Record& r) {
+  using format::RecordType;
+  switch (r.type) {
+    case RecordType::process: {
+      const auto& p = r.process;
+      info.have_process = true;
+      info.pid = p.pid, info.ppid = p.ppid, info.wall_ns = p.wall_ns, info.mono_ns = p.mono_ns;
+      info.hostname = p.hostname, info.version = p.version, info.exe = p.exe;
+      info.command.clear();
+      std::string_view c = p.cmdline;
+      while (!c.empty()) {
+        auto z = c.find('\0');
+        info.command.emplace_back(c.substr(0, z));
+        if (z == std::string_view::npos) break;
+        c.remove_prefix(z + 1);
+      }
+      break;
+    }
+    case RecordType::device: {
+      auto& d = dev(r.device.device);
+      d.name = r.device.name;
+      d.total_memory = r.device.total_memory;
+      break;
+    }
+    case RecordType::module:
+      modules.push_back({r.module.base, r.module.lo, r.module.hi, std::string(r.module.path),
+                         std::string(r.module.build_id)});
+      break;
+    case RecordType::module_unload: touch_ts(r.module_unload.ts); break;
+    case RecordType::stack: {
+      auto& v = stacks[r.stack.id];
+      v.resize(r.stack.depth);
+      for (std::size_t i = 0; i < r.stack.depth; ++i) v[i] = r.stack.ip(i);
+      break;
+    }
+    case RecordType::alloc: ++info.events, on_alloc(r.alloc); break;
+    case RecordType::free: ++info.events, on_free(r.free); break;
+    case RecordType::free_completed: ++info.events, on_free_completed(r.free_completed); break;
+    case RecordType::segment_alloc: ++info.events, on_segment(r.segment, false); break;
+    case RecordType::segment_free: ++info.events, on_segment(r.segment, true); break;
+    case RecordType::oom: ++info.events, on_oom(r.oom); break;
+    case RecordType::retry: {
+      ++info.events;
+      touch_ts(r.retry.ts);
+      dev(r.retry.device).num_alloc_retries++;
+      break;
+    }
+    case RecordType::empty_cache: {
+      ++info.events;
+      touch_ts(r.empty_cache.ts);
+      auto& d = dev(r.empty_cache.device);
+      d.empty_cache_calls++;
+      d.empty_cache_released += r.empty_cache.released;
+      break;
+    }
+    case RecordType::thread: threads[r.thread.tid] = std::string(r.thread.name); break;
+    case RecordType::end:
+      info.end_ts = r.end.ts;
+      info.end_reason = r.end.reason;
+      touch_ts(r.end.ts);
+      break;
+  }
+}
+
+void Model::feed_batch(const format::Record* r, std::size_t n) {
+  using format::RecordType;
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (r[i].type) {
+      case RecordType::alloc: live_.prefetch(key(r[i].alloc.ptr, r[i].alloc.kind)); break;
+      case RecordType::free: live_.prefetch(key(r[i].free.ptr, r[i].free.kind)); break;
+      case RecordType::free_completed:
+        live_.prefetch(key(r[i].free_completed.ptr, AllocKind::device_pooled));
+        break;
+      default: break;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) feed(r[i]);
+}
+
+std::uint32_t Model::find_segment(std::uint64_t ptr) const {
+  auto it = std::upper_bound(seg_index_.begin(), seg_index_.end(), ptr,
+                             [](std::uint64_t p, const auto& e) { return p < e.first; });
+  if (it == seg_index_.begin()) return kNoSeg;
+  --it;
+  const auto& s = segs_[it->second];
+  return ptr - s.ptr < s.size ? it->second : kNoSeg;
+}
+
+// Recomputes a segment's share of the non-releasable stats: a segment with at least one
+// active block cannot be released, so all its free bytes (and free pieces) count.
+void Model::seg_update(Segment& s) {
+  std::int64_t nb = 0, nc = 0;
+  if (s.active_blocks > 0) {
+    nb = static_cast<std::int64_t>(s.size - s.active_bytes);
+    // Free pieces = gaps between active blocks: k blocks leave k+1 candidate gaps, minus
+    // every boundary where a block touches its neighbour or the segment edge.
+    nc = static_cast<std::int64_t>(s.active_blocks) + 1 - static_cast<std::int64_t>(s.touches);
+  }
+  auto& d = devices[s.dev];
+  int pool = s.small ? kSmallPool : kLargePool;
+  if (nb != s.contrib_bytes) pool_stats(d, pool, kInactiveSplitBytes, nb - s.contrib_bytes);
+  if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
+  s.contrib_bytes = nb, s.contrib_count = nc;
+}
+
+// sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
+void Model::seg_add_block(Live& e, int sign) {
+  if (e.seg == kNoSeg) return;
+  auto& s = segs_[e.seg];
+  std::uint64_t a = e.ptr, b = e.ptr + e.size;
+  auto& v = s.blocks;
+  auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(a, std::uint64_t{0}));
+  if (sign < 0) {
+    if (it == v.end() || it->first != a) return;  // not recorded as active here
+  }
+  // Neighbours: the block before `it` and the block at/after the inserted/removed one.
+  auto next = sign > 0 ? it : it + 1;
+  std::uint32_t t = 0;
+  if (a == s.ptr || (it != v.begin() && (it - 1)->first + (it - 1)->second == a)) ++t;
+  if (b == s.ptr + s.size || (next != v.end() && next->first == b)) ++t;
+  if (sign > 0) {
+    v.insert(it, {a, e.size});
+    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+  } else {
+    v.erase(it);
+    s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
+  }
+  seg_update(s);
+}
+
+void Model::on_alloc(const format::AllocRecord& a) {
+  touch_ts(a.ts);
+  auto di = dev_index(a.device);
+  auto& d = devices[di];
+  auto k = key(a.ptr, a.kind);
+  bool inserted = false;
+  Live* e = &live_.get(k, &inserted);
+  if (!inserted) {
+    // The address is still tracked: a pooled block whose free_completed was not recorded,
+    // or a lost free. Retire the old entry first so the stats stay consistent.
+    ++info.reused_live_ptrs;
+    release(k, *e, a.ts, true);
+    e = &live_.get(k);
+  }
+  std::uint64_t size = a.size ? a.size : a.requested;
+  *e = Live{a.ptr, size, a.requested, ++seq_, a.stack, a.tid, kNoSeg, di,
+            static_cast<std::uint8_t>(a.kind), a.flags, false};
+  auto& st = site(a.stack);
+  st.allocs++, st.alloc_bytes += size;
+  st.live_bytes += static_cast<std::int64_t>(size), st.live_count++;
+  if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
+  thread_last_.get(a.tid) = e->seq;
+
+  auto s = static_cast<std::int64_t>(size);
+  if (table_kind(a.kind)) {
+    int pool = (a.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+    pool_stats(d, pool, kRequestedBytes, static_cast<std::int64_t>(a.requested));
+    pool_stats(d, pool, kAllocatedBytes, s);
+    pool_stats(d, pool, kActiveBytes, s);
+    pool_stats(d, pool, kAllocations, 1);
+    pool_stats(d, pool, kActiveAllocs, 1);
+    requests.add(a.requested);
+    if (a.kind == AllocKind::device_pooled) {
+      if (a.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, 1);
+      e->seg = find_segment(a.ptr);
+      if (e->seg != kNoSeg && a.ptr + size > segs_[e->seg].ptr + segs_[e->seg].size) e->seg = kNoSeg;
+      if (size == 0) e->seg = kNoSeg;
+      seg_add_block(*e, +1);
+    } else {
+      pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
+    }
+    sample(d, a.ts);
+  } else {
+    auto& u = d.kinds[static_cast<int>(a.kind)];
+    u.used = true;
+    u.current += s, u.total += s, u.count++, u.total_count++;
+    u.peak = std::max(u.peak, u.current);
+    u.peak_count = std::max(u.peak_count, u.count);
+  }
+  if (held_kind(a.kind)) {
+    d.held += s;
+    if (d.held > d.peak_held) {
+      // New peak: everything live now is the peak set. Frees of allocations with
+      // seq <= peak_seq are accumulated per site from here on (epoch invalidates older ones).
+      d.peak_held = d.held, d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
+    }
+  }
+}
+
+// The program gave the allocation back (free record). Pooled blocks stay active until
+// free_completed (or until `completes`: the block is retired outright).
+void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) {
+  auto& d = devices[e.dev];
+  auto kind = static_cast<AllocKind>(e.kind);
+  if (!e.pending) {
+    auto s = static_cast<std::int64_t>(e.size);
+    auto& st = site(e.stack);
+    st.live_bytes -= s, st.live_count--;
+    if (auto* last = thread_last_.find(e.tid); last && *last == e.seq) {
+      st.temporaries++;
+      st.temporary_bytes += e.size;
+    }
+    if (held_kind(kind)) {
+      d.held -= s;
+      if (e.seq <= d.peak_seq) {
+        auto& acc = d.acc.get(e.stack);
+        if (acc.epoch != d.epoch) acc = {d.epoch, 0, 0};
+        acc.bytes += e.size, acc.count++;
+      }
+    }
+    if (table_kind(kind)) {
+      int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+      pool_stats(d, pool, kRequestedBytes, -static_cast<std::int64_t>(e.requested));
+      pool_stats(d, pool, kAllocatedBytes, -s);
+      pool_stats(d, pool, kAllocations, -1);
+      if (kind == AllocKind::device_pooled) {
+        if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
+        e.pending = true;
+      } else {
+        pool_stats(d, pool, kActiveBytes, -s);
+        pool_stats(d, pool, kActiveAllocs, -1);
+        pool_stats(d, pool, kReservedBytes, -s);
+      }
+      sample(d, ts);
+    } else {
+      auto& u = d.kinds[static_cast<int>(kind)];
+      u.current -= s, u.count--;
+    }
+  }
+  if (kind == AllocKind::device_pooled && !completes) return;
+  if (kind == AllocKind::device_pooled) {
+    complete(k, e);
+  } else {
+    live_.erase(k);
+  }
+}
+
+void Model::complete(std::uint64_t k, Live& e) {
+  auto& d = devices[e.dev];
+  int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+  auto s = static_cast<std::int64_t>(e.size);
+  pool_stats(d, pool, kActiveBytes, -s);
+  pool_stats(d, pool, kActiveAllocs, -1);
+  seg_add_block(e, -1);
+  live_.erase(k);
+}
+
+void Model::on_free(const format::FreeRecord& f) {
+  touch_ts(f.ts);
+  if (f.flags & format::kFlagFailed) return;  // the call failed: nothing was freed
+  auto k = key(f.ptr, f.kind);
+  Live* e = live_.find(k);
+  if (!e || e->pending) {
+    // Allocated before tracing started (or freed twice): count it, change nothing.
+    ++info.unmatched_frees;
+    return;
+  }
+  release(k, *e, f.ts, false);
+}
+
+void Model::on_free_completed(const format::FreeCompletedRecord& f) {
+  touch_ts(f.ts);
+  auto k = key(f.ptr, AllocKind::device_pooled);
+  Live* e = live_.find(k);
+  if (!e || !e->pending) {
+    ++info.unmatched_free_completed;
+    return;
+  }
+  complete(k, *e);
+}
+
+void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
+  touch_ts(r.ts);
+  auto di = dev_index(r.device);
+  auto& d = devices[di];
+  // Fragmentation "at peak reserved" is the layout at the last moment of the peak plateau:
+  // taken when reserved is about to drop after a new peak, or at the end. One O(live)
+  // snapshot per new peak level that is later left, instead of one per segment_alloc.
+  if (is_free && d.frag_pending) {
+    d.frag_peak_reserved = snapshot(di, r.ts);
+    d.frag_pending = false;
+  }
+  bool small = r.flags & format::kFlagSmallPool;
+  bool oversize = r.flags & format::kFlagOversize;
+  int pool = small ? kSmallPool : kLargePool;
+  auto s = static_cast<std::int64_t>(r.size);
+  if (!is_free) {
+    if (find_segment(r.ptr) != kNoSeg) return;  // duplicate: keep the first
+    std::uint32_t slot;
+    if (!free_segs_.empty()) {
+      slot = free_segs_.back();
+      free_segs_.pop_back();
+    } else {
+      slot = static_cast<std::uint32_t>(segs_.size());
+      segs_.emplace_back();
+    }
+    segs_[slot] = Segment{r.ptr, r.size, 0, 0, 0, 0, 0, di, small, oversize, true, {}};
+    auto it = std::lower_bound(seg_index_.begin(), seg_index_.end(), std::make_pair(r.ptr, 0u));
+    seg_index_.insert(it, {r.ptr, slot});
+    pool_stats(d, pool, kReservedBytes, s);
+    pool_stats(d, pool, kSegments, 1);
+    if (oversize) pool_stats(d, pool, kOversizeSegments, 1);
+    if (d.stat[kReservedBytes][0].current >= d.stat[kReservedBytes][0].peak) d.frag_pending = true;
+  } else {
+    auto slot = find_segment(r.ptr);
+    if (slot == kNoSeg || segs_[slot].ptr != r.ptr) return;  // segment from before tracing
+    auto& sg = segs_[slot];
+    if (sg.active_blocks > 0) {
+      // Blocks still active in a released segment: the writer lost their frees. Detach them.
+      live_.for_each([&](std::uint64_t, const Live& e) {
+        if (e.seg == slot) const_cast<Live&>(e).seg = kNoSeg;
+      });
+      sg.active_blocks = 0, sg.active_bytes = 0, sg.touches = 0;
+      sg.blocks.clear();
+    }
+    sg.active_blocks = 0;
+    seg_update(sg);
+    pool = sg.small ? kSmallPool : kLargePool;
+    pool_stats(d, pool, kReservedBytes, -static_cast<std::int64_t>(sg.size));
+    pool_stats(d, pool, kSegments, -1);
+    if (sg.oversize) pool_stats(d, pool, kOversizeSegments, -1);
+    sg.alive = false;
+    auto it = std::lower_bound(seg_index_.begin(), seg_index_.end(), std::make_pair(r.ptr, 0u));
+    seg_index_.erase(it);
+    free_segs_.push_back(slot);
+  }
+  sample(d, r.ts);
+}
+
+void Model::on_oom(const format::OomRecord& o) {
+  touch_ts(o.ts);
+  auto di = dev_index(o.device);
+  auto& d = devices[di];
+  d.num_ooms++;
+  if (ooms.size() >= kMaxOomDetails) return;
+  OomInfo oi;
+  oi.rec = o;
+  oi.model_reserved = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current);
+  oi.model_allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].current);
+  oi.frag = snapshot(di, o.ts);
+  detail::FlatMap<SiteBytes> by;
+  live_.for_each([&](std::uint64_t, const Live& e) {
+    if (e.dev != di || e.pending || !held_kind(static_cast<AllocKind>(e.kind))) return;
+    auto& s = by.get(e.stack);
+    s.stack = e.stack, s.bytes += e.size, s.count++;
+  });
+  by.for_each([&](std::uint64_t, const SiteBytes& s) { oi.top_live.push_back(s); });
+  sort_sites(oi.top_live);
+  if (oi.top_live.size() > kOomTopSites) oi.top_live.resize(kOomTopSites);
+  ooms.push_back(std::move(oi));
+}
+
+// Pool layout of one device now: free pieces of every segment (gaps between active blocks).
+Fragmentation Model::snapshot(std::uint16_t di, std::uint64_t ts) const {
+  Fragmentation f;
+  f.valid = true;
+  f.ts = ts;
+  auto piece = [&](std::uint64_t n) {
+    if (n == 0) return;
+    f.free_bytes += n, f.free_pieces++;
+    f.largest_free = std::max(f.largest_free, n);
+    f.piece_sizes.push_back(n);
+  };
+  for (const auto& [ptr, slot] : seg_index_) {
+    const auto& s = segs_[slot];
+    if (s.dev != di) continue;
+    f.reserved += s.size;
+    f.active += s.active_bytes;
+    std::uint64_t cur = s.ptr, end = s.ptr + s.size;
+    for (const auto& [bp, bs] : s.blocks) {
+      if (bp > cur) piece(bp - cur);
+      cur = std::max(cur, bp + bs);
+    }
+    if (end > cur) piece(end - cur);
+  }
+  const auto& d = devices[di];
+  f.allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].current);
+  return f;
+}
+
+void Model::finish_fragmentation(Fragmentation& f) const {
+  if (!f.valid) return;
+  f.median_request = requests.median();
+  f.unusable_bytes = 0;
+  for (auto n : f.piece_sizes)
+    if (n < f.median_request) f.unusable_bytes += n;
+  f.unusable_share = f.reserved ? static_cast<double>(f.unusable_bytes) / static_cast<double>(f.reserved) : 0;
+  f.piece_sizes.clear();
+  f.piece_sizes.shrink_to_fit();
+}
+
+void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
+  if (finished_) return;
+  finished_ = true;
+  info.cut_mid_record = cut_mid_record;
+  info.has_end = has_end;
+  info.truncated = cut_mid_record || !has_end;
+  info.records = records;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto& d = devices[i];
+    if (d.frag_pending) d.frag_peak_reserved = snapshot(static_cast<std::uint16_t>(i), info.last_ts);
+    d.frag_pending = false;
+    finish_fragmentation(d.frag_peak_reserved);
+  }
+  for (auto& o : ooms) finish_fragmentation(o.frag);
+
+  // Peak consumers: allocations live at the peak = (freed since, accumulated) + (still live).
+  std::vector<detail::FlatMap<SiteBytes>> peak(devices.size());
+  detail::FlatMap<Leak> leak_by;
+  live_.for_each([&](std::uint64_t, const Live& e) {
+    if (e.pending) return;
+    auto kind = static_cast<AllocKind>(e.kind);
+    const auto& d = devices[e.dev];
+    if (held_kind(kind) && e.seq <= d.peak_seq) {
+      auto& s = peak[e.dev].get(e.stack);
+      s.stack = e.stack, s.bytes += e.size, s.count++;
+    }
+    auto& l = leak_by.get(e.stack);
+    l.stack = e.stack, l.bytes += e.size, l.count++;
+    if (leak_counted(kind)) leaked_bytes += e.size;
+    leaked_count++;
+  });
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto& d = devices[i];
+    d.acc.for_each([&](std::uint64_t stack, const DeviceState::Acc& a) {
+      if (a.epoch != d.epoch || a.count == 0) return;
+      auto& s = peak[i].get(stack);
+      s.stack = static_cast<std::uint32_t>(stack), s.bytes += a.bytes, s.count += a.count;
+    });
+    d.acc = {};
+    peak[i].for_each([&](std::uint64_t, const SiteBytes& s) { d.peak_consumers.push_back(s); });
+    sort_sites(d.peak_consumers);
+  }
+  leak_by.for_each([&](std::uint64_t, const Leak& l) { leaks.push_back(l); });
+  std::sort(leaks.begin(), leaks.end(), [](const Leak& a, const Leak& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
+  });
+
+  // Present devices in index order.
+  std::vector<std::size_t> order(devices.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return dev_ids_[a] < dev_ids_[b]; });
+  std::vector<DeviceState> sorted;
+  std::vector<int> ids;
+  for (auto i : order) sorted.push_back(std::move(devices[i])), ids.push_back(dev_ids_[i]);
+  devices.swap(sorted);
+  dev_ids_.swap(ids);
+}
+
+}  // namespace gpuheap

@@ -1,0 +1,201 @@
+// Replay of one trace into the state a caching allocator reports (torch.cuda.memory_stats()
+// definitions), per device and pool, plus per-site statistics, peak consumers, leaks,
+// fragmentation and OOM context. One pass, O(1) hash operations per event; memory grows
+// with live allocations and distinct stacks only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analyzer/flat_map.h"
+#include "analyzer/stats.h"
+#include "format/trace.h"
+
+namespace gpuheap {
+
+struct SiteBytes {
+  std::uint32_t stack = 0;
+  std::uint64_t bytes = 0, count = 0;
+};
+
+// Usage of a kind the pool does not serve (async, managed, vmm, host pinned, ...).
+struct KindUsage {
+  bool used = false;
+  std::int64_t current = 0, peak = 0, total = 0;  // bytes; total = cumulative allocated
+  std::int64_t count = 0, peak_count = 0, total_count = 0;
+};
+
+struct Fragmentation {
+  bool valid = false;
+  std::uint64_t ts = 0;  // trace clock
+  std::uint64_t reserved = 0, allocated = 0, active = 0;  // pool (segment) bytes at the moment
+  std::uint64_t free_bytes = 0, largest_free = 0, free_pieces = 0;
+  // Filled at finish (needs the whole trace's median request):
+  std::uint64_t median_request = 0, unusable_bytes = 0;
+  double unusable_share = 0;  // unusable_bytes / reserved
+  std::vector<std::uint64_t> piece_sizes;  // internal: free piece sizes, kept until finish
+};
+
+struct OomInfo {
+  format::OomRecord rec;  // as recorded by the preload (stack id included)
+  std::uint64_t model_reserved = 0, model_allocated = 0;  // replayed pool state
+  Fragmentation frag;
+  std::vector<SiteBytes> top_live;  // live sites on that device at the OOM, largest first
+};
+
+struct DeviceState {
+  int device = 0;
+  std::string name;
+  std::uint64_t total_memory = 0;
+  std::array<std::array<Stat, 3>, kNumMetrics> stat{};
+  std::array<KindUsage, format::kNumAllocKinds> kinds{};
+  std::uint64_t num_ooms = 0, num_alloc_retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
+
+  // "Held" device memory (allocated pooled/pass-through/pitch + async + managed + vmm
+  // physical): the quantity whose peak defines the peak consumers.
+  std::int64_t held = 0, peak_held = 0;
+  std::uint64_t peak_held_ts = 0, peak_seq = 0;
+  std::uint32_t epoch = 0;
+  std::vector<SiteBytes> peak_consumers;  // at finish, largest first
+
+  Fragmentation frag_peak_reserved;
+  bool frag_pending = false;
+  Timeline timeline;
+
+  struct Acc {
+    std::uint32_t epoch = 0;
+    std::uint64_t bytes = 0, count = 0;
+  };
+  detail::FlatMap<Acc> acc;  // stack -> allocations live at the peak and freed since
+};
+
+struct Site {
+  std::uint64_t allocs = 0, alloc_bytes = 0, temporaries = 0, temporary_bytes = 0;
+  std::int64_t live_bytes = 0, live_count = 0, max_live_bytes = 0;
+};
+
+struct TraceInfo {
+  std::string path;
+  bool have_process = false;
+  std::uint32_t pid = 0, ppid = 0;
+  std::uint64_t wall_ns = 0, mono_ns = 0;
+  std::string hostname, version, exe;
+  std::vector<std::string> command;
+  std::uint64_t first_ts = 0, last_ts = 0;
+  bool have_ts = false;
+  std::uint64_t records = 0, events = 0;  // all records; alloc/free/... events
+  bool truncated = false, cut_mid_record = false, has_end = false;
+  format::EndReason end_reason = format::EndReason::exit;
+  std::uint64_t end_ts = 0;
+  std::uint64_t unmatched_frees = 0, unmatched_free_completed = 0, reused_live_ptrs = 0;
+  std::uint64_t duration_ns() const {
+    std::uint64_t last = has_end ? end_ts : last_ts;
+    std::uint64_t first = have_process ? mono_ns : first_ts;
+    return last > first ? last - first : 0;
+  }
+  // Trace clock -> ns since the epoch (aligns processes of a multi-trace run).
+  std::uint64_t to_wall(std::uint64_t ts) const { return wall_ns + (ts - mono_ns); }
+};
+
+struct OwnedModule {
+  std::uint64_t base = 0, lo = 0, hi = 0;
+  std::string path, build_id;
+};
+
+struct Leak {
+  std::uint32_t stack = 0;
+  std::uint64_t bytes = 0, count = 0;
+};
+
+class Model {
+ public:
+  explicit Model(std::string path = {}, std::size_t timeline_buckets = 2048);
+
+  void feed(const format::Record& r);
+  // Same as feed() on each, in order; prefetches the live-map slots of the batch first.
+  // Only for records without string/ip views (alloc, free, free_completed, segment_*).
+  void feed_batch(const format::Record* r, std::size_t n);
+  static bool batchable(format::RecordType t) {
+    return t == format::RecordType::alloc || t == format::RecordType::free ||
+           t == format::RecordType::free_completed;
+  }
+  // Call once after the last record; completes peak consumers, leaks, fragmentation.
+  void finish(bool cut_mid_record, bool has_end, std::uint64_t records);
+
+  // Device totals used by the multi-trace merge (0 for a device never seen).
+  struct Totals {
+    std::int64_t requested = 0, allocated = 0, reserved = 0;
+  };
+  Totals totals(int device) const;
+
+  TraceInfo info;
+  std::vector<DeviceState> devices;  // sorted by device index at finish
+  std::vector<Site> sites;           // indexed by stack id (0 = no stack)
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> stacks;
+  std::vector<OwnedModule> modules;
+  std::map<std::uint32_t, std::string> threads;
+  std::vector<OomInfo> ooms;
+  std::vector<Leak> leaks;  // by site, largest first
+  std::uint64_t leaked_bytes = 0, leaked_count = 0;
+  SizeHistogram requests;  // pooled / pass-through requested sizes
+
+  static constexpr std::size_t kMaxOomDetails = 64;
+  static constexpr std::size_t kOomTopSites = 5;
+
+ private:
+  struct Live {
+    std::uint64_t ptr = 0, size = 0, requested = 0, seq = 0;
+    std::uint32_t stack = 0, tid = 0, seg = kNoSeg;
+    std::uint16_t dev = 0;
+    std::uint8_t kind = 0, flags = 0;
+    bool pending = false;  // pooled: freed, waiting for free_completed
+  };
+  struct Segment {
+    std::uint64_t ptr = 0, size = 0, active_bytes = 0;
+    std::uint32_t active_blocks = 0, touches = 0;
+    std::int64_t contrib_bytes = 0, contrib_count = 0;
+    std::uint16_t dev = 0;
+    bool small = false, oversize = false, alive = false;
+    // Active blocks (ptr, size), sorted by ptr: neighbours for the free-piece count and the
+    // layout for fragmentation snapshots, without touching the global live map.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+  };
+  static constexpr std::uint32_t kNoSeg = ~0u;
+
+  DeviceState& dev(int device);
+  std::uint16_t dev_index(int device);
+  Site& site(std::uint32_t stack);
+  static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
+  void touch_ts(std::uint64_t ts);
+
+  void on_alloc(const format::AllocRecord& a);
+  void on_free(const format::FreeRecord& f);
+  void on_free_completed(const format::FreeCompletedRecord& f);
+  void on_segment(const format::SegmentRecord& s, bool is_free);
+  void on_oom(const format::OomRecord& o);
+  void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
+  void complete(std::uint64_t k, Live& e);
+  void seg_add_block(Live& e, int sign);
+  void seg_update(Segment& s);
+  std::uint32_t find_segment(std::uint64_t ptr) const;
+  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta);
+  void sample(DeviceState& d, std::uint64_t ts);
+  Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
+  void finish_fragmentation(Fragmentation& f) const;
+
+  detail::FlatMap<Live> live_;
+  detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
+  std::vector<Segment> segs_;
+  std::vector<std::uint32_t> free_segs_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> seg_index_;  // sorted by ptr
+  std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
+  std::uint64_t seq_ = 0;
+  std::size_t timeline_buckets_;
+  bool finished_ = false;
+};
+
+}  // namespace gpuheap

@@ -1,0 +1,58 @@
+// Sequential trace reader: memory-maps plain traces, stream-decompresses zstd ones
+// (detected by the zstd frame magic, whatever the file is called).
+//
+// Truncation is reported as two distinct facts: `cut_mid_record()` (the file ends inside a
+// frame: everything up to the last whole record is used) and `has_end()` (an `end` record
+// was seen: the process closed the trace cleanly). A trace is truncated when either fails.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "format/trace.h"
+
+namespace gpuheap {
+
+class TraceReader {
+ public:
+  // Throws NotATraceError / VersionError / InputError (unreadable).
+  explicit TraceReader(const std::string& path);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  // Decodes the next record into r (string/ip views stay valid until the next call).
+  // Returns false at the end of the data, or after the `end` record. Throws
+  // CorruptTraceError naming the byte offset (in the decompressed stream) of a bad frame.
+  bool next(format::Record& r);
+
+  const std::string& path() const { return path_; }
+  bool compressed() const { return compressed_; }
+  bool cut_mid_record() const { return cut_; }
+  bool has_end() const { return has_end_; }
+  bool truncated() const { return cut_ || !has_end_; }
+  std::uint64_t records() const { return records_; }
+  std::uint64_t offset() const;  // stream offset of the next unread byte
+  // Progress: bytes of the *file* consumed so far and its size.
+  std::uint64_t file_pos() const;
+  std::uint64_t file_size() const { return file_size_; }
+
+ private:
+  struct Zstd;
+  bool refill();  // zstd: decompress more into the window; false at EOF
+
+  std::string path_;
+  bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false;
+  std::uint64_t records_ = 0, file_size_ = 0;
+  int fd_ = -1;
+  // Plain: the mapping. zstd: a window of decompressed bytes [buf_, buf_+len_).
+  const unsigned char* map_ = nullptr;
+  const unsigned char* buf_ = nullptr;
+  std::size_t len_ = 0, pos_ = 0;
+  std::uint64_t base_offset_ = 0;  // stream offset of buf_[0]
+  std::size_t released_ = 0;       // plain: mapped bytes already given back (MADV_DONTNEED)
+  std::unique_ptr<Zstd> z_;
+};
+
+}  // namespace gpuheap

@@ -1,0 +1,63 @@
+// Reports over an Analysis: text summary (torch.cuda.memory_summary()-shaped tables),
+// JSON summary (schema gpuheap.summary/1, docs/summary-json.md), diff.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/analysis.h"
+#include "analyzer/symbolize.h"
+
+namespace gpuheap {
+
+struct SummaryOptions {
+  int device = -1;        // -1: every device
+  std::size_t top = 10;   // entries per list
+  bool all_frames = false;
+  std::size_t text_frames = 12;  // frames shown per stack in text output
+};
+
+// Symbolized stacks of one trace, cached per stack id.
+class StackResolver {
+ public:
+  StackResolver(const Model& m, bool all_frames);
+  const std::vector<Frame>& frames(std::uint32_t stack);
+  // Identity of a site independent of load addresses: function+file+line per visible frame
+  // (module+offset when there is no debug info).
+  const std::string& key(std::uint32_t stack);
+
+ private:
+  const Model& m_;
+  bool all_frames_;
+  Symbolizer sym_;
+  std::unordered_map<std::uint32_t, std::vector<Frame>> frames_;
+  std::unordered_map<std::uint32_t, std::string> keys_;
+};
+
+// A site after merging stack ids that symbolize to the same frames.
+struct SiteRow {
+  std::uint32_t stack = 0;  // representative stack id
+  std::uint64_t bytes = 0, count = 0;
+};
+std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
+
+std::string summary_text(const Analysis& a, const SummaryOptions& opt);
+nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
+nlohmann::json stack_json(const std::vector<Frame>& frames);
+
+// Per-site differences between two traces (first trace of each analysis).
+struct DiffRow {
+  std::string key;
+  std::vector<Frame> frames;
+  std::int64_t peak_a = 0, peak_b = 0, total_a = 0, total_b = 0;
+  std::int64_t d_peak() const { return peak_b - peak_a; }
+  std::int64_t d_total() const { return total_b - total_a; }
+};
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames);
+std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b);
+
+}  // namespace gpuheap

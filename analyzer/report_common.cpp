@@ -1,0 +1,112 @@
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "analyzer/report.h"
+
+namespace gpuheap {
+
+StackResolver::StackResolver(const Model& m, bool all_frames) : m_(m), all_frames_(all_frames) {
+  for (const auto& mod : m.modules) {
+    format::ModuleRecord r;
+    r.base = mod.base, r.lo = mod.lo, r.hi = mod.hi, r.path = mod.path, r.build_id = mod.build_id;
+    sym_.add_module(r);
+  }
+}
+
+const std::vector<Frame>& StackResolver::frames(std::uint32_t stack) {
+  auto it = frames_.find(stack);
+  if (it != frames_.end()) return it->second;
+  std::vector<Frame> f;
+  auto s = m_.stacks.find(stack);
+  if (s != m_.stacks.end() && !s->second.empty()) f = sym_.symbolize(s->second, all_frames_);
+  return frames_.emplace(stack, std::move(f)).first->second;
+}
+
+const std::string& StackResolver::key(std::uint32_t stack) {
+  auto it = keys_.find(stack);
+  if (it != keys_.end()) return it->second;
+  std::string k;
+  const auto& fr = frames(stack);
+  if (fr.empty()) k = stack == 0 ? "<no stack>" : fmt::format("<unknown stack {}>", stack);
+  for (const auto& f : fr) {
+    if (!f.function.empty() || !f.file.empty())
+      k += fmt::format("{}|{}|{};", f.function, f.file, f.line);
+    else if (!f.module.empty())
+      k += fmt::format("{}+{:#x};", f.module.substr(f.module.rfind('/') + 1), f.offset);
+    else
+      k += fmt::format("{:#x};", f.ip);  // no module: only the raw address identifies it
+  }
+  return keys_.emplace(stack, std::move(k)).first->second;
+}
+
+std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count) {
+  std::unordered_map<std::string, std::size_t> idx;
+  std::vector<SiteRow> out;
+  for (const auto& r : rows) {
+    const auto& k = res.key(r.stack);
+    auto [it, fresh] = idx.emplace(k, out.size());
+    if (fresh) {
+      out.push_back(r);
+    } else {
+      out[it->second].bytes += r.bytes;
+      out[it->second].count += r.count;
+    }
+  }
+  std::sort(out.begin(), out.end(), [by_count](const SiteRow& a, const SiteRow& b) {
+    if (by_count && a.count != b.count) return a.count > b.count;
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (a.count != b.count) return a.count > b.count;
+    return a.stack < b.stack;
+  });
+  return out;
+}
+
+nlohmann::json stack_json(const std::vector<Frame>& frames) {
+  auto arr = nlohmann::json::array();
+  for (const auto& f : frames) {
+    nlohmann::json j;
+    j["function"] = f.function;
+    j["file"] = f.file;
+    j["line"] = f.line;
+    j["module"] = f.module;
+    j["ip"] = fmt::format("{:#x}", f.ip);
+    if (f.module.size()) j["offset"] = f.offset;
+    if (f.inlined) j["inlined"] = true;
+    if (f.hidden) j["hidden"] = true;
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames) {
+  std::unordered_map<std::string, DiffRow> rows;
+  auto add = [&](const Model& m, bool is_b) {
+    StackResolver res(m, all_frames);
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+      const auto& s = m.sites[id];
+      if (s.allocs == 0) continue;
+      const auto& k = res.key(id);
+      auto& r = rows[k];
+      if (r.key.empty()) r.key = k, r.frames = res.frames(id);
+      // Sites that merge under one key: peaks may not coincide, so the sum is an upper bound.
+      (is_b ? r.peak_b : r.peak_a) += s.max_live_bytes;
+      (is_b ? r.total_b : r.total_a) += static_cast<std::int64_t>(s.alloc_bytes);
+    }
+  };
+  add(a, false);
+  add(b, true);
+  std::vector<DiffRow> out;
+  for (auto& [k, r] : rows)
+    if (r.d_peak() != 0 || r.d_total() != 0) out.push_back(std::move(r));
+  auto mag = [](std::int64_t v) { return v < 0 ? -v : v; };
+  std::sort(out.begin(), out.end(), [&](const DiffRow& x, const DiffRow& y) {
+    if (mag(x.d_peak()) != mag(y.d_peak())) return mag(x.d_peak()) > mag(y.d_peak());
+    if (mag(x.d_total()) != mag(y.d_total())) return mag(x.d_total()) > mag(y.d_total());
+    return x.key < y.key;
+  });
+  return out;
+}
+
+}  // namespace gpuheap

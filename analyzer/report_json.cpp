@@ -1,0 +1,193 @@
+// JSON summary, schema "gpuheap.summary/1" (docs/summary-json.md).
+#include <fmt/format.h>
+
+#include "analyzer/report.h"
+
+namespace gpuheap {
+
+namespace {
+
+using nlohmann::json;
+
+json stat_json(const Stat& s) {
+  return {{"current", s.current}, {"peak", s.peak}, {"allocated", s.allocated}, {"freed", s.freed}};
+}
+json metric_json(const DeviceState& d, Metric m) {
+  json j = stat_json(d.stat[m][kAllPools]);
+  j["large_pool"] = stat_json(d.stat[m][kLargePool]);
+  j["small_pool"] = stat_json(d.stat[m][kSmallPool]);
+  return j;
+}
+std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_ns ? ts - in.mono_ns : 0; }
+
+json frag_json(const Fragmentation& f, const TraceInfo& in) {
+  return {{"ts_ns", rel(f.ts, in)},          {"reserved", f.reserved},
+          {"allocated", f.allocated},        {"active", f.active},
+          {"free_bytes", f.free_bytes},      {"largest_free", f.largest_free},
+          {"free_pieces", f.free_pieces},    {"median_request", f.median_request},
+          {"unusable_bytes", f.unusable_bytes}, {"unusable_share", f.unusable_share}};
+}
+
+json site_list(const std::vector<SiteRow>& rows, StackResolver& res, std::size_t top, double pct_of = 0) {
+  json arr = json::array();
+  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
+    json j = {{"bytes", rows[i].bytes}, {"count", rows[i].count}, {"stack", stack_json(res.frames(rows[i].stack))},
+              {"stack_id", rows[i].stack}};
+    if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(rows[i].bytes) / pct_of;
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+json process_json(const Model& m, const SummaryOptions& opt) {
+  const auto& in = m.info;
+  StackResolver res(m, opt.all_frames);
+  json doc;
+  doc["schema"] = "gpuheap.summary/1";
+  doc["trace"] = {{"path", in.path},
+                  {"pid", in.pid},
+                  {"ppid", in.ppid},
+                  {"host", in.hostname},
+                  {"command", in.command},
+                  {"exe", in.exe},
+                  {"version", in.version},
+                  {"start_wall_ns", in.wall_ns},
+                  {"duration_ns", in.duration_ns()},
+                  {"events", in.events},
+                  {"records", in.records},
+                  {"truncated", in.truncated},
+                  {"cut_mid_record", in.cut_mid_record},
+                  {"has_end", in.has_end},
+                  {"end_ns", in.duration_ns()},
+                  {"unmatched_frees", in.unmatched_frees},
+                  {"unmatched_free_completed", in.unmatched_free_completed}};
+  static const std::pair<Metric, const char*> kMetrics[] = {
+      {kRequestedBytes, "requested_bytes"},       {kAllocatedBytes, "allocated_bytes"},
+      {kActiveBytes, "active_bytes"},             {kReservedBytes, "reserved_bytes"},
+      {kInactiveSplitBytes, "inactive_split_bytes"}, {kAllocations, "allocations"},
+      {kActiveAllocs, "active_allocs"},           {kSegments, "segments"},
+      {kInactiveSplit, "inactive_split"},         {kOversizeAllocations, "oversize_allocations"},
+      {kOversizeSegments, "oversize_segments"},
+  };
+  json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array();
+  for (const auto& d : m.devices) {
+    if (opt.device >= 0 && d.device != opt.device) continue;
+    json j = {{"device", d.device}, {"name", d.name}, {"total_memory", d.total_memory}};
+    for (auto [metric, name] : kMetrics) j[name] = metric_json(d, metric);
+    j["num_ooms"] = d.num_ooms;
+    j["num_alloc_retries"] = d.num_alloc_retries;
+    j["empty_cache"] = {{"calls", d.empty_cache_calls}, {"released", d.empty_cache_released}};
+    json kinds = json::object();
+    for (int k = 0; k < format::kNumAllocKinds; ++k) {
+      const auto& u = d.kinds[k];
+      if (!u.used) continue;
+      kinds[format::alloc_kind_name(static_cast<format::AllocKind>(k))] = {
+          {"current", u.current}, {"peak", u.peak}, {"total", u.total},
+          {"count", u.count},     {"peak_count", u.peak_count}, {"total_count", u.total_count}};
+    }
+    j["other_kinds"] = kinds;
+    j["peak_held"] = {{"bytes", d.peak_held}, {"ts_ns", rel(d.peak_held_ts, in)}};
+    devs.push_back(std::move(j));
+
+    std::vector<SiteRow> rows;
+    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
+    for (auto& e : site_list(merge_sites(rows, res), res, opt.top, static_cast<double>(d.peak_held))) {
+      e["device"] = d.device;
+      peaks.push_back(std::move(e));
+    }
+    if (d.frag_peak_reserved.valid) {
+      auto f = frag_json(d.frag_peak_reserved, in);
+      f["device"] = d.device;
+      f["at"] = "peak_reserved";
+      frag.push_back(std::move(f));
+    }
+    json pts = json::array();
+    for (const auto& p : d.timeline.points()) pts.push_back({p.t, p.requested, p.allocated, p.reserved});
+    tl.push_back({{"device", d.device},
+                  {"start_ns", rel(d.timeline.start(), in)},
+                  {"bucket_ns", d.timeline.bucket_ns()},
+                  {"columns", {"t_ns", "requested_max", "allocated_max", "reserved_max"}},
+                  {"points", std::move(pts)}});
+  }
+  doc["devices"] = std::move(devs);
+  doc["peak_consumers"] = std::move(peaks);
+
+  std::vector<SiteRow> by_count, temps, leaks;
+  for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+    const auto& s = m.sites[id];
+    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs});
+    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries});
+  }
+  for (const auto& l : m.leaks) leaks.push_back({l.stack, l.bytes, l.count});
+  doc["most_allocations"] = site_list(merge_sites(by_count, res, true), res, opt.top);
+  doc["temporary"] = site_list(merge_sites(temps, res, true), res, opt.top);
+  doc["leaks"] = site_list(merge_sites(leaks, res), res, opt.top);
+  doc["leaked_bytes"] = m.leaked_bytes;
+  doc["leaked_count"] = m.leaked_count;
+  doc["fragmentation"] = std::move(frag);
+  json ooms = json::array();
+  for (const auto& o : m.ooms) {
+    if (opt.device >= 0 && o.rec.device != opt.device) continue;
+    const auto& r = o.rec;
+    std::vector<SiteRow> rows;
+    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count});
+    ooms.push_back({{"device", r.device},
+                    {"ts_ns", rel(r.ts, in)},
+                    {"kind", format::alloc_kind_name(r.kind)},
+                    {"requested", r.requested},
+                    {"device_free", r.device_free},
+                    {"device_total", r.device_total},
+                    {"limit", r.limit},
+                    {"pool_reserved", r.reserved},
+                    {"pool_allocated", r.allocated},
+                    {"pool_largest_free", r.largest_free},
+                    {"replay_reserved", o.model_reserved},
+                    {"replay_allocated", o.model_allocated},
+                    {"fragmentation", frag_json(o.frag, in)},
+                    {"stack", stack_json(res.frames(r.stack))},
+                    {"top_live", site_list(merge_sites(rows, res), res, opt.top)}});
+  }
+  doc["ooms"] = std::move(ooms);
+  doc["timeline"] = std::move(tl);
+  return doc;
+}
+
+}  // namespace
+
+nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt) {
+  if (a.traces.size() == 1) return process_json(*a.traces[0], opt);
+  json doc;
+  doc["schema"] = "gpuheap.summary/1";
+  doc["processes"] = json::array();
+  std::uint64_t leaked = 0;
+  for (const auto& t : a.traces) {
+    auto p = process_json(*t, opt);
+    p.erase("schema");
+    leaked += t->leaked_bytes;
+    doc["processes"].push_back(std::move(p));
+  }
+  json devs = json::array(), tl = json::array();
+  for (const auto& md : a.merged) {
+    if (opt.device >= 0 && md.device != opt.device) continue;
+    devs.push_back({{"device", md.device},
+                    {"requested_bytes", stat_json(md.requested)},
+                    {"allocated_bytes", stat_json(md.allocated)},
+                    {"reserved_bytes", stat_json(md.reserved)},
+                    {"sum_of_peaks_allocated", md.sum_of_peaks_allocated},
+                    {"sum_of_peaks_reserved", md.sum_of_peaks_reserved},
+                    {"peak_allocated_wall_ns", md.peak_allocated_wall_ns}});
+    json pts = json::array();
+    for (const auto& p : md.timeline.points()) pts.push_back({p.t, p.requested, p.allocated, p.reserved});
+    tl.push_back({{"device", md.device},
+                  {"bucket_ns", md.timeline.bucket_ns()},
+                  {"columns", {"t_ns", "requested_max", "allocated_max", "reserved_max"}},
+                  {"points", std::move(pts)}});
+  }
+  doc["merged"] = {{"start_wall_ns", a.merged_start_wall_ns},
+                   {"devices", std::move(devs)},
+                   {"leaked_bytes", leaked},
+                   {"timeline", std::move(tl)}};
+  return doc;
+}
+
+}  // namespace gpuheap

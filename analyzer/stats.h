@@ -1,0 +1,150 @@
+// Value types of the replay model: PyTorch-style stats, a bounded timeline, a size
+// histogram.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gpuheap {
+
+// torch.cuda.memory_stats() semantics: current, peak (max of current), allocated (sum of
+// increases), freed (sum of decreases).
+struct Stat {
+  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void add(std::int64_t d) {
+    current += d;
+    if (d > 0) {
+      allocated += d;
+      if (current > peak) peak = current;
+    } else {
+      freed -= d;
+    }
+  }
+};
+
+enum Metric : int {
+  kRequestedBytes,
+  kAllocatedBytes,
+  kActiveBytes,
+  kReservedBytes,
+  kInactiveSplitBytes,
+  kAllocations,
+  kActiveAllocs,
+  kSegments,
+  kInactiveSplit,
+  kOversizeAllocations,
+  kOversizeSegments,
+  kNumMetrics
+};
+enum PoolIndex : int { kAllPools = 0, kLargePool = 1, kSmallPool = 2 };
+
+// Down-sampled timeline: at most `max_buckets` buckets of equal width; when time runs past
+// the last bucket the width doubles and neighbours merge. Each bucket keeps the exact
+// maximum of every series, so the series' peaks are exact however long the trace.
+class Timeline {
+ public:
+  struct Point {
+    std::uint64_t t = 0;  // bucket start, ns since the timeline's first sample
+    std::int64_t requested = 0, allocated = 0, reserved = 0;
+  };
+  Timeline() : Timeline(2048) {}
+  explicit Timeline(std::size_t max_buckets) : max_(max_buckets < 2 ? 2 : max_buckets) {}
+
+  void sample(std::uint64_t ts, std::int64_t requested, std::int64_t allocated, std::int64_t reserved) {
+    if (!started_) t0_ = ts, started_ = true;
+    if (ts < t0_) ts = t0_;  // threads' timestamps may interleave slightly out of order
+    std::uint64_t idx = (ts - t0_) / width_;
+    while (idx >= max_) {
+      compact();
+      idx = (ts - t0_) / width_;
+    }
+    if (idx >= b_.size()) b_.resize(idx + 1);
+    auto& x = b_[idx];
+    if (!x.used) {
+      x = {requested, allocated, reserved, true};
+    } else {
+      if (requested > x.requested) x.requested = requested;
+      if (allocated > x.allocated) x.allocated = allocated;
+      if (reserved > x.reserved) x.reserved = reserved;
+    }
+  }
+  std::vector<Point> points() const {
+    std::vector<Point> out;
+    for (std::size_t i = 0; i < b_.size(); ++i)
+      if (b_[i].used) out.push_back({i * width_, b_[i].requested, b_[i].allocated, b_[i].reserved});
+    return out;
+  }
+  std::uint64_t start() const { return t0_; }
+  std::uint64_t bucket_ns() const { return width_; }
+  std::size_t max_buckets() const { return max_; }
+
+ private:
+  struct Bucket {
+    std::int64_t requested = 0, allocated = 0, reserved = 0;
+    bool used = false;
+  };
+  void compact() {
+    width_ *= 2;
+    std::vector<Bucket> n((b_.size() + 1) / 2);
+    for (std::size_t i = 0; i < b_.size(); ++i) {
+      auto& d = n[i / 2];
+      const auto& s = b_[i];
+      if (!s.used) continue;
+      if (!d.used) {
+        d = s;
+      } else {
+        if (s.requested > d.requested) d.requested = s.requested;
+        if (s.allocated > d.allocated) d.allocated = s.allocated;
+        if (s.reserved > d.reserved) d.reserved = s.reserved;
+      }
+    }
+    b_.swap(n);
+  }
+  std::size_t max_;
+  std::uint64_t t0_ = 0, width_ = 1;
+  bool started_ = false;
+  std::vector<Bucket> b_;
+};
+
+// Log-linear histogram of sizes (64 sub-buckets per power of two): a median within 1/64
+// relative error in bounded memory, whatever the number of distinct sizes.
+class SizeHistogram {
+ public:
+  void add(std::uint64_t v) {
+    auto i = index(v);
+    if (i >= counts_.size()) counts_.resize(i + 1);
+    ++counts_[i];
+    ++n_;
+  }
+  std::uint64_t count() const { return n_; }
+  // Lower bound of the bucket holding the median (0 when empty).
+  std::uint64_t median() const {
+    if (n_ == 0) return 0;
+    std::uint64_t target = (n_ + 1) / 2, seen = 0;
+    for (std::size_t i = 0; i < counts_.size(); ++i) {
+      seen += counts_[i];
+      if (seen >= target) return lower(i);
+    }
+    return 0;
+  }
+
+ private:
+  static constexpr unsigned kSub = 6;
+  static std::size_t index(std::uint64_t v) {
+    if (v < (1u << kSub)) return static_cast<std::size_t>(v);
+    unsigned e = 63 - static_cast<unsigned>(__builtin_clzll(v));  // >= kSub
+    std::uint64_t m = (v >> (e - kSub)) & ((1u << kSub) - 1);
+    return ((e - kSub + 1) << kSub) + m;
+  }
+  static std::uint64_t lower(std::size_t i) {
+    if (i < (1u << kSub)) return i;
+    std::size_t e = (i >> kSub) + kSub - 1;
+    std::uint64_t m = i & ((1u << kSub) - 1);
+    return (std::uint64_t{1} << e) | (m << (e - kSub));
+  }
+  std::vector<std::uint64_t> counts_;
+  std::uint64_t n_ = 0;
+};
+
+}  // namespace gpuheap
