@@ -54,7 +54,9 @@ struct PoolConfig {
   std::size_t huge_round = 2u << 20;           // >= 10 MiB: own segment rounded to 2 MiB
   std::size_t large_split_min = 1u << 20;      // large blocks split only if remainder > 1 MiB
   std::size_t max_split_size = SIZE_MAX;       // blocks >= this are never split ("oversize")
-  std::uint64_t seal_interval_ns = 200000;     // record a fence over pending frees at most this often
+  // Record a fence over pending frees at most this often. deallocate() reads the clock on
+  // the first free after a seal and then every 8th free; a miss always seals.
+  std::uint64_t seal_interval_ns = 200000;
   bool unsafe_reuse = false;                   // TEST ONLY: reuse freed blocks without fences
   std::size_t limit = 0;                       // per-device cap on reserved bytes, 0 = none
 };
@@ -82,7 +84,9 @@ enum class PoolStatus { ok, out_of_memory };
 class Pool {
  public:
   explicit Pool(Upstream& upstream, PoolConfig cfg = {}, PoolObserver* observer = nullptr) noexcept;
-  ~Pool();  // returns every segment upstream (only called in tests / teardown)
+  // Waits for all fences, returns every segment upstream (live blocks included); calls no
+  // observer (only called in tests / teardown, when the recorder may be gone).
+  ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -101,7 +105,8 @@ class Pool {
   // True when ptr lies inside one of this pool's segments (live block or not): such a
   // pointer must never reach the real free.
   bool contains(const void* ptr) const noexcept;
-  // Block containing ptr (start or interior) that is live; false otherwise.
+  // Block containing ptr (start or interior) that is live; false otherwise. O(1) for a block
+  // start; interior pointers cost O(log segments + blocks in that segment) (off the hot path).
   bool find(const void* ptr, PoolBlock* out) const noexcept;
   // Waits for all fences, returns every fully free segment upstream; returns bytes released.
   std::size_t empty_cache(int reason = 0) noexcept;
