@@ -74,8 +74,10 @@ Registry& registry() noexcept {
 
 inline std::uint64_t addr(const void* p) noexcept { return reinterpret_cast<std::uint64_t>(p); }
 
-std::uint32_t alloc_stack() noexcept { return capture_stack(2); }
-std::uint32_t free_stack() noexcept { return settings().free_stacks ? capture_stack(2) : 0; }
+// No frames skipped here: inlining decides how many of ours are on the stack, and the
+// analyzer hides libgpuheap.so frames anyway (skipping blindly can drop the user's frame).
+std::uint32_t alloc_stack() noexcept { return capture_stack(0); }
+std::uint32_t free_stack() noexcept { return settings().free_stacks ? capture_stack(0) : 0; }
 
 void record_alloc(AllocKind kind, int device, std::uint64_t ptr, std::size_t requested,
                   std::size_t size, std::uint8_t flags, std::uint64_t stream,
