@@ -217,6 +217,53 @@ TEST_F(PoolTest, DeallocateRejectsForeignInteriorAndDoubleFrees) {
   EXPECT_TRUE(p.check_consistency());
 }
 
+TEST_F(PoolTest, FreeHookRunsBeforeTheBlockCanBeReused) {
+  PoolConfig cfg;
+  cfg.unsafe_reuse = true;  // completion is reported inside deallocate itself
+  Pool p(up, cfg, &obs);
+  PoolBlock a = must_alloc(p, 3000);
+  struct Seen {
+    RecordingObserver* obs;
+    std::string kinds_at_hook;
+    PoolBlock block;
+    int calls;
+  } seen{&obs, {}, {}, 0};
+  obs.clear();
+  Pool::FreeHook hook = [](void* arg, const PoolBlock& b) noexcept {
+    auto* s = static_cast<Seen*>(arg);
+    s->kinds_at_hook = s->obs->kinds();
+    s->block = b;
+    ++s->calls;
+  };
+  std::size_t sz = 0;
+  ASSERT_TRUE(p.deallocate(a.ptr, &sz, hook, &seen));
+  EXPECT_EQ(sz, 3072u);
+  EXPECT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.kinds_at_hook, "");  // before free_completed
+  EXPECT_EQ(obs.kinds(), "C");
+  EXPECT_EQ(seen.block.ptr, a.ptr);
+  EXPECT_EQ(seen.block.size, 3072u);
+  EXPECT_TRUE(seen.block.small);
+  EXPECT_FALSE(p.deallocate(a.ptr, nullptr, hook, &seen));  // double free: no hook
+  EXPECT_EQ(seen.calls, 1);
+}
+
+TEST_F(PoolTest, ContainsCoversEveryBlockStateButNotForeignMemory) {
+  Pool p(up, {}, &obs);
+  PoolBlock a = must_alloc(p, 4096), b = must_alloc(p, 4096);
+  ASSERT_TRUE(p.deallocate(b.ptr));
+  const char* base = static_cast<const char*>(a.ptr);
+  EXPECT_TRUE(p.contains(base));                // live
+  EXPECT_TRUE(p.contains(base + 100));          // live, interior
+  EXPECT_TRUE(p.contains(base + 4096 + 8));     // pending
+  EXPECT_TRUE(p.contains(base + 2 * MiB - 1));  // free tail
+  EXPECT_FALSE(p.contains(base - 1));
+  EXPECT_FALSE(p.contains(base + 2 * MiB));     // the only segment ends here
+  int local = 0;
+  EXPECT_FALSE(p.contains(&local));
+  EXPECT_FALSE(p.contains(nullptr));
+}
+
 TEST_F(PoolTest, EmptyCacheReleasesOnlyFullyFreeSegments) {
   Pool p(up, {}, &obs);
   PoolBlock keep = must_alloc(p, 4096);
