@@ -1,0 +1,218 @@
+// The gpuheap binary end to end: exit codes, messages, truncated/corrupt input, zstd, run.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <zstd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/error.h"
+#include "analyzer/reader.h"
+#include "test_analyzer_util.h"
+
+using namespace gpuheap;
+using namespace gpuheap::test;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1u << 20;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout + stderr
+};
+
+Result sh(const std::string& args) {
+  std::string cmd = std::string(GPUHEAP_CLI) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+TraceBuilder sample() {
+  TraceBuilder b;
+  b.stack(1, {0x401000, 0x402000});
+  b.put(format::ThreadRecord{1, "main"});
+  b.segment(0x7f0000000000ull, 2 * MiB, true);
+  b.alloc(0x7f0000000000ull, 1000, 1024, 1, AllocKind::device_pooled, format::kFlagSmallPool);
+  b.alloc(0x7f0000000000ull + 1024, 1000, 1024, 1, AllocKind::device_pooled, format::kFlagSmallPool);
+  b.free(0x7f0000000000ull);
+  b.completed(0x7f0000000000ull);
+  b.alloc(0x9000000, 4096, 4096, 1, AllocKind::async);
+  b.end();
+  return b;
+}
+
+}  // namespace
+
+TEST(Cli, SummaryAndDumpOnAGoodTrace) {
+  auto path = sample().write("cli_good.gh");
+  auto s = sh("summary " + path);
+  EXPECT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("gpuheap memory summary, device ID 0 (Test GPU)"), std::string::npos) << s.out;
+  auto j = sh("summary --json " + path);
+  EXPECT_EQ(j.code, 0);
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["devices"][0]["allocated_bytes"]["peak"], 2048);
+  auto d = sh("dump " + path);
+  EXPECT_EQ(d.code, 0);
+  EXPECT_NE(d.out.find("alloc ts="), std::string::npos);
+  EXPECT_NE(d.out.find("kind=pooled ptr=0x7f0000000000 requested=1000 size=1024"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("stack id=1 depth=2 ips=0x401000,0x402000"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("process pid=100"), std::string::npos);
+  EXPECT_NE(d.out.find("end ts="), std::string::npos);
+  EXPECT_EQ(d.out.find("# truncated"), std::string::npos);
+}
+
+TEST(Cli, BadInputExitsTwoWithOneLine) {
+  std::string dir = TraceBuilder::dir();
+  std::ofstream(dir + "/text.txt") << "hello, this is not a trace at all\n";
+  auto r = sh("summary " + dir + "/text.txt");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("not a gpuheap trace"), std::string::npos) << r.out;
+
+  auto b = sample();
+  b.data[8] = static_cast<unsigned char>(format::kFormatVersion + 1);
+  r = sh("summary " + b.write("newer.gh"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("newer"), std::string::npos) << r.out;
+
+  r = sh("summary " + dir + "/does-not-exist.gh");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+
+  // Corrupt: an unknown record type after the process record; the message names its offset.
+  auto c = sample();
+  TraceBuilder probe;  // same prefix: header + process + device
+  std::size_t off = probe.data.size();
+  c.data[off] = 0xEE;
+  r = sh("summary " + c.write("corrupt.gh"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("byte offset " + std::to_string(off)), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  auto read_all = [](const std::string& p) {
+    TraceReader rd(p);
+    format::Record rec;
+    while (rd.next(rec)) {
+    }
+  };
+  EXPECT_THROW(read_all(c.write("corrupt2.gh")), CorruptTraceError);
+  EXPECT_NO_THROW(read_all(sample().write("clean.gh")));
+  r = sh("dump " + c.write("corrupt3.gh"));
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(Cli, EveryCutOffsetIsReadableAsTruncated) {
+  auto b = sample();
+  AnalyzeOptions o;
+  o.progress = false;
+  o.warn_truncated = false;
+  std::size_t full = b.data.size();
+  for (std::size_t cut = 0; cut < full; ++cut) {
+    TraceBuilder t = b;
+    t.data.resize(cut);
+    Analysis a;
+    ASSERT_NO_THROW(a = analyze({t.write("cut.gh")}, o)) << cut;
+    EXPECT_TRUE(a.traces[0]->info.truncated) << cut;
+  }
+  // Through the binary at a few offsets: exit 0 with a warning; cut mid-record vs no end.
+  TraceBuilder mid = b;
+  mid.data.resize(full - 3);  // inside the end record
+  auto r = sh("summary " + mid.write("cut_mid.gh"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cut mid-record"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("truncated: yes"), std::string::npos) << r.out;
+  TraceBuilder whole = b;
+  whole.data.resize(full - (format::kFrameHeaderSize + 17));  // whole records, no end
+  r = sh("summary --json " + whole.write("cut_noend.gh"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("no end record"), std::string::npos) << r.out;
+  auto js = r.out.substr(r.out.find('{'));
+  auto doc = nlohmann::json::parse(js);
+  EXPECT_EQ(doc["trace"]["truncated"], true);
+  EXPECT_EQ(doc["trace"]["cut_mid_record"], false);
+  EXPECT_EQ(doc["trace"]["has_end"], false);
+  auto d = sh("dump " + mid.write("cut_mid2.gh"));
+  EXPECT_EQ(d.code, 0);
+  EXPECT_NE(d.out.find("# truncated: file cut mid-record at byte offset"), std::string::npos) << d.out;
+}
+
+TEST(Cli, ZstdCompressedTraceReadsTheSame) {
+  auto b = sample();
+  std::vector<unsigned char> z(ZSTD_compressBound(b.data.size()));
+  z.resize(ZSTD_compress(z.data(), z.size(), b.data.data(), b.data.size(), 3));
+  std::string path = TraceBuilder::dir() + "/sample.gh.zst";
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(z.data()), static_cast<std::streamsize>(z.size()));
+  auto plain = sh("summary --json " + b.write("sample_plain.gh"));
+  auto comp = sh("summary --json " + path);
+  ASSERT_EQ(comp.code, 0) << comp.out;
+  auto a = nlohmann::json::parse(plain.out), c = nlohmann::json::parse(comp.out);
+  EXPECT_EQ(a["devices"], c["devices"]);
+  EXPECT_EQ(a["leaks"], c["leaks"]);
+  // A compressed stream cut short is a truncated trace, not an error.
+  std::ofstream(path + ".cut", std::ios::binary).write(reinterpret_cast<const char*>(z.data()),
+                                                       static_cast<std::streamsize>(z.size() - 7));
+  auto cut = sh("summary " + path + ".cut");
+  EXPECT_EQ(cut.code, 0) << cut.out;
+  EXPECT_NE(cut.out.find("truncated: yes"), std::string::npos);
+}
+
+TEST(Cli, CheckExitCodes) {
+  auto path = sample().write("cli_check.gh");
+  EXPECT_EQ(sh("check " + path + " --max-allocated 2KiB").code, 0);
+  auto r = sh("check " + path + " --max-allocated 2047");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("FAIL: peak allocated bytes"), std::string::npos) << r.out;
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5KiB --max-reserved 2MiB --max-requested 2000").code, 0);
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5119").code, 1);
+  EXPECT_EQ(sh("check " + path + " --max-reserved 2MB").code, 1);  // 2,000,000 < 2 MiB
+  EXPECT_EQ(sh("check " + path + " --max-requested 1999").code, 1);
+  EXPECT_EQ(sh("check " + path + " --max-allocated 12QB").code, 2);
+  EXPECT_EQ(sh("check " + path).code, 2);  // no limit given
+  EXPECT_EQ(sh("check /nonexistent.gh --max-allocated 1").code, 2);
+  auto base = TraceBuilder::dir() + "/cli_base.json";
+  ASSERT_EQ(std::system((std::string(GPUHEAP_CLI) + " summary --json " + path + " > " + base).c_str()), 0);
+  EXPECT_EQ(sh("check " + path + " --baseline " + base).code, 0);
+  EXPECT_EQ(sh("check " + path + " --baseline " + base + " --tolerance 0").code, 0);
+  EXPECT_EQ(sh("check " + path + " --baseline /nonexistent.json").code, 2);
+}
+
+TEST(Cli, Diff) {
+  auto a = sample().write("cli_da.gh");
+  TraceBuilder b2;
+  b2.stack(1, {0x401000, 0x402000});
+  b2.alloc(0x1000000, 8 * MiB, 8 * MiB, 1, AllocKind::device_passthrough);
+  b2.end();
+  auto r = sh("diff " + a + " " + b2.write("cli_db.gh"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("#1  peak +"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunPassesExitStatusThrough) {
+  std::string cli = GPUHEAP_CLI;
+  std::string dir = cli.substr(0, cli.rfind('/'));
+  struct stat st {};
+  if (::stat((dir + "/libgpuheap.so").c_str(), &st) != 0) GTEST_SKIP() << "libgpuheap.so not built (sanitized build)";
+  auto r = sh("run -- sh -c 'exit 3'");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("--framework-pools=keep"), std::string::npos) << r.out;
+  r = sh("run --framework-pools=keep -- sh -c 'echo \"$PYTORCH_NO_CUDA_MEMORY_CACHING|$LD_PRELOAD\"'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("|" + dir + "/libgpuheap.so"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--framework-pools=keep"), std::string::npos) << r.out;
+  r = sh("run --no-pool --no-stacks --limit 1GiB -o /tmp/x.gh -- sh -c "
+         "'echo \"$GPUHEAP_POOL $GPUHEAP_STACKS $GPUHEAP_LIMIT $GPUHEAP_OUTPUT $PYTORCH_NO_CUDA_MEMORY_CACHING\"'");
+  EXPECT_NE(r.out.find("0 0 1GiB /tmp/x.gh 1"), std::string::npos) << r.out;
+  r = sh("run -- sh -c 'kill -TERM $$'");
+  EXPECT_EQ(r.code, 128 + 15) << r.out;
+  EXPECT_EQ(sh("run").code, 2);
+}

@@ -1,0 +1,100 @@
+// `check`: SIZE parsing, limits, baseline and tolerance.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "analyzer/check.h"
+#include "analyzer/error.h"
+#include "analyzer/report.h"
+#include "analyzer/units.h"
+#include "test_analyzer_util.h"
+
+using namespace gpuheap;
+using namespace gpuheap::test;
+
+namespace {
+constexpr std::uint64_t MiB = 1u << 20;
+
+// Peak requested 3000 B... allocated 3 MiB, reserved 20 MiB, leaked 1 MiB.
+Analysis sample(std::uint64_t extra = 0, const char* name = "chk.gh") {
+  TraceBuilder b;
+  b.stack(1, {0x1234});
+  b.segment(0x7f0000000000ull, 20 * MiB, false);
+  b.alloc(0x7f0000000000ull, 2 * MiB - 1000 + extra, 2 * MiB + extra, 1);
+  b.alloc(0x7f0000000000ull + 4 * MiB, MiB, MiB, 1);
+  b.free(0x7f0000000000ull);
+  b.completed(0x7f0000000000ull);
+  b.end();
+  return analyze_one(b, name);
+}
+}  // namespace
+
+TEST(Size, Parse) {
+  EXPECT_EQ(parse_size("123"), 123u);
+  EXPECT_EQ(parse_size("512KiB"), 512u * 1024);
+  EXPECT_EQ(parse_size("1.5GiB"), 1536u * MiB);
+  EXPECT_EQ(parse_size("2GB"), 2'000'000'000u);
+  EXPECT_EQ(parse_size("8G"), 8ull << 30);
+  EXPECT_EQ(parse_size("8g"), 8ull << 30);
+  EXPECT_EQ(parse_size("1mib"), MiB);
+  EXPECT_EQ(parse_size("3 MB"), 3'000'000u);
+  EXPECT_EQ(parse_size("10b"), 10u);
+  EXPECT_EQ(parse_size("1TiB"), 1ull << 40);
+  for (const char* bad : {"", "GiB", "1.2.3", "12XB", "-5", "1e3", "abc", "5 GiBs", "99999999999999999999"})
+    EXPECT_THROW(parse_size(bad), UsageError) << bad;
+}
+
+TEST(Check, EachLimitKind) {
+  auto a = sample();
+  auto m = measure(a);
+  EXPECT_EQ(m.requested, static_cast<std::int64_t>(3 * MiB - 1000));
+  EXPECT_EQ(m.allocated, static_cast<std::int64_t>(3 * MiB));
+  EXPECT_EQ(m.reserved, static_cast<std::int64_t>(20 * MiB));
+  EXPECT_EQ(m.leaked, static_cast<std::int64_t>(MiB));
+  struct Case {
+    std::optional<std::uint64_t> CheckOptions::*field;
+    std::uint64_t ok, bad;
+    const char* name;
+  };
+  Case cases[] = {
+      {&CheckOptions::max_requested, 3 * MiB - 1000, 3 * MiB - 1001, "peak requested bytes"},
+      {&CheckOptions::max_allocated, 3 * MiB, 3 * MiB - 1, "peak allocated bytes"},
+      {&CheckOptions::max_reserved, 20 * MiB, 20 * MiB - 1, "peak reserved bytes"},
+      {&CheckOptions::max_leaked, MiB, MiB - 1, "leaked bytes"},
+  };
+  for (const auto& c : cases) {
+    CheckOptions ok, bad;
+    ok.*c.field = c.ok;
+    bad.*c.field = c.bad;
+    EXPECT_TRUE(run_check(a, ok).violations.empty()) << c.name;
+    auto r = run_check(a, bad);
+    ASSERT_EQ(r.violations.size(), 1u) << c.name;
+    EXPECT_NE(r.violations[0].find(c.name), std::string::npos) << r.violations[0];
+    EXPECT_NE(r.violations[0].find("top site"), std::string::npos) << r.violations[0];
+  }
+}
+
+TEST(Check, BaselineAndTolerance) {
+  auto base = sample(0, "base.gh");
+  std::string path = TraceBuilder::dir() + "/baseline.json";
+  std::ofstream(path) << summary_json(base, SummaryOptions{}).dump();
+  auto m = measure_baseline(nlohmann::json::parse(std::ifstream(path)));
+  EXPECT_EQ(m.allocated, static_cast<std::int64_t>(3 * MiB));
+  EXPECT_EQ(m.leaked, static_cast<std::int64_t>(MiB));
+  // +4% requested/allocated (leaks unchanged): passes at the default 5%, fails at 3%.
+  auto grown = sample(static_cast<std::uint64_t>(0.04 * 3 * MiB), "grown.gh");
+  CheckOptions o;
+  o.baseline = path;
+  EXPECT_TRUE(run_check(grown, o).violations.empty());
+  o.tolerance_pct = 3;
+  auto r = run_check(grown, o);
+  EXPECT_EQ(r.violations.size(), 2u) << r.violations.size();  // requested and allocated grew
+  bool saw_alloc = false;
+  for (const auto& v : r.violations) saw_alloc |= v.find("peak allocated bytes") != std::string::npos;
+  EXPECT_TRUE(saw_alloc);
+  o.tolerance_pct = 0;
+  EXPECT_TRUE(run_check(base, o).violations.empty());  // identical run
+  std::ofstream(TraceBuilder::dir() + "/notsummary.json") << "{\"schema\": \"other\"}";
+  o.baseline = TraceBuilder::dir() + "/notsummary.json";
+  EXPECT_THROW(run_check(base, o), InputError);
+}
