@@ -1,0 +1,157 @@
+"""A deterministic PyTorch training job (random weights, fixed seed) printing one JSON line:
+losses (exact, as float.hex), torch's own memory statistics and step times.
+
+  python torch_job.py --model gpt|cnn|mlp --steps N [--warmup W] [--oom]
+
+Models: gpt — a small GPT-style decoder (token + position embeddings, causal self-attention written
+out with matmuls so the backward is deterministic, MLP, LayerNorm, AdamW); cnn — torchvision's
+resnet18 (10 classes, 64x64 inputs, SGD with momentum); mlp — 12 blocks of Linear(1024) +
+LayerNorm + GELU with AdamW, batch 64 (about 200 allocations per step: the benchmark model).
+The allocator is chosen by the environment (PYTORCH_NO_CUDA_MEMORY_CACHING, PYTORCH_CUDA_ALLOC_CONF).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        mask = torch.ones(t, t, device=x.device, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=512, d=256, layers=4, heads=4, seq=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        return self.head(self.ln(self.blocks(x)))
+
+
+class MLP(nn.Module):
+    def __init__(self, width=1024, blocks=12):
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.GELU())
+                                      for _ in range(blocks)])
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        return self.head(self.layers(x))
+
+
+def make(model, gen):
+    dev = "cuda"
+    if model == "gpt":
+        net = GPT().to(dev)
+        opt = torch.optim.AdamW(net.parameters(), lr=3e-4)
+        data = [torch.randint(0, 512, (16, 129), generator=gen).to(dev) for _ in range(4)]
+
+        def step(i):
+            batch = data[i % len(data)]
+            logits = net(batch[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+    elif model == "cnn":
+        import torchvision
+        net = torchvision.models.resnet18(num_classes=10).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        data = [(torch.randn(16, 3, 64, 64, generator=gen).to(dev), torch.randint(0, 10, (16,), generator=gen).to(dev))
+                for _ in range(4)]
+
+        def step(i):
+            x, y = data[i % len(data)]
+            return F.cross_entropy(net(x), y)
+    else:
+        net = MLP().to(dev)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        data = [(torch.randn(64, 1024, generator=gen).to(dev), torch.randint(0, 10, (64,), generator=gen).to(dev))
+                for _ in range(4)]
+
+        def step(i):
+            x, y = data[i % len(data)]
+            return F.cross_entropy(net(x), y)
+    return net, opt, step
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["gpt", "cnn", "mlp"], default="gpt")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed ones")
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # resnet18: adaptive_avg_pool2d backward has none
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    gen = torch.Generator().manual_seed(a.seed)
+    net, opt, step = make(a.model, gen)
+
+    losses, times = [], []
+    for i in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = step(i)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if i >= a.warmup:
+            times.append(dt)
+            losses.append(loss.item())
+    stats = torch.cuda.memory_stats()
+    res = {
+        "model": a.model,
+        "steps": a.steps,
+        "losses": [float(x).hex() for x in losses],
+        "loss_last": losses[-1] if losses else None,
+        "requested_peak": stats.get("requested_bytes.all.peak"),
+        "allocated_peak": stats.get("allocated_bytes.all.peak"),
+        "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        "max_memory_allocated": torch.cuda.max_memory_allocated(),
+        "num_device_alloc": stats.get("num_device_alloc"),
+        "step_ms_median": statistics.median(times) * 1e3 if times else None,
+        "step_ms_min": min(times) * 1e3 if times else None,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "no_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+    }
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
