@@ -6,7 +6,10 @@
 // file order is a valid replay order across threads.
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
+#include "preload/limits.h"
+#include "preload/oom.h"
 #include "preload/real.h"
 #include "preload/recorder.h"
 #include "preload/runtime.h"
@@ -72,6 +75,9 @@ Registry& registry() noexcept {
   return *r;
 }
 
+// A host address that is never device memory (see rt_free).
+char g_never_device_memory;
+
 inline std::uint64_t addr(const void* p) noexcept { return reinterpret_cast<std::uint64_t>(p); }
 
 // No frames skipped here: inlining decides how many of ours are on the stack, and the
@@ -107,27 +113,37 @@ std::size_t driver_size(const void* p, std::size_t requested) noexcept {
   return requested;
 }
 
-void record_oom(ContextState* st, std::size_t requested, std::uint32_t stack) noexcept {
+// Records the OOM event and writes the stderr report. st: the pool state of the device (may
+// be null for pass-through kinds or when the pool is off).
+void record_oom(ContextState* st, int device, AllocKind kind, const char* api, std::size_t requested,
+                std::uint64_t stream, std::uint32_t stack) noexcept {
+  if (!st) st = current_state();
   format::OomRecord r;
   r.ts = now_ns();
   r.tid = current_tid();
-  r.device = static_cast<std::int16_t>(st ? st->device : current_device());
-  r.kind = st ? AllocKind::device_pooled : AllocKind::device_passthrough;
+  r.device = static_cast<std::int16_t>(device);
+  r.kind = kind;
   r.requested = requested;
+  r.stream = stream;
   size_t free_b = 0, total_b = 0;
   if (auto info = real<Fn::cuMemGetInfo_v2>(); info && info(&free_b, &total_b) == CUDA_SUCCESS) {
     r.device_free = free_b;
     r.device_total = total_b;
   }
+  r.limit = device_limit(device);
+  std::uint64_t cached = 0;
   if (st) {
     PoolStats ps = st->pool.stats();
     r.reserved = ps.reserved;
     r.allocated = ps.allocated;
     r.largest_free = ps.largest_free;
+    cached = ps.reserved - ps.allocated;
   }
   r.stack = stack;
   if (r.device >= 0) ensure_device(r.device);
   record(r);
+  DeviceBudget* b = budget(device);
+  report_oom(r, api, cached, b ? static_cast<std::uint64_t>(b->held()) : 0);
 }
 
 struct FreeHookArg {
@@ -139,6 +155,13 @@ struct FreeHookArg {
 void record_pooled_free(void* arg, const PoolBlock& b) noexcept {
   auto* a = static_cast<FreeHookArg*>(arg);
   record_free(AllocKind::device_pooled, a->device, addr(b.ptr), b.size, block_flags(b), 0, a->stack);
+}
+
+// GPUHEAP_RELEASE_THRESHOLD: once the unused cache of a pool exceeds it, fully free segments
+// go back to the driver (empty_cache by policy; only already-reusable memory, no waiting).
+void apply_release_threshold(ContextState* st) noexcept {
+  std::size_t t = settings().release_threshold;
+  if (t && st && st->pool.cached_unused() > t) st->pool.trim(static_cast<int>(format::EmptyCacheReason::threshold));
 }
 
 enum class PoolFree { freed, not_ours, invalid };
@@ -153,7 +176,10 @@ PoolFree pooled_free(const void* ptr) noexcept {
   std::uint32_t stack = free_stack();
   auto try_state = [&](ContextState* s) {
     FreeHookArg arg{s->device, stack};
-    if (s->pool.deallocate(const_cast<void*>(ptr), nullptr, record_pooled_free, &arg)) return PoolFree::freed;
+    if (s->pool.deallocate(const_cast<void*>(ptr), nullptr, record_pooled_free, &arg)) {
+      apply_release_threshold(s);
+      return PoolFree::freed;
+    }
     return s->pool.contains(ptr) ? PoolFree::invalid : PoolFree::not_ours;
   };
   if (cur) {
@@ -178,14 +204,22 @@ bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t 
   return true;
 }
 
-// After the pool failed: the real allocator decides; its error is what the program sees.
+// After the pool failed: without a cap the real allocator decides (its error is what the
+// program sees, and a success means memory appeared meanwhile); with a cap the pool already
+// hit it after releasing its cache, so the answer is out-of-memory.
 template <class Call>
-auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, void** ptr, Call call) {
+auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, void** ptr, const char* api,
+                    decltype(std::declval<Call>()()) oom_error, Call call) {
+  int dev = st ? st->device : current_device();
+  if (device_limit(dev) != 0) {
+    record_oom(st, dev, AllocKind::device_pooled, api, size, 0, stack);
+    return oom_error;
+  }
   auto rc = call();
   if (rc == 0 && *ptr)
     note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
   else if (rc != 0)
-    record_oom(st, size, stack);
+    record_oom(st, dev, st ? AllocKind::device_pooled : AllocKind::device_passthrough, api, size, 0, stack);
   return rc;
 }
 
@@ -197,14 +231,37 @@ void note_alloc(AllocKind kind, const void* ptr, std::size_t requested, std::siz
                 std::uint64_t stream) noexcept {
   int dev = kind == AllocKind::host_pinned ? -1 : current_device();
   registry().put(family_of(kind), addr(ptr), Entry{kind, static_cast<std::int16_t>(dev), size});
+  if (counts_against_limit(kind))
+    if (DeviceBudget* b = budget(dev)) b->other_held.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
   record_alloc(kind, dev, addr(ptr), requested, size, 0, stream, alloc_stack());
 }
 
 void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
   Entry e{kind, -1, 0};
   std::uint8_t flags = 0;
-  if (!registry().take(family_of(kind), addr(ptr), &e)) flags = format::kFlagFailed;
+  if (!registry().take(family_of(kind), addr(ptr), &e))
+    flags = format::kFlagFailed;
+  else if (counts_against_limit(e.kind))
+    if (DeviceBudget* b = budget(e.device)) b->other_held.fetch_sub(static_cast<std::int64_t>(e.size), std::memory_order_relaxed);
   record_free(e.kind, e.device, addr(ptr), e.size, flags, stream, free_stack());
+}
+
+bool admit(AllocKind kind, std::size_t size) noexcept {
+  if (!counts_against_limit(kind)) return true;
+  int dev = current_device();
+  std::uint64_t lim = device_limit(dev);
+  DeviceBudget* b = budget(dev);
+  if (!lim || !b) return true;
+  auto fits = [&] { return static_cast<std::uint64_t>(b->held()) + size <= lim; };
+  if (fits()) return true;
+  // Like the pool's own OOM path: give the cache back first, then decide.
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i)
+    if (states[i]->device == dev) states[i]->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
+  if (fits()) return true;
+  record_oom(nullptr, dev, kind, format::alloc_kind_name(kind), size, 0, alloc_stack());
+  return false;
 }
 
 // ---- cudaMalloc / cudaFree ----
@@ -214,6 +271,7 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   auto real_malloc = real<Fn::cudaMalloc>();
   if (!real_malloc) return cudaErrorInitializationError;
   if (!scope.active() || !ptr || size == 0 || !settings().pool) {
+    if (scope.active() && ptr && size && !admit(AllocKind::device_passthrough, size)) return cudaErrorMemoryAllocation;
     cudaError_t rc = real_malloc(ptr, size);
     if (scope.active() && rc == cudaSuccess && ptr && *ptr)
       note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
@@ -228,7 +286,8 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   }
   std::uint32_t stack = alloc_stack();
   if (st && pooled_alloc(st, ptr, size, stack)) return cudaSuccess;
-  return fallback_alloc(st, size, stack, ptr, [&] { return real_malloc(ptr, size); });
+  return fallback_alloc(st, size, stack, ptr, "cudaMalloc", cudaErrorMemoryAllocation,
+                        [&] { return real_malloc(ptr, size); });
 }
 
 cudaError_t rt_free(void* ptr) noexcept {
@@ -245,7 +304,10 @@ cudaError_t rt_free(void* ptr) noexcept {
       // segment base would free the whole segment under other live blocks.
       record_free(AllocKind::device_pooled, current_device(), addr(ptr), 0, format::kFlagFailed, 0,
                   free_stack());
-      return cudaErrorInvalidValue;
+      // The runtime answers an invalid pointer with cudaErrorInvalidValue *and* latches it
+      // for cudaGetLastError; only the runtime can set that, so ask it to free a host
+      // address that is never device memory (found by tests/preload/test_reliability.cpp).
+      return real_free(&g_never_device_memory);
     case PoolFree::not_ours: break;
   }
   note_free(AllocKind::device_passthrough, ptr, 0);
@@ -260,6 +322,7 @@ CUresult drv_mem_alloc(CUdeviceptr* dptr, std::size_t size) noexcept {
   if (!real_alloc) return CUDA_ERROR_NOT_INITIALIZED;
   ContextState* st = (scope.active() && dptr && size) ? current_state() : nullptr;
   if (!st) {  // pool off, no context (the driver returns its own error), or nested
+    if (scope.active() && dptr && size && !admit(AllocKind::device_passthrough, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = real_alloc(dptr, size);
     if (scope.active() && rc == CUDA_SUCCESS && dptr && *dptr) {
       void* p = reinterpret_cast<void*>(*dptr);
@@ -274,7 +337,8 @@ CUresult drv_mem_alloc(CUdeviceptr* dptr, std::size_t size) noexcept {
     return CUDA_SUCCESS;
   }
   void** out = reinterpret_cast<void**>(dptr);
-  return fallback_alloc(st, size, stack, out, [&] { return real_alloc(dptr, size); });
+  return fallback_alloc(st, size, stack, out, "cuMemAlloc_v2", CUDA_ERROR_OUT_OF_MEMORY,
+                        [&] { return real_alloc(dptr, size); });
 }
 
 CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
@@ -283,6 +347,17 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
   if (!real_free) return CUDA_ERROR_NOT_INITIALIZED;
   void* p = reinterpret_cast<void*>(dptr);
   if (!p || !scope.active()) return real_free(dptr);
+  // The driver needs a current context for cuMemFree (CUDA_ERROR_INVALID_CONTEXT without
+  // one, freeing nothing); the pool would find the block by pointer and free it anyway.
+  if (CUcontext ctx = nullptr; real<Fn::cuCtxGetCurrent>() && real<Fn::cuCtxGetCurrent>()(&ctx) == CUDA_SUCCESS && !ctx) {
+    ContextState* states[64];
+    int n = all_states(states, 64);
+    for (int i = 0; i < n; ++i)
+      if (states[i]->pool.contains(p)) {
+        record_free(AllocKind::device_pooled, -1, dptr, 0, format::kFlagFailed, 0, free_stack());
+        return CUDA_ERROR_INVALID_CONTEXT;
+      }
+  }
   switch (pooled_free(p)) {
     case PoolFree::freed: return CUDA_SUCCESS;
     case PoolFree::invalid:
@@ -297,11 +372,22 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
 // ---- memory info: bytes cached in the pool and not in use are free for the program ----
 
 namespace {
+// free = driver free + pool bytes cached and unused; under a cap, total = the cap and
+// free = cap - held + cached, never more than what the driver really has (+ our cache).
 void add_cached(std::size_t* free_b, std::size_t* total_b) noexcept {
   if (!free_b || !total_b) return;
   ContextState* st = current_state();
-  if (!st) return;
-  std::size_t f = *free_b + st->pool.cached_unused();
+  std::size_t cached = st ? st->pool.cached_unused() : 0;
+  std::size_t f = *free_b + cached;
+  int dev = st ? st->device : current_device();
+  if (std::uint64_t lim = device_limit(dev); lim && lim < *total_b) {
+    DeviceBudget* b = budget(dev);
+    std::int64_t held = b ? b->held() : 0;
+    std::int64_t in_cap = static_cast<std::int64_t>(lim) - held + static_cast<std::int64_t>(cached);
+    std::size_t cap_free = in_cap > 0 ? static_cast<std::size_t>(in_cap) : 0;
+    if (cap_free < f) f = cap_free;
+    *total_b = static_cast<std::size_t>(lim);
+  }
   *free_b = f < *total_b ? f : *total_b;
 }
 }  // namespace

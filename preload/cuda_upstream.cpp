@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "preload/limits.h"
 #include "preload/real.h"
 
 namespace gpuheap {
@@ -59,18 +60,36 @@ ContextScope::~ContextScope() {
 
 void* CudaUpstream::allocate(std::size_t bytes) noexcept {
   auto fn = real<Fn::cuMemAlloc_v2>();
-  if (!fn) return nullptr;
-  ContextScope scope(ctx_);
+  DeviceBudget* b = budget(device_);
+  if (!fn || !b) return nullptr;
+  // The per-process cap (GPUHEAP_LIMIT) is enforced where memory is taken from the driver:
+  // a segment that would take the process over it fails like a real out-of-memory, so the
+  // pool's release-and-retry path and the OOM report run exactly as on a full device.
+  const auto add = static_cast<std::int64_t>(bytes);
+  std::int64_t after = b->pool_reserved.fetch_add(add, std::memory_order_relaxed) + add +
+                       b->other_held.load(std::memory_order_relaxed);
+  std::uint64_t lim = device_limit(device_);
   CUdeviceptr p = 0;
-  if (fn(&p, bytes) != CUDA_SUCCESS) return nullptr;
+  bool ok = !(lim && after > static_cast<std::int64_t>(lim));
+  if (ok) {
+    ContextScope scope(ctx_);
+    ok = fn(&p, bytes) == CUDA_SUCCESS;
+  }
+  if (!ok) {
+    b->pool_reserved.fetch_sub(add, std::memory_order_relaxed);
+    return nullptr;
+  }
   return reinterpret_cast<void*>(p);
 }
 
-void CudaUpstream::deallocate(void* p, std::size_t) noexcept {
+void CudaUpstream::deallocate(void* p, std::size_t bytes) noexcept {
   auto fn = real<Fn::cuMemFree_v2>();
   if (!fn) return;
-  ContextScope scope(ctx_);
-  fn(reinterpret_cast<CUdeviceptr>(p));
+  {
+    ContextScope scope(ctx_);
+    fn(reinterpret_cast<CUdeviceptr>(p));
+  }
+  if (DeviceBudget* b = budget(device_)) b->pool_reserved.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
 }
 
 CUevent CudaUpstream::take_event() noexcept {

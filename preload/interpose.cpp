@@ -40,6 +40,8 @@ inline int call(A... a) {
 template <Fn F, class Ptr, class... A>
 inline auto pass_alloc(AllocKind kind, Ptr* out, std::size_t req, std::uint64_t stream, A... a) {
   HookScope scope;
+  if (scope.active() && !admit(kind, req))  // over GPUHEAP_LIMIT: the API's out-of-memory answer
+    return F < Fn::runtime_end_ ? int(cudaErrorMemoryAllocation) : int(CUDA_ERROR_OUT_OF_MEMORY);
   int rc = call<F>(out, a...);
   if (scope.active() && rc == 0 && out && *out) note_alloc(kind, reinterpret_cast<void*>(*out), req, req, stream);
   return rc;
@@ -108,12 +110,14 @@ GPUHEAP_EXPORT cudaError_t cudaFreeHost(void* p) {
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t w, size_t h) {
   HookScope scope;
+  if (scope.active() && !admit(AllocKind::pitch, w * h)) return cudaErrorMemoryAllocation;
   cudaError_t rc = rt<Fn::cudaMallocPitch>(p, pitch, w, h);
   if (scope.active() && rc == cudaSuccess && p && *p && pitch) note_alloc(AllocKind::pitch, *p, w * h, *pitch * h, 0);
   return rc;
 }
 GPUHEAP_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pp, cudaExtent e) {
   HookScope scope;
+  if (scope.active() && !admit(AllocKind::pitch, e.width * e.height * e.depth)) return cudaErrorMemoryAllocation;
   cudaError_t rc = rt<Fn::cudaMalloc3D>(pp, e);
   if (scope.active() && rc == cudaSuccess && pp && pp->ptr)
     note_alloc(AllocKind::pitch, pp->ptr, e.width * e.height * e.depth, pp->pitch * e.height * e.depth, 0);
@@ -192,6 +196,7 @@ GPUHEAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned fla
 }
 GPUHEAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, unsigned elem) {
   HookScope scope;
+  if (scope.active() && !admit(AllocKind::pitch, w * h)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult rc = drv<Fn::cuMemAllocPitch_v2>(p, pitch, w, h, elem);
   if (scope.active() && rc == CUDA_SUCCESS && p && *p && pitch) note_alloc(AllocKind::pitch, vp(*p), w * h, *pitch * h, 0);
   return rc;

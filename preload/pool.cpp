@@ -436,6 +436,15 @@ bool Pool::find(const void* ptr, PoolBlock* out) const noexcept {
   return false;
 }
 
+std::size_t Pool::trim(int reason) noexcept {
+  Impl& m = *impl_;
+  Lock g(m.mu);
+  m.reclaim_done();  // only what the GPU has already finished with: never waits
+  std::size_t rel = m.release_free_segments();
+  if (rel) m.obs->on_empty_cache(rel, reason);
+  return rel;
+}
+
 std::size_t Pool::empty_cache(int reason) noexcept {
   Impl& m = *impl_;
   Lock g(m.mu);

@@ -110,6 +110,9 @@ class Pool {
   bool find(const void* ptr, PoolBlock* out) const noexcept;
   // Waits for all fences, returns every fully free segment upstream; returns bytes released.
   std::size_t empty_cache(int reason = 0) noexcept;
+  // Like empty_cache without waiting: reclaims completed fences only, then releases fully
+  // free segments (the GPUHEAP_RELEASE_THRESHOLD policy on the free path).
+  std::size_t trim(int reason) noexcept;
   PoolStats stats() const noexcept;
   // Free bytes that a cudaMemGetInfo caller could still get: cached and not in use.
   std::size_t cached_unused() const noexcept;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "preload/limits.h"
 #include "preload/recorder.h"
 #include "preload/real.h"
 #include "preload/state.h"
@@ -105,6 +106,11 @@ __attribute__((constructor)) void gpuheap_init() noexcept {
   s.free_stacks = env_flag("GPUHEAP_FREE_STACKS", false);
   s.unsafe_reuse = env_flag("GPUHEAP_UNSAFE_REUSE", false);
   if (const char* v = getenv("GPUHEAP_SEAL_US")) s.seal_ns = strtoull(v, nullptr, 10) * 1000ull;
+  limits_init(getenv("GPUHEAP_LIMIT"));
+  if (const char* v = getenv("GPUHEAP_RELEASE_THRESHOLD")) {
+    LimitSpec t;
+    if (parse_limit_value(v, strlen(v), &t) && !t.fraction) s.release_threshold = static_cast<std::size_t>(t.value);
+  }
   set_device_info_fn(device_info);
   pthread_atfork(nullptr, nullptr, atfork_child);
   recorder_start();

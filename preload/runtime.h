@@ -40,6 +40,7 @@ struct Settings {
   bool free_stacks = false;  // GPUHEAP_FREE_STACKS: also unwind at frees (default 0)
   bool unsafe_reuse = false; // GPUHEAP_UNSAFE_REUSE=1: TEST ONLY, reuse without fences
   std::uint64_t seal_ns = 200000;  // GPUHEAP_SEAL_US
+  std::size_t release_threshold = 0;  // GPUHEAP_RELEASE_THRESHOLD: trim cache above this
 };
 const Settings& settings() noexcept;
 
@@ -58,6 +59,11 @@ void note_alloc(format::AllocKind kind, const void* ptr, std::size_t requested, 
 // Records a free before the real free runs (so the address cannot be handed out again in
 // between); `kind` is the caller's family, refined from the allocation registry.
 void note_free(format::AllocKind kind, const void* ptr, std::uint64_t stream) noexcept;
+
+// Cap check for a pass-through allocation of `size` bytes of `kind` on the current device:
+// over GPUHEAP_LIMIT even after releasing the pool's cache -> records the OOM, reports it
+// and returns false (the caller answers with the API's out-of-memory error).
+bool admit(format::AllocKind kind, std::size_t size) noexcept;
 
 // ---- streams (for the pool's fences) ----
 void note_stream_created(CUstream s) noexcept;

@@ -16,99 +16,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tests/preload/run_prog.h"
 #include "tests/preload/trace_file.h"
 
 using gpuheap::format::AllocKind;
 using gpuheap::test::TraceFile;
 using gpuheap::test::load_trace;
 
-extern char** environ;
+using namespace gpuheap::test;
 
 namespace {
-
-const std::string kBuild = GPUHEAP_BUILD_DIR;
-const std::string kProgs = PRELOAD_PROG_DIR;
-
-bool small_scale() {
-  const char* s = std::getenv("GPUHEAP_TEST_SCALE");
-  return s && std::strcmp(s, "small") == 0;
-}
-
-struct ProgRun {
-  int status = -1;  // exit code, or 128+signal
-  std::string dir;  // where traces went
-  std::vector<std::string> traces;
-  std::string out;  // stdout
-};
-
-std::string make_dir() {
-  char tmpl[] = "/tmp/gpuheap-preload-XXXXXX";
-  return mkdtemp(tmpl);
-}
-
-std::vector<std::string> traces_in(const std::string& dir) {
-  std::vector<std::string> v;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::strstr(e->d_name, ".trace")) v.push_back(dir + "/" + e->d_name);
-    closedir(d);
-  }
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-// Starts PROG with the preload (unless preload=false); on_start(pid, stdout_fd) may
-// interact with it (e.g. kill it). Returns exit status and traces.
-template <class OnStart>
-ProgRun run_with(const std::string& prog, std::vector<std::string> args, std::vector<std::string> env,
-             bool preload, OnStart on_start) {
-  ProgRun r;
-  r.dir = make_dir();
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "LD_PRELOAD=", 11) && std::strncmp(*e, "LD_LIBRARY_PATH=", 16) &&
-        std::strncmp(*e, "GPUHEAP_", 8))
-      envs.push_back(*e);
-  }
-  for (auto& e : env) envs.push_back(e);  // first: getenv() returns the first match
-  envs.push_back("LD_LIBRARY_PATH=" + kBuild + "/simcuda");
-  if (preload) envs.push_back("LD_PRELOAD=" + kBuild + "/libgpuheap.so");
-  envs.push_back("GPUHEAP_OUTPUT=" + r.dir + "/t.%p.trace");
-  envs.push_back("GPUHEAP_QUIET=1");
-  std::vector<char*> envp, argv;
-  for (auto& e : envs) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string path = kProgs + "/" + prog;
-  argv.push_back(path.data());
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return r;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], 1);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    execve(path.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
-  on_start(pid, pipefd[0]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) r.out.append(buf, static_cast<std::size_t>(n));
-  close(pipefd[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.traces = traces_in(r.dir);
-  return r;
-}
-
-ProgRun run(const std::string& prog, std::vector<std::string> args = {}, std::vector<std::string> env = {},
-        bool preload = true) {
-  return run_with(prog, std::move(args), std::move(env), preload, [](pid_t, int) {});
-}
 
 void expect_well_formed(const TraceFile& t) {
   EXPECT_TRUE(t.ok);

@@ -24,6 +24,7 @@ struct TraceFile {
   std::vector<format::FreeCompletedRecord> completed;
   std::vector<format::OomRecord> ooms;
   std::vector<format::RetryRecord> retries;
+  std::vector<format::EmptyCacheRecord> empty_caches;
   std::set<std::uint32_t> stack_ids;
   std::set<int> devices;
   std::size_t modules = 0, records = 0;
@@ -98,6 +99,7 @@ inline TraceFile load_trace(const std::string& path) {
       case format::RecordType::free_completed: t.completed.push_back(r.free_completed); break;
       case format::RecordType::oom: t.ooms.push_back(r.oom); break;
       case format::RecordType::retry: t.retries.push_back(r.retry); break;
+      case format::RecordType::empty_cache: t.empty_caches.push_back(r.empty_cache); break;
       case format::RecordType::end: t.has_end = true; break;
       default: break;
     }

@@ -1,0 +1,136 @@
+// The out-of-memory report written to stderr when an allocation finally fails. It gives a
+// person what to act on right there (the numbers, whether fragmentation was the cause, a
+// suggestion, the allocating stack as module+offset); exact source lines and the live sites
+// come from `gpuheap summary` on the trace, since nothing in-process symbolizes with DWARF.
+// Rate-limited: the first few in full, then one line per 10 s with a count.
+#include "preload/oom.h"
+
+#include <dlfcn.h>
+#include <libunwind.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "preload/recorder.h"
+
+namespace gpuheap {
+namespace detail {
+
+namespace {
+
+constexpr int kFullReports = 3;
+constexpr std::uint64_t kQuietNs = 10'000'000'000ull;
+
+std::atomic<int> g_reports{0};
+std::atomic<std::uint64_t> g_last_ns{0};
+std::atomic<std::uint64_t> g_suppressed{0};
+
+// Human size, like the analyzer's tables: B, KiB, MiB, GiB, TiB with two decimals.
+const char* human(std::uint64_t b, char* buf, std::size_t cap) noexcept {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  if (u == 0)
+    snprintf(buf, cap, "%llu B", static_cast<unsigned long long>(b));
+  else
+    snprintf(buf, cap, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+struct Out {
+  char buf[4096];
+  std::size_t n = 0;
+  void line(const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3))) {
+    if (n >= sizeof buf - 2) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
+    va_end(ap);
+    if (w < 0) return;
+    n += static_cast<std::size_t>(w) < sizeof buf - n - 1 ? static_cast<std::size_t>(w) : sizeof buf - n - 2;
+    buf[n++] = '\n';
+  }
+  void flush() noexcept {
+    ssize_t r = write(2, buf, n);
+    (void)r;
+  }
+};
+
+void stack_lines(Out& o) noexcept {
+  void* ips[32];
+  int n = unw_backtrace(ips, 32);
+  int shown = 0;
+  for (int i = 0; i < n && shown < 10; ++i) {
+    Dl_info info{};
+    if (!dladdr(ips[i], &info) || !info.dli_fname) continue;
+    const char* mod = strrchr(info.dli_fname, '/');
+    mod = mod ? mod + 1 : info.dli_fname;
+    // Our own frames and the CUDA libraries' are noise here (the analyzer hides them too).
+    if (!strncmp(mod, "libgpuheap", 10) || !strncmp(mod, "libcudart", 9) || !strncmp(mod, "libcuda.so", 10) ||
+        !strncmp(mod, "libunwind", 9))
+      continue;
+    auto off = reinterpret_cast<std::uintptr_t>(ips[i]) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+    o.line("gpuheap:     at %s (%s+0x%lx)", info.dli_sname ? info.dli_sname : "??", mod,
+           static_cast<unsigned long>(off));
+    ++shown;
+  }
+}
+
+}  // namespace
+
+void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
+                std::uint64_t held) noexcept {
+  int k = g_reports.fetch_add(1, std::memory_order_relaxed);
+  if (k >= kFullReports) {
+    std::uint64_t last = g_last_ns.load(std::memory_order_relaxed);
+    if (r.ts - last < kQuietNs || !g_last_ns.compare_exchange_strong(last, r.ts)) {
+      g_suppressed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    char a[32];
+    Out o;
+    o.line("gpuheap: CUDA out of memory again: tried to allocate %s (%s) on device %d; %llu more not reported",
+           human(r.requested, a, sizeof a), api, r.device,
+           static_cast<unsigned long long>(g_suppressed.exchange(0)));
+    o.flush();
+    return;
+  }
+  g_last_ns.store(r.ts, std::memory_order_relaxed);
+  char req[32], tot[32], cap[32], fr[32], hd[32], al[32], rs[32], cu[32], lf[32];
+  Out o;
+  o.line("gpuheap: CUDA out of memory. Tried to allocate %s (%s) on device %d, stream 0x%llx.",
+         human(r.requested, req, sizeof req), api, r.device, static_cast<unsigned long long>(r.stream));
+  std::uint64_t cap_free = r.limit ? (r.limit > held ? r.limit - held : 0) + cached_unused : 0;
+  std::uint64_t free_now = r.limit && cap_free < r.device_free + cached_unused ? cap_free : r.device_free + cached_unused;
+  o.line("gpuheap:   device total %s, cap %s, free %s (driver free %s); held by this process %s",
+         human(r.device_total, tot, sizeof tot), r.limit ? human(r.limit, cap, sizeof cap) : "none",
+         human(free_now, fr, sizeof fr), human(r.device_free, lf, sizeof lf), human(held, hd, sizeof hd));
+  o.line("gpuheap:   pool: allocated %s, reserved %s, reserved but unused %s, largest free block %s",
+         human(r.allocated, al, sizeof al), human(r.reserved, rs, sizeof rs), human(cached_unused, cu, sizeof cu),
+         human(r.largest_free, lf, sizeof lf));
+  const bool fragmented = cached_unused >= r.requested && r.largest_free < r.requested;
+  o.line("gpuheap:   without fragmentation the request %s have fit (%s cached and unused, largest piece %s)",
+         fragmented ? "would" : "would not", cu, lf);
+  if (fragmented)
+    o.line("gpuheap:   suggestion: the pool's free memory is split in pieces smaller than the request; "
+           "allocate long-lived buffers first, free large temporaries earlier, or release the cache "
+           "(gpuheap_empty_cache(), GPUHEAP_RELEASE_THRESHOLD) before this allocation");
+  else if (r.limit && held + r.requested > r.limit && r.device_free > r.requested)
+    o.line("gpuheap:   suggestion: the per-process cap GPUHEAP_LIMIT=%s is what failed; the device itself has %s free",
+           cap, lf);
+  else
+    o.line("gpuheap:   suggestion: the live allocations really need this much; reduce the batch or model size, "
+           "or find what holds memory in the summary's OOM section");
+  o.line("gpuheap:   allocated from:");
+  stack_lines(o);
+  const char* path = recorder_path();
+  if (path && *path) o.line("gpuheap:   live allocation sites with source lines: gpuheap summary %s", path);
+  o.flush();
+}
+
+}  // namespace detail
+}  // namespace gpuheap

@@ -1,0 +1,121 @@
+// Crash and exit-path scenarios for the reliability tests. Every mode first makes N (=100)
+// cudaMalloc/cudaFree pairs plus one live 4 KiB block, prints "pairs=N", then ends:
+//   segv | abort | throw        page fault / abort() / uncaught C++ exception
+//   segv_handler | abort_handler  the same with the program's own handler installed (after
+//                               gpuheap's): it prints "handler ran", restores SIG_DFL and
+//                               re-raises, so the status must still be the signal's
+//   segv_exit_handler           own SIGSEGV handler that prints and _exit(42)s
+//   thread_exit                 exit(7) from a non-main thread while 4 others allocate
+//   quick_exit                  quick_exit(5)
+//   underscore_exit             _exit(6)
+//   static_dtor                 return 0; a static object's destructor cudaFree's after main
+//   nofree                      return 0 with the 100 blocks never freed (no cudaFree at all)
+// SLEEP_MS (optional 2nd argument) sleeps before the ending, so the test can tell "events
+// older than the flush interval" from "events of the last few ms".
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct StaticHolder {
+  void* p = nullptr;
+  ~StaticHolder() {
+    // After main: gpuheap must record this free (or at least not crash on it).
+    if (p && cudaFree(p) == cudaSuccess) std::fputs("static dtor freed\n", stdout);
+    std::fflush(stdout);
+  }
+};
+StaticHolder g_holder;
+
+void say(const char* s) {
+  if (write(STDOUT_FILENO, s, std::strlen(s)) < 0) {
+  }
+}
+
+void handler_reraise(int sig) {
+  say("handler ran\n");
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+void handler_exit(int) {
+  say("handler ran\n");
+  _exit(42);
+}
+
+int make_pairs(int n) {
+  for (int i = 0; i < n; ++i) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, 1024u * static_cast<unsigned>(1 + i % 8)) != cudaSuccess) return 1;
+    if (cudaFree(p) != cudaSuccess) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "segv";
+  int sleep_ms = argc > 2 ? std::atoi(argv[2]) : 0;
+  const int n = 100;
+  bool nofree = std::strcmp(mode, "nofree") == 0;
+  if (nofree) {
+    for (int i = 0; i < n; ++i) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, 4096) != cudaSuccess) return 10;
+    }
+  } else if (make_pairs(n) != 0) {
+    return 10;
+  }
+  void* live = nullptr;
+  if (cudaMalloc(&live, 4096) != cudaSuccess) return 11;
+  std::printf("pairs=%d\n", n);
+  std::fflush(stdout);
+  if (std::strcmp(mode, "segv_handler") == 0) signal(SIGSEGV, handler_reraise);
+  if (std::strcmp(mode, "abort_handler") == 0) signal(SIGABRT, handler_reraise);
+  if (std::strcmp(mode, "segv_exit_handler") == 0) signal(SIGSEGV, handler_exit);
+  if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+
+  if (std::strncmp(mode, "segv", 4) == 0) {
+    volatile int* bad = reinterpret_cast<volatile int*>(16);
+    *bad = 1;
+    return 20;
+  }
+  if (std::strncmp(mode, "abort", 5) == 0) std::abort();
+  if (std::strcmp(mode, "throw") == 0) throw std::runtime_error("uncaught by design");
+  if (std::strcmp(mode, "quick_exit") == 0) std::quick_exit(5);
+  if (std::strcmp(mode, "underscore_exit") == 0) _exit(6);
+  if (std::strcmp(mode, "static_dtor") == 0) {
+    g_holder.p = live;
+    return 0;
+  }
+  if (nofree) return 0;
+  if (std::strcmp(mode, "thread_exit") == 0) {
+    std::atomic<bool> go{true};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t)
+      ts.emplace_back([&] {
+        while (go.load(std::memory_order_relaxed)) {
+          void* p = nullptr;
+          if (cudaMalloc(&p, 8192) == cudaSuccess) cudaFree(p);
+        }
+      });
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::exit(7);
+    }).join();
+    go = false;  // not reached
+    for (auto& t : ts) t.join();
+    return 21;
+  }
+  return 2;
+}
