@@ -1,6 +1,7 @@
 // Out of memory on the real card: allocate 8 GiB chunks, give two back (the pool now caches
-// them), then keep allocating 12 GiB chunks (too large for those cached blocks) until cudaMalloc fails. Under gpuheap the pool must release its
-// cache and retry before failing, and the program must receive cudaErrorMemoryAllocation.
+// them), then keep allocating 12 GiB chunks (too large for those cached blocks) until cudaMalloc
+// fails. Under gpuheap the pool must release its cache and retry before failing, and the program
+// must receive cudaErrorMemoryAllocation.
 #include <cstdio>
 #include <cuda_runtime.h>
 #include <vector>

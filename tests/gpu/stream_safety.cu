@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   int iters = argc > 1 ? std::atoi(argv[1]) : 300;
   int spin_us = argc > 2 ? std::atoi(argv[2]) : 200;
   int clock_khz = 0;
-  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0) != cudaSuccess || clock_khz <= 0)
+    clock_khz = 1980000;  // H100/H200 boost clock: only the spin length depends on it
   long long spin = (long long)clock_khz * spin_us / 1000;
   cudaStream_t a, b;
   cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
