@@ -100,7 +100,7 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
     return;
   }
   g_last_ns.store(r.ts, std::memory_order_relaxed);
-  char req[32], tot[32], cap[32], fr[32], hd[32], al[32], rs[32], cu[32], lf[32];
+  char req[32], tot[32], cap[32], fr[32], df[32], hd[32], al[32], rs[32], cu[32], lf[32];
   Out o;
   o.line("gpuheap: CUDA out of memory. Tried to allocate %s (%s) on device %d, stream 0x%llx.",
          human(r.requested, req, sizeof req), api, r.device, static_cast<unsigned long long>(r.stream));
@@ -108,7 +108,7 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
   std::uint64_t free_now = r.limit && cap_free < r.device_free + cached_unused ? cap_free : r.device_free + cached_unused;
   o.line("gpuheap:   device total %s, cap %s, free %s (driver free %s); held by this process %s",
          human(r.device_total, tot, sizeof tot), r.limit ? human(r.limit, cap, sizeof cap) : "none",
-         human(free_now, fr, sizeof fr), human(r.device_free, lf, sizeof lf), human(held, hd, sizeof hd));
+         human(free_now, fr, sizeof fr), human(r.device_free, df, sizeof df), human(held, hd, sizeof hd));
   o.line("gpuheap:   pool: allocated %s, reserved %s, reserved but unused %s, largest free block %s",
          human(r.allocated, al, sizeof al), human(r.reserved, rs, sizeof rs), human(cached_unused, cu, sizeof cu),
          human(r.largest_free, lf, sizeof lf));
@@ -121,7 +121,7 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
            "(gpuheap_empty_cache(), GPUHEAP_RELEASE_THRESHOLD) before this allocation");
   else if (r.limit && held + r.requested > r.limit && r.device_free > r.requested)
     o.line("gpuheap:   suggestion: the per-process cap GPUHEAP_LIMIT=%s is what failed; the device itself has %s free",
-           cap, lf);
+           cap, df);
   else
     o.line("gpuheap:   suggestion: the live allocations really need this much; reduce the batch or model size, "
            "or find what holds memory in the summary's OOM section");
