@@ -122,6 +122,11 @@ def main():
             "gpuheap_allocs_per_step": extra.get("gpuheap_allocs_per_step"),
             "losses_identical": extra.get("losses_native") == extra.get("losses_gpuheap")}
 
+    with open(a.out, "w") as f:  # the step-time part survives a latency run cut short
+        json.dump({"schema": "gpuheap.gpu-bench/1", "date": datetime.date.today().isoformat(), "step_time": step}, f,
+                  indent=1)
+    print(json.dumps({"step_ms_median": med, "ratio_vs_native": step["ratio_vs_native"]}), flush=True)
+
     # allocation latency: build natively once (so no compiler runs under the preload), then time
     src = os.path.join(a.work, "lat.cpp")
     drv = os.path.join(a.work, "lat.py")
