@@ -87,6 +87,25 @@ TEST(PoolFences, MissWaitsForPendingBytesBeforeGrowing) {
   EXPECT_TRUE(p.check_consistency());
 }
 
+TEST(PoolFences, TrimReleasesOnlyWhatTheGpuFinishedWithoutWaiting) {
+  HostUpstream up(HostUpstream::Fences::manual);
+  RecordingObserver obs;
+  Pool p(up, {}, &obs);
+  PoolBlock a = must_alloc(p, 12 * MiB), b = must_alloc(p, 4 * KiB);
+  ASSERT_TRUE(p.deallocate(a.ptr));  // sealed (first free)
+  ASSERT_TRUE(p.deallocate(b.ptr));  // unsealed: trim never records or waits
+  EXPECT_EQ(p.trim(1), 0u);  // fence not done: nothing is free yet
+  EXPECT_EQ(up.forced_waits(), 0u);
+  up.complete_all();
+  obs.clear();
+  EXPECT_EQ(p.trim(1), 12 * MiB);  // a's segment; b is still pending
+  EXPECT_EQ(obs.kinds(), "CFE");
+  EXPECT_EQ(p.stats().reserved, 2 * MiB);
+  EXPECT_EQ(p.stats().pending, 4 * KiB);
+  EXPECT_EQ(up.forced_waits(), 0u);
+  EXPECT_TRUE(p.check_consistency());
+}
+
 // A slow "kernel" on stream 0 still writes into a block when the host frees it; the block is
 // reallocated and stream 1 fills it. Returns true when stream 0's late write corrupted it.
 bool late_write_corrupts(bool unsafe, std::size_t bytes, bool* same_address,
