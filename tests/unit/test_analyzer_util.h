@@ -43,7 +43,8 @@ class TraceBuilder {
     data.insert(data.end(), b, b + n);
   }
   void module(std::uint64_t lo, std::uint64_t hi, std::string_view path) {
-    put(format::ModuleRecord{lo, lo, hi, path, {}});
+    // "" rather than {}: a null string_view data pointer reaches memcpy in the encoder (UB).
+    put(format::ModuleRecord{lo, lo, hi, path, ""});
   }
   void segment(std::uint64_t ptr, std::uint64_t size, bool small, bool is_free = false, int device = 0,
                std::uint8_t extra_flags = 0) {
