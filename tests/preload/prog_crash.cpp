@@ -9,6 +9,7 @@
 //   quick_exit                  quick_exit(5)
 //   underscore_exit             _exit(6)
 //   static_dtor                 return 0; a static object's destructor cudaFree's after main
+//   static_dtor_global          the same from a global constructed before CUDA initialised
 //   nofree                      return 0 with the 100 blocks never freed (no cudaFree at all)
 // SLEEP_MS (optional 2nd argument) sleeps before the ending, so the test can tell "events
 // older than the flush interval" from "events of the last few ms".
@@ -29,9 +30,17 @@ namespace {
 
 struct StaticHolder {
   void* p = nullptr;
+  bool own_thread = false;
   ~StaticHolder() {
-    // After main: gpuheap must record this free (or at least not crash on it).
-    if (p && cudaFree(p) == cudaSuccess) std::fputs("static dtor freed\n", stdout);
+    // After main: gpuheap must record this free (or at least not crash on it). exit()
+    // destroys the main thread's thread_locals before static objects, which simcuda's
+    // context stack does not survive (a crash with or without gpuheap); own_thread makes
+    // the call from a fresh thread so the after-main path of gpuheap itself is exercised.
+    if (!p) return;
+    int rc = -1;
+    if (own_thread) std::thread([&] { rc = cudaFree(p); }).join();
+    else rc = cudaFree(p);
+    if (rc == cudaSuccess) std::fputs("static dtor freed\n", stdout);
     std::fflush(stdout);
   }
 };
@@ -95,6 +104,16 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "quick_exit") == 0) std::quick_exit(5);
   if (std::strcmp(mode, "underscore_exit") == 0) _exit(6);
   if (std::strcmp(mode, "static_dtor") == 0) {
+    // Constructed after CUDA initialised: destroyed after main, before the runtime's own
+    // teardown (atexit order), the well-defined case.
+    static StaticHolder late;
+    late.p = live;
+    late.own_thread = true;
+    return 0;
+  }
+  if (std::strcmp(mode, "static_dtor_global") == 0) {
+    // Constructed before CUDA initialised: destroyed after the runtime's teardown (CUDA
+    // documents this as undefined; the real runtime answers cudaErrorCudartUnloading).
     g_holder.p = live;
     return 0;
   }

@@ -458,7 +458,7 @@ void end_case(const EndCase& c) {
   ProgResult base = run("prog_crash", args, {}, false);
   ProgResult r = run("prog_crash", args);
   ASSERT_FALSE(r.timed_out) << c.mode << " hung";
-  EXPECT_EQ(base.status, c.status) << c.mode << " (test expectation wrong without the preload)";
+  if (c.status >= 0) EXPECT_EQ(base.status, c.status) << c.mode << " (test expectation wrong without the preload)";
   EXPECT_EQ(r.status, base.status) << c.mode << ": exit status changed by the preload";
   EXPECT_EQ(r.out, base.out) << c.mode << ": program output changed by the preload";
   if (c.stdout_has) EXPECT_NE(r.out.find(c.stdout_has), std::string::npos) << c.mode;
@@ -499,6 +499,11 @@ TEST(Reliability, UnderscoreExit) {
 }
 TEST(Reliability, StaticDestructorFreesAfterMain) {
   end_case({"static_dtor", 0, 0, true, 101, "static dtor freed"});
+}
+TEST(Reliability, StaticDestructorAfterRuntimeTeardown) {
+  // Whatever the runtime does with this (simcuda: crashes, see docs/reliability.md), gpuheap
+  // changes nothing.
+  end_case({"static_dtor_global", 0, -1, true, 100, nullptr});
 }
 TEST(Reliability, NeverFrees) { end_case({"nofree", 0, 0, true, 0, nullptr}); }
 
@@ -542,7 +547,7 @@ TEST(Reliability, MisuseFreeFromThreadWithoutContext) { misuse_case("no_context"
 TEST(Reliability, MisuseDriverFreeWithoutContext) { misuse_case("drv_no_context", {}, 1); }
 TEST(Reliability, MisuseConcurrentFreeOfOnePointer) {
   Scan s = misuse_case("concurrent", {}, 200);
-  EXPECT_EQ(s.frees[idx(AllocKind::device_pooled)], 400u);
+  EXPECT_EQ(s.frees[idx(AllocKind::device_pooled)], 400u + 16u);  // + integrity()'s 16
 }
 
 // ---------------------------------------------------------------- multi-device
