@@ -171,6 +171,9 @@ bool open_file_locked() {
   sink_open(fd, path, g_cfg.flush_ns, g_cfg.max_buffer_bytes, sizeof header);
   append_process_record(host);
   modules_sync();
+  // The opening records go out now: a process that ends in _exit(2) (a forked worker,
+  // Python's os._exit) runs no exit handler, and its file must still start with `process`.
+  sink_flush();
   announce_path(path);
   return true;
 }
@@ -269,6 +272,8 @@ bool recorder_start() noexcept {
         g_hooks_registered = true;
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         atexit(at_exit);
+        // quick_exit(3) skips atexit handlers but runs these: flush there too.
+        at_quick_exit(at_exit);
       }
       signals_install(on_fatal_signal);
       sink_reset_warning();
