@@ -30,7 +30,20 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
   if (fr.size() > opt.text_frames) out += fmt::format("        ... {} more frames\n", fr.size() - opt.text_frames);
 }
 
+void kinds_table(std::string& out, const DeviceState& d);
+
+// Records with no device (device < 0: host allocations) get only the non-pooled rows.
+bool host_only(const DeviceState& d) { return d.device < 0 && d.stat[kAllocatedBytes][0].allocated == 0 &&
+                                              d.stat[kReservedBytes][0].allocated == 0; }
+
 void torch_table(std::string& out, const DeviceState& d) {
+  if (host_only(d)) {
+    out += kDouble + "\n";
+    out += fmt::format(" {:^73} \n", "gpuheap host memory (no device)");
+    out += kDouble + "\n";
+    kinds_table(out, d);
+    return;
+  }
   out += kDouble + "\n";
   std::string title = fmt::format("gpuheap memory summary, device ID {} ({})", d.device,
                                   d.name.empty() ? "unknown" : d.name);
@@ -76,6 +89,10 @@ void torch_table(std::string& out, const DeviceState& d) {
                        torch_count_cell(s.freed, s.freed));
   }
   out += kDouble + "\n";
+  kinds_table(out, d);
+}
+
+void kinds_table(std::string& out, const DeviceState& d) {
   // Kinds the pool does not serve: own rows, never mixed into the pool's numbers.
   bool any = std::any_of(d.kinds.begin(), d.kinds.end(), [](const KindUsage& k) { return k.used; });
   if (!any) return;
@@ -114,7 +131,8 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   out += fmt::format("  pid:       {} (ppid {}) on {}\n", in.pid, in.ppid, in.hostname.empty() ? "?" : in.hostname);
   out += fmt::format("  duration:  {}\n", human_duration_ns(in.duration_ns()));
   for (const auto& d : m.devices)
-    out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : d.name,
+    if (host_only(d)) out += "  host:      pinned host memory, no device\n";
+    else out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : d.name,
                        d.total_memory ? human_bytes(d.total_memory) : "total unknown");
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!in.truncated) {
