@@ -4,6 +4,7 @@
 // again (pooled: under the pool lock, before the block enters the pending list;
 // pass-through: before the real free), an allocation after it was obtained. Then the
 // file order is a valid replay order across threads.
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -39,6 +40,7 @@ struct Entry {
   AllocKind kind;
   std::int16_t device;
   std::uint64_t size;
+  std::uint32_t stack = 0;
 };
 
 class Registry {
@@ -47,6 +49,13 @@ class Registry {
     Shard& s = shard(f, key);
     std::lock_guard<std::mutex> lk(s.mu);
     s.map[key] = e;
+  }
+  template <class Fn>
+  void for_each(Family f, Fn&& fn) noexcept {
+    for (Shard& s : shards_[static_cast<int>(f)]) {
+      std::lock_guard<std::mutex> lk(s.mu);
+      for (auto& [key, e] : s.map) fn(e);
+    }
   }
   bool take(Family f, std::uint64_t key, Entry* out) noexcept {
     Shard& s = shard(f, key);
@@ -113,6 +122,42 @@ std::size_t driver_size(const void* p, std::size_t requested) noexcept {
   return requested;
 }
 
+// The live allocation sites of a device at this moment, largest first (for the OOM report).
+int live_sites(int device, LiveSite* out, int cap) noexcept {
+  constexpr int kSlots = 512;  // distinct sites kept; the rest are folded into none
+  LiveSite table[kSlots] = {};
+  auto add = [&](std::uint32_t stack, std::uint64_t bytes) {
+    for (int i = 0, h = static_cast<int>(stack * 2654435761u % kSlots); i < kSlots; ++i, h = (h + 1) % kSlots) {
+      if (table[h].count == 0 || table[h].stack == stack) {
+        table[h].stack = stack;
+        table[h].bytes += bytes;
+        ++table[h].count;
+        return;
+      }
+    }
+  };
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i) {
+    if (states[i]->device != device) continue;
+    states[i]->pool.for_each_live(
+        [](void* a, const PoolBlock& b) noexcept {
+          (*static_cast<decltype(add)*>(a))(b.tag, b.size);
+        },
+        &add);
+  }
+  registry().for_each(Family::pointer, [&](const Entry& e) {
+    if (e.device == device && counts_against_limit(e.kind)) add(e.stack, e.size);
+  });
+  registry().for_each(Family::vmm_handle, [&](const Entry& e) {
+    if (e.device == device) add(e.stack, e.size);
+  });
+  std::sort(table, table + kSlots, [](const LiveSite& a, const LiveSite& b) { return a.bytes > b.bytes; });
+  int k = 0;
+  while (k < cap && k < kSlots && table[k].count) out[k] = table[k], ++k;
+  return k;
+}
+
 // Records the OOM event and writes the stderr report. st: the pool state of the device (may
 // be null for pass-through kinds or when the pool is off).
 void record_oom(ContextState* st, int device, AllocKind kind, const char* api, std::size_t requested,
@@ -143,7 +188,9 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
   if (r.device >= 0) ensure_device(r.device);
   record(r);
   DeviceBudget* b = budget(device);
-  report_oom(r, api, cached, b ? static_cast<std::uint64_t>(b->held()) : 0);
+  LiveSite sites[5];
+  int nsites = live_sites(device, sites, 5);
+  report_oom(r, api, cached, b ? static_cast<std::uint64_t>(b->held()) : 0, sites, nsites);
 }
 
 struct FreeHookArg {
@@ -198,7 +245,7 @@ PoolFree pooled_free(const void* ptr) noexcept {
 // (caller falls back to the real allocator, which gives the program the real answer).
 bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t stack) noexcept {
   PoolBlock b;
-  if (st->pool.allocate(size, &b) != PoolStatus::ok) return false;
+  if (st->pool.allocate(size, &b, stack) != PoolStatus::ok) return false;
   *ptr = b.ptr;
   record_alloc(AllocKind::device_pooled, st->device, addr(b.ptr), size, b.size, block_flags(b), 0, stack);
   return true;
@@ -230,10 +277,11 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
 void note_alloc(AllocKind kind, const void* ptr, std::size_t requested, std::size_t size,
                 std::uint64_t stream) noexcept {
   int dev = kind == AllocKind::host_pinned ? -1 : current_device();
-  registry().put(family_of(kind), addr(ptr), Entry{kind, static_cast<std::int16_t>(dev), size});
+  std::uint32_t stack = alloc_stack();
+  registry().put(family_of(kind), addr(ptr), Entry{kind, static_cast<std::int16_t>(dev), size, stack});
   if (counts_against_limit(kind))
     if (DeviceBudget* b = budget(dev)) b->other_held.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
-  record_alloc(kind, dev, addr(ptr), requested, size, 0, stream, alloc_stack());
+  record_alloc(kind, dev, addr(ptr), requested, size, 0, stream, stack);
 }
 
 void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {

@@ -15,6 +15,7 @@
 #include <atomic>
 
 #include "preload/recorder.h"
+#include "preload/unwind.h"
 
 namespace gpuheap {
 namespace detail {
@@ -60,30 +61,44 @@ struct Out {
   }
 };
 
+// One frame as "function (module+0xoff)" through dladdr (dynamic symbols only: exact
+// source lines are the analyzer's job). False for frames of gpuheap and the CUDA libraries.
+bool frame_line(Out& o, const void* ip, const char* indent) noexcept {
+  Dl_info info{};
+  if (!dladdr(ip, &info) || !info.dli_fname) return false;
+  const char* mod = strrchr(info.dli_fname, '/');
+  mod = mod ? mod + 1 : info.dli_fname;
+  if (!strncmp(mod, "libgpuheap", 10) || !strncmp(mod, "libcudart", 9) || !strncmp(mod, "libcuda.so", 10) ||
+      !strncmp(mod, "libunwind", 9))
+    return false;
+  auto off = reinterpret_cast<std::uintptr_t>(ip) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+  o.line("gpuheap:%sat %s (%s+0x%lx)", indent, info.dli_sname ? info.dli_sname : "??", mod,
+         static_cast<unsigned long>(off));
+  return true;
+}
+
 void stack_lines(Out& o) noexcept {
   void* ips[32];
   int n = unw_backtrace(ips, 32);
-  int shown = 0;
-  for (int i = 0; i < n && shown < 10; ++i) {
-    Dl_info info{};
-    if (!dladdr(ips[i], &info) || !info.dli_fname) continue;
-    const char* mod = strrchr(info.dli_fname, '/');
-    mod = mod ? mod + 1 : info.dli_fname;
-    // Our own frames and the CUDA libraries' are noise here (the analyzer hides them too).
-    if (!strncmp(mod, "libgpuheap", 10) || !strncmp(mod, "libcudart", 9) || !strncmp(mod, "libcuda.so", 10) ||
-        !strncmp(mod, "libunwind", 9))
-      continue;
-    auto off = reinterpret_cast<std::uintptr_t>(ips[i]) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
-    o.line("gpuheap:     at %s (%s+0x%lx)", info.dli_sname ? info.dli_sname : "??", mod,
-           static_cast<unsigned long>(off));
-    ++shown;
+  for (int i = 0, shown = 0; i < n && shown < 10; ++i) shown += frame_line(o, ips[i], "     ");
+}
+
+void site_lines(Out& o, const LiveSite* sites, int nsites) noexcept {
+  for (int i = 0; i < nsites; ++i) {
+    char b[32];
+    o.line("gpuheap:     #%d %s in %u allocation%s", i + 1, human(sites[i].bytes, b, sizeof b), sites[i].count,
+           sites[i].count == 1 ? "" : "s");
+    const std::uint64_t* ips = nullptr;
+    int depth = stacks_lookup(sites[i].stack, &ips);
+    for (int f = 0, shown = 0; f < depth && shown < 4; ++f)
+      shown += frame_line(o, reinterpret_cast<const void*>(ips[f] - 1), "         ");
   }
 }
 
 }  // namespace
 
 void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
-                std::uint64_t held) noexcept {
+                std::uint64_t held, const LiveSite* sites, int nsites) noexcept {
   int k = g_reports.fetch_add(1, std::memory_order_relaxed);
   if (k >= kFullReports) {
     std::uint64_t last = g_last_ns.load(std::memory_order_relaxed);
@@ -127,6 +142,10 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
            "or find what holds memory in the summary's OOM section");
   o.line("gpuheap:   allocated from:");
   stack_lines(o);
+  if (nsites > 0) {
+    o.line("gpuheap:   top live allocation sites on device %d:", r.device);
+    site_lines(o, sites, nsites);
+  }
   const char* path = recorder_path();
   if (path && *path) o.line("gpuheap:   live allocation sites with source lines: gpuheap summary %s", path);
   o.flush();

@@ -8,10 +8,17 @@
 namespace gpuheap {
 namespace detail {
 
+struct LiveSite {
+  std::uint32_t stack = 0;  // interned stack id (0: captured without stacks)
+  std::uint64_t bytes = 0;
+  std::uint32_t count = 0;
+};
+
 // `api` names the failing call; cached_unused = pool bytes reserved and not in use on that
 // device; held = device bytes this process holds there (pool segments + pass-through).
+// sites: the top live allocation sites on that device, largest first.
 void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
-                std::uint64_t held) noexcept;
+                std::uint64_t held, const LiveSite* sites, int nsites) noexcept;
 
 }  // namespace detail
 }  // namespace gpuheap

@@ -55,6 +55,7 @@ struct Block {
   Block* next = nullptr;
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
+  std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
 };
 
 struct Segment {
@@ -307,6 +308,7 @@ struct Pool::Impl {
     out->size = b->size;
     out->small = b->seg->small;
     out->oversize = b->size >= cfg.max_split_size;
+    out->tag = b->tag;
   }
 };
 
@@ -342,7 +344,7 @@ Pool::~Pool() {
   delete impl_;
 }
 
-PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out) noexcept {
+PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag) noexcept {
   Impl& m = *impl_;
   std::size_t s = 0;
   bool ok = round_up(requested ? requested : 1, m.cfg.round, &s);
@@ -359,6 +361,7 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out) noexcept {
     return PoolStatus::out_of_memory;
   }
   b->state = State::live;
+  b->tag = tag;
   m.live.insert(b->addr, b);
   m.allocated += b->size;
   ++m.nblocks;
@@ -434,6 +437,18 @@ bool Pool::find(const void* ptr, PoolBlock* out) const noexcept {
     }
   }
   return false;
+}
+
+void Pool::for_each_live(void (*fn)(void* arg, const PoolBlock& block), void* arg) const noexcept {
+  Impl& m = *impl_;
+  Lock g(m.mu);
+  PoolBlock pb;
+  for (auto& [base, sg] : m.segments)
+    for (Block* b = sg->first; b; b = b->next)
+      if (b->state == State::live) {
+        m.fill(b, &pb);
+        fn(arg, pb);
+      }
 }
 
 std::size_t Pool::trim(int reason) noexcept {

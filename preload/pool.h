@@ -66,6 +66,7 @@ struct PoolBlock {
   std::size_t size = 0;  // rounded block size handed out
   bool small = false;    // from the small pool
   bool oversize = false;
+  std::uint32_t tag = 0;  // what allocate() was given (the preload stores the stack id)
 };
 
 struct PoolStats {
@@ -94,7 +95,7 @@ class Pool {
   // oldest fences if pending bytes could serve the request -> grow upstream -> on upstream
   // failure: wait all fences, release every fully free segment, on_retry, retry once ->
   // out_of_memory (stats().ooms++).
-  PoolStatus allocate(std::size_t requested, PoolBlock* out) noexcept;
+  PoolStatus allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag = 0) noexcept;
   // false when ptr is not the start of a live block of this pool (caller passes it on).
   bool deallocate(void* ptr, std::size_t* size_out = nullptr) noexcept;
   // Same, calling hook(arg, block) under the pool lock once the block is validated and
@@ -110,6 +111,8 @@ class Pool {
   bool find(const void* ptr, PoolBlock* out) const noexcept;
   // Waits for all fences, returns every fully free segment upstream; returns bytes released.
   std::size_t empty_cache(int reason = 0) noexcept;
+  // Calls fn for every live block, under the pool lock (O(blocks); the OOM report uses it).
+  void for_each_live(void (*fn)(void* arg, const PoolBlock& block), void* arg) const noexcept;
   // Like empty_cache without waiting: reclaims completed fences only, then releases fully
   // free segments (the GPUHEAP_RELEASE_THRESHOLD policy on the free path).
   std::size_t trim(int reason) noexcept;

@@ -164,6 +164,20 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first);
 }
 
+int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept {
+  int depth = 0;
+  pthread_mutex_lock(&g_intern_mu);
+  for (std::size_t i = 0; g_table && id && i < kSlots; ++i) {
+    if (g_table[i].key.load(std::memory_order_acquire) != 0 && g_table[i].id == id) {
+      *ips = g_table[i].ips;
+      depth = g_table[i].depth;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_intern_mu);
+  return depth;
+}
+
 void stacks_reset() noexcept {
   pthread_mutex_lock(&g_intern_mu);
   if (g_table && g_fill) {

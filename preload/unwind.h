@@ -21,6 +21,10 @@ std::uint32_t stacks_capture(int skip) noexcept;
 // Interns ips[0..depth) (innermost first). Exposed for tests and benchmarks.
 std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept;
 
+// The ips of an interned stack (innermost first); returns the depth, 0 if unknown. O(table):
+// for rare paths only (the OOM report). The ips stay valid until stacks_reset().
+int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept;
+
 // Forgets every interned stack (new trace file: each stack must be written again).
 // Only when no other thread can be interning (fork child, or tests between sessions).
 void stacks_reset() noexcept;

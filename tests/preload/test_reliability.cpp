@@ -315,7 +315,9 @@ void load_case(int threads, long events_per_thread) {
   Opts o;
   o.args = {std::to_string(threads), std::to_string(events_per_thread)};
   o.timeout_s = 1200;
-  ProgResult base = run("prog_load", Opts{o.args, {}, false});
+  // The baseline only provides VmHWM without gpuheap (simcuda's memory is never touched,
+  // so it does not grow with the event count); a tenth of the events keeps CI time down.
+  ProgResult base = run("prog_load", Opts{{o.args[0], std::to_string(events_per_thread / 10)}, {}, false});
   ProgResult r = run("prog_load", o);
   ASSERT_FALSE(r.timed_out) << "deadlock or livelock: killed after " << o.timeout_s << " s";
   ASSERT_EQ(r.status, 0) << r.out << r.err;
@@ -339,9 +341,9 @@ void load_case(int threads, long events_per_thread) {
   // Bounded: the sink buffers at most GPUHEAP_BUFFER_MB (256 MiB) before producers wait;
   // stacks and pool bookkeeping add little. 320 MiB is the documented ceiling.
   EXPECT_LT(extra_mb, 320) << "preload memory grew with the run";
-  std::printf("[figure] load threads=%d events/thread=%ld events=%ld wall=%.1fs (no preload %.1fs) "
-              "trace=%.1f MiB VmHWM=%ld MiB (no preload %ld MiB, +%ld MiB)\n",
-              threads, events_per_thread, 2 * pairs, r.wall_s, base.wall_s,
+  std::printf("[figure] load threads=%d events/thread=%ld events=%ld wall=%.1fs (no preload ~%.0fs, extrapolated) "
+              "trace=%.1f MiB VmHWM=%ld MiB (no preload, 1/10 of the events: %ld MiB; +%ld MiB)\n",
+              threads, events_per_thread, 2 * pairs, r.wall_s, base.wall_s * 10,
               static_cast<double>(s.bytes) / (1 << 20), hwm / 1024, base_hwm / 1024, extra_mb);
   remove_tree(r.dir);
   remove_tree(base.dir);
@@ -409,7 +411,7 @@ TEST(Reliability, SigkillAtRandomMoments) {
       std::uint64_t first = n > gpuheap::test::kProgressRing ? n - gpuheap::test::kProgressRing : 0;
       // The ring must reach back past the contract horizon, or the check proves nothing.
       const auto& oldest = tp.ring[first % gpuheap::test::kProgressRing];
-      ASSERT_LT(oldest.ns + contract_ns, kill_ns) << "progress ring too short for this rate";
+      if (first > 0) ASSERT_LT(oldest.ns + contract_ns, kill_ns) << "progress ring too short for this rate";
       for (std::uint64_t k = first; k < n; ++k) {
         const auto& e = tp.ring[k % gpuheap::test::kProgressRing];
         if (e.ns > kill_ns) continue;
