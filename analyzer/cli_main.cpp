@@ -101,7 +101,9 @@ int real_main(int argc, char** argv) {
     sopt.top = static_cast<std::size_t>(top);
     auto a = analyze(traces);
     if (json) {
-      std::cout << summary_json(a, sopt).dump(1) << "\n";
+      // Trace strings (paths, command lines, names) are arbitrary bytes: invalid UTF-8 is
+      // replaced by U+FFFD rather than making dump() throw; everything else is escaped.
+      std::cout << summary_json(a, sopt).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << summary_text(a, sopt);
     }

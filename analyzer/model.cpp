@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "analyzer/error.h"
+
 namespace gpuheap {
 
 using format::AllocKind;
@@ -42,6 +46,12 @@ Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_
 std::uint16_t Model::dev_index(int device) {
   for (std::size_t i = 0; i < dev_ids_.size(); ++i)
     if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
+  // A trace names a handful of devices; tens of thousands of distinct ordinals (the i32
+  // field of a damaged device record) would cost a DeviceState each and a linear scan per
+  // event (quadratic time). Refuse them as corruption.
+  if (dev_ids_.size() >= kMaxDevices)
+    throw InputError(fmt::format("{}: more than {} distinct device ordinals (device {}): corrupt trace", info.path,
+                                 kMaxDevices, device));
   dev_ids_.push_back(device);
   devices.emplace_back();
   devices.back().device = device;
@@ -62,8 +72,10 @@ Model::Totals Model::totals(int device) const {
 
 Site& Model::site(std::uint32_t stack) {
   if (stack >= sites.size()) {
-    // Stack ids are dense from 1; a wild id (corrupt writer) must not allocate gigabytes.
-    if (stack > (1u << 26)) return sites[0];
+    // Stack ids are dense from 1 and defined before use, so a real id is at most the number
+    // of stacks seen. A wild id (corrupt or hostile trace) must not allocate by its value:
+    // 1 << 26 alone cost 3.7 GB. Bounded by the stacks defined, memory follows the file size.
+    if (stack > (1u << 26) || stack > 2 * stacks.size() + 1024) return sites[0];
     sites.resize(std::max<std::size_t>(stack + 1, sites.size() * 2));
   }
   return sites[stack];

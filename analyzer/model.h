@@ -145,6 +145,7 @@ class Model {
 
   static constexpr std::size_t kMaxOomDetails = 64;
   static constexpr std::size_t kOomTopSites = 5;
+  static constexpr std::size_t kMaxDevices = 1024;  // distinct ordinals; more is corruption
 
  private:
   struct Live {
