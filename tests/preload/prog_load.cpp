@@ -89,13 +89,15 @@ int main(int argc, char** argv) {
         }
         ++my_allocs;
         h = p;
-        if (slot && (i & 15) == 0) {
+        if (slot && (i & 63) == 0) {
           std::uint64_t k = slot->count.load(std::memory_order_relaxed);
           slot->ring[k % gpuheap::test::kProgressRing] = {mono_ns(), static_cast<std::uint64_t>(my_frees)};
           slot->count.store(k + 1, std::memory_order_release);
         }
         if (slot && i == 64 && t == 0) {
-          while (running.load() < threads) std::this_thread::yield();
+          // Every thread has published at least one snapshot before the test may kill us.
+          for (int u = 0; u < threads; ++u)
+            while (prog->threads[u].count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
           std::printf("ready\n");
           std::fflush(stdout);
         }

@@ -9,7 +9,7 @@
 namespace gpuheap::test {
 
 inline constexpr int kProgressThreads = 64;
-inline constexpr std::uint64_t kProgressRing = 4096;
+inline constexpr std::uint64_t kProgressRing = 16384;
 
 struct ProgressEntry {
   std::uint64_t ns;     // CLOCK_MONOTONIC when the snapshot was taken
