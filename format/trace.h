@@ -188,6 +188,7 @@ struct Writer {
   unsigned char* end;
   bool ok = true;
   void bytes(const void* src, std::size_t n) {
+    if (n == 0) return;  // src may be null (an empty string_view): memcpy(p, nullptr, 0) is UB
     if (static_cast<std::size_t>(end - p) < n) {
       ok = false;
       return;
