@@ -24,6 +24,11 @@ void modules_free(ModuleInfo* mods, std::size_t n) noexcept;
 // Scans and appends records for objects not yet written to this file, and module_unload
 // for written ones that are gone. Serialised internally.
 void modules_sync() noexcept;
+// modules_sync() only when objects were loaded or unloaded since the last sync (glibc's
+// dlpi_adds/dlpi_subs counters; one dl_iterate_phdr step). Called before a new stack record is
+// written: Python and other dlopen users load the libraries that allocate (libtorch, CuPy,
+// XLA) long after the trace starts, and their frames need module records to be symbolized.
+void modules_sync_if_changed() noexcept;
 // New file: every module must be written again.
 void modules_reset() noexcept;
 

@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "format/trace.h"
+#include "preload/modules.h"
 #include "preload/sink.h"
 
 namespace gpuheap {
@@ -133,6 +134,7 @@ std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
   }
   if (id == 0) {
     std::uint32_t new_id = g_next_id;
+    modules_sync_if_changed();  // frames of objects dlopen'ed since the trace started
     // The record goes to the sink before the id is visible to anyone else.
     if (append_stack(new_id, ips, depth)) {
       ++g_next_id;
