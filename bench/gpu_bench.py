@@ -107,8 +107,8 @@ def main():
                 extra["losses_native"] = j["losses"]
             if r == 0 and name == "nocache_gpuheap_stacks":
                 s = gh.summary_json(tr)
-                extra["gpuheap_pool_reserved_peak"] = s["devices"][0]["reserved_bytes"]["peak"]
-                extra["gpuheap_allocs_per_step"] = s["devices"][0]["allocations"]["allocated"] / (a.steps + 30)
+                extra["gpuheap_pool_reserved_peak"] = gh.gpu_device(s)["reserved_bytes"]["peak"]
+                extra["gpuheap_allocs_per_step"] = gh.gpu_device(s)["allocations"]["allocated"] / (a.steps + 30)
                 extra["losses_gpuheap"] = j["losses"]
             if tr and os.path.exists(tr):
                 os.unlink(tr)

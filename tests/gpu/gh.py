@@ -115,11 +115,12 @@ class Trace:
                 self.stacks[int(kv["id"])] = [int(x, 16) for x in ips.split(",") if x]
             self.records.append((kind, kv))
 
-    def of(self, kind, **match):
-        return [kv for k, kv in self.records if k == kind and all(kv.get(a) == b for a, b in match.items())]
+    def of(self, rtype, **match):
+        """Records of one type whose fields equal match (e.g. of("alloc", kind="async"))."""
+        return [kv for k, kv in self.records if k == rtype and all(kv.get(a) == b for a, b in match.items())]
 
-    def count(self, kind, **match):
-        return len(self.of(kind, **match))
+    def count(self, rtype, **match):
+        return len(self.of(rtype, **match))
 
     def module_of(self, ip):
         for lo, hi, path in self.modules:
@@ -157,6 +158,12 @@ def kinds_seen(trace):
             name = f"{k}:{kv.get('kind')}"
             out[name] = out.get(name, 0) + 1
     return out
+
+
+def gpu_device(summary):
+    """The summary's entry for the first real device (device -1 holds host-pinned memory)."""
+    devs = [d for d in summary["devices"] if d.get("device", 0) >= 0]
+    return devs[0] if devs else {}
 
 
 def frames_text(stack, n=6):

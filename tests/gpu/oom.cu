@@ -16,7 +16,7 @@ int main() {
   cudaError_t rc = cudaSuccess;
   for (int i = 0; i < 64; ++i) {
     void* p = nullptr;
-    rc = grab_chunk(&p, (i < 4 ? 8 : 12) * gib);  // later asks do not fit the cached 8 GiB blocks
+    rc = grab_chunk(&p, (i < 4 ? 8 : 12) * gib);  // OOM-CALL; later asks do not fit cached 8 GiB blocks
     if (rc != cudaSuccess) break;
     held.push_back(p);
     if (i == 3) {  // free two: cached by a pool, reusable only after a release + retry for larger asks
