@@ -1,6 +1,9 @@
 #include "preload/cuda_upstream.h"
 
+#include <stdlib.h>
 #include <time.h>
+
+#include <atomic>
 
 #include <algorithm>
 
@@ -40,6 +43,19 @@ void StreamRegistry::streams_of(CUcontext ctx, std::vector<CUstream>& out) noexc
 void StreamRegistry::forget_all() noexcept {
   std::lock_guard<std::mutex> lk(mu_);
   streams_.clear();
+}
+
+namespace {
+std::atomic<bool> g_per_thread_seen{false};
+}
+void note_per_thread_streams() noexcept { g_per_thread_seen.store(true, std::memory_order_relaxed); }
+bool per_thread_streams_seen() noexcept { return g_per_thread_seen.load(std::memory_order_relaxed); }
+bool strict_fences() noexcept {
+  static const bool strict = [] {
+    const char* v = getenv("GPUHEAP_STRICT_FENCES");
+    return v && *v && *v != '0';
+  }();
+  return strict;
 }
 
 StreamRegistry& stream_registry() noexcept {
@@ -119,6 +135,12 @@ Upstream::Fence CudaUpstream::fence_record() noexcept {
   s->id = next_fence_++;
   s->events.clear();
   stream_registry().streams_of(ctx_, scratch_streams_);
+  // A context whose work all goes to the legacy default stream is one FIFO queue: work
+  // enqueued after a block is handed out again runs after the work enqueued before its
+  // free, so no event is needed (PyTorch's allocator relies on the same stream order).
+  // Any stream created through us, or any sign of per-thread default streams (whose work
+  // is not ordered with other threads' per-thread streams), turns the events back on.
+  if (scratch_streams_.empty() && !per_thread_streams_seen() && !strict_fences()) return s->id;
   // The legacy default stream: an event there also waits for all blocking streams.
   scratch_streams_.push_back(nullptr);
   for (CUstream st : scratch_streams_) {

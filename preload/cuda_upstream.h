@@ -29,6 +29,13 @@ class StreamRegistry {
 };
 StreamRegistry& stream_registry() noexcept;
 
+// Per-thread default streams in use (a _ptsz/_ptds entry point was looked up or called):
+// then even a context without created streams needs event fences.
+void note_per_thread_streams() noexcept;
+bool per_thread_streams_seen() noexcept;
+// GPUHEAP_STRICT_FENCES=1: always fence with events, even for legacy-stream-only programs.
+bool strict_fences() noexcept;
+
 class CudaUpstream final : public Upstream {
  public:
   CudaUpstream(CUcontext ctx, int device) noexcept : ctx_(ctx), device_(device) {}

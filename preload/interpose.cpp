@@ -2,6 +2,7 @@
 // internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
 #include <dlfcn.h>
 
+#include "preload/cuda_upstream.h"
 #include "preload/real.h"
 #include "preload/recorder.h"
 #include "preload/runtime.h"
@@ -82,18 +83,21 @@ GPUHEAP_EXPORT cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
   return cudaError_t(pass_alloc<Fn::cudaMallocAsync>(AllocKind::async, p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t n, cudaStream_t s) {
+  note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
   return cudaError_t(pass_alloc<Fn::cudaMallocAsync_ptsz>(AllocKind::async, p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   return cudaError_t(pass_free<Fn::cudaFreeAsync>(AllocKind::async, p, u64(s), p, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
+  note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
   return cudaError_t(pass_free<Fn::cudaFreeAsync_ptsz>(AllocKind::async, p, u64(s), p, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
   return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync>(AllocKind::async, p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
+  note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
   return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync_ptsz>(AllocKind::async, p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocManaged(void** p, size_t n, unsigned flags) {
@@ -148,6 +152,7 @@ GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char* sym, void** 
                                                         cudaDriverEntryPointQueryResult* st) {
   // The _ptsz entry is what code built with per-thread default streams calls: its default
   // search is the per-thread one.
+  note_per_thread_streams();
   cudaError_t rc = rt<Fn::cudaGetDriverEntryPoint_ptsz>(sym, fn, flags, st);
   if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, kRuntimeVersion, flags ? flags : kPerThread, *fn);
   return rc;
@@ -162,6 +167,7 @@ GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* sym, voi
 GPUHEAP_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* sym, void** fn, unsigned int ver,
                                                                  unsigned long long flags,
                                                                  cudaDriverEntryPointQueryResult* st) {
+  note_per_thread_streams();
   cudaError_t rc = rt<Fn::cudaGetDriverEntryPointByVersion_ptsz>(sym, fn, ver, flags, st);
   if (rc == cudaSuccess && fn) *fn = substitute_proc(sym, static_cast<int>(ver), flags ? flags : kPerThread, *fn);
   return rc;

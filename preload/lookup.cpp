@@ -54,6 +54,7 @@ constexpr ProcEntry kProcs[] = {
 
 void* substitute_proc(const char* symbol, int cuda_version, std::uint64_t flags, void* real_fn) noexcept {
   if (!symbol || !real_fn || symbol[0] != 'c' || symbol[1] != 'u') return real_fn;
+  // (A per-thread lookup alone says nothing: cudart resolves both variants of everything.)
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   for (const ProcEntry& e : kProcs) {
     if (strcmp(e.base, symbol) != 0 || cuda_version < e.min_version) continue;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <time.h>
 
 #include <mutex>
 
@@ -86,27 +87,50 @@ void note_real(Fn f, void* real) noexcept {
   g_real[static_cast<int>(f)].compare_exchange_strong(expected, real, std::memory_order_acq_rel);
 }
 
+namespace {
+// A lookup that found nothing (a function the loaded driver lacks, a library not loaded
+// yet) is retried at most every 50 ms, not on every call: dlopen+dlsym cost microseconds.
+std::atomic<std::uint64_t> g_missed_at[kNumFns];
+
+std::uint64_t mono_ms() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u + 1;
+}
+}  // namespace
+
 void* resolve(Fn f) noexcept {
   int i = static_cast<int>(f);
   if (void* p = g_real[i].load(std::memory_order_acquire)) return p;
+  std::uint64_t missed = g_missed_at[i].load(std::memory_order_relaxed);
+  std::uint64_t now = mono_ms();
+  if (missed && now - missed < 50) return nullptr;
   auto dl = real_dlsym();
   if (!dl) return nullptr;
   void* p = nullptr;
+  bool lib_loaded = false;  // only a function missing from a loaded library is cached as missing
   if (fn_is_runtime(f)) {
     // The program's libcudart: next in the global scope after us, or (torch loads it with
     // RTLD_LOCAL through its own DT_RPATH) an already-loaded libcudart found by name.
     p = dl(RTLD_NEXT, kNames[i]);
     if (!p) {
-      if (void* h = loaded_library("libcudart.so", "libcudart.so.13")) p = dl(h, kNames[i]);
+      if (void* h = loaded_library("libcudart.so", "libcudart.so.13")) {
+        lib_loaded = true;
+        p = dl(h, kNames[i]);
+      }
     }
   } else {
     // The driver. It is loaded by whichever runtime the program uses; if nobody loaded it
     // yet, nobody can have a context and the callers handle nullptr.
     void* h = loaded_library("libcuda.so", "libcuda.so.1");
+    lib_loaded = h != nullptr;
     if (h) p = dl(h, kNames[i]);
   }
   if (p == our_wrapper(f)) p = nullptr;  // never hand back ourselves as "real"
-  if (p) note_real(f, p);
+  if (p)
+    note_real(f, p);
+  else if (lib_loaded)
+    g_missed_at[i].store(now, std::memory_order_relaxed);
   return g_real[i].load(std::memory_order_acquire);
 }
 
