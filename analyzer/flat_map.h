@@ -84,6 +84,14 @@ class FlatMap {
     return true;
   }
 
+  // f may change values, not keys, and must not insert or erase.
+  template <class F>
+  void for_each_mut(F&& f) {
+    for (std::size_t i = 0; i < e_.size(); ++i)
+      if (e_[i].key != kEmpty) f(e_[i].key, e_[i].val);
+    if (has_sentinel_) f(kEmpty, sentinel_);
+  }
+
   template <class F>
   void for_each(F&& f) const {
     for (std::size_t i = 0; i < e_.size(); ++i)

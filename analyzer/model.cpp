@@ -89,6 +89,10 @@ std::uint64_t Model::key(std::uint64_t ptr, AllocKind k) {
   return ptr ^ (space << 58);
 }
 
+std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
+  return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
+}
+
 void Model::touch_ts(std::uint64_t ts) {
   if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
   if (ts > info.last_ts) info.last_ts = ts;
@@ -172,10 +176,20 @@ void Model::feed_batch(const format::Record* r, std::size_t n) {
   using format::RecordType;
   for (std::size_t i = 0; i < n; ++i) {
     switch (r[i].type) {
-      case RecordType::alloc: live_.prefetch(key(r[i].alloc.ptr, r[i].alloc.kind)); break;
+      case RecordType::alloc: {
+        const auto& a = r[i].alloc;
+        live_.prefetch(key(a.ptr, a.kind));
+        if (a.kind == AllocKind::device_pooled) {
+          // The neighbour checks of the segment layout (seg_add_block).
+          live_.prefetch(a.ptr + (a.size ? a.size : a.requested));
+          ends_.prefetch(a.ptr);
+        }
+        break;
+      }
       case RecordType::free: live_.prefetch(key(r[i].free.ptr, r[i].free.kind)); break;
       case RecordType::free_completed:
         live_.prefetch(key(r[i].free_completed.ptr, AllocKind::device_pooled));
+        ends_.prefetch(r[i].free_completed.ptr);
         break;
       default: break;
     }
@@ -184,12 +198,19 @@ void Model::feed_batch(const format::Record* r, std::size_t n) {
 }
 
 std::uint32_t Model::find_segment(std::uint64_t ptr) const {
-  auto it = std::upper_bound(seg_index_.begin(), seg_index_.end(), ptr,
-                             [](std::uint64_t p, const auto& e) { return p < e.first; });
-  if (it == seg_index_.begin()) return kNoSeg;
-  --it;
-  const auto& s = segs_[it->second];
-  return ptr - s.ptr < s.size ? it->second : kNoSeg;
+  // Last segment starting at or before ptr: branchless binary search (the outcome of each
+  // step is unpredictable, a mispredicted branch per step would cost more than the loads).
+  const std::uint64_t* base = seg_starts_.data();
+  std::size_t n = seg_starts_.size();
+  if (n == 0 || ptr < base[0]) return kNoSeg;
+  while (n > 1) {
+    std::size_t half = n / 2;
+    base = base[half] <= ptr ? base + half : base;
+    n -= half;
+  }
+  std::uint32_t slot = seg_slots_[static_cast<std::size_t>(base - seg_starts_.data())];
+  const auto& s = segs_[slot];
+  return ptr - s.ptr < s.size ? slot : kNoSeg;
 }
 
 // Recomputes a segment's share of the non-releasable stats: a segment with at least one
@@ -210,28 +231,45 @@ void Model::seg_update(Segment& s) {
 }
 
 // sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
-void Model::seg_add_block(Live& e, int sign) {
+// The free-piece count needs only whether each edge of the block touches a neighbour (or
+// the segment edge): a block starting at its end (live_ is keyed by start) and a block
+// ending at its start (ends_), both O(1). The layout itself is rebuilt at snapshots.
+void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   if (e.seg == kNoSeg) return;
   auto& s = segs_[e.seg];
-  std::uint64_t a = e.ptr, b = e.ptr + e.size;
-  auto& v = s.blocks;
-  auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(a, std::uint64_t{0}));
-  if (sign < 0) {
-    if (it == v.end() || it->first != a) return;  // not recorded as active here
-  }
-  // Neighbours: the block before `it` and the block at/after the inserted/removed one.
-  auto next = sign > 0 ? it : it + 1;
+  std::uint64_t a = ptr, b = ptr + e.size;
   std::uint32_t t = 0;
-  if (a == s.ptr || (it != v.begin() && (it - 1)->first + (it - 1)->second == a)) ++t;
-  if (b == s.ptr + s.size || (next != v.end() && next->first == b)) ++t;
+  if (a == s.ptr) {
+    ++t;
+  } else if (const auto* c = ends_.find(a); c && *c > 0) {
+    ++t;
+  }
+  if (b == s.ptr + s.size) {
+    ++t;
+  } else if (const Live* n = live_.find(b);
+             n && n->seg == e.seg && static_cast<AllocKind>(n->kind) == AllocKind::device_pooled) {
+    ++t;
+  }
   if (sign > 0) {
-    v.insert(it, {a, e.size});
+    ++ends_.get(b);
     s.active_bytes += e.size, s.active_blocks++, s.touches += t;
   } else {
-    v.erase(it);
+    if (auto* c = ends_.find(b); c && --*c == 0) ends_.erase(b);
     s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
   }
   seg_update(s);
+}
+
+void Model::add_acc(DeviceState& d, const Live& e) {
+  DeviceState::Acc* acc;
+  if (e.stack < sites.size()) {
+    if (d.acc.size() <= e.stack) d.acc.resize(sites.size());
+    acc = &d.acc[e.stack];
+  } else {
+    acc = &d.acc_wild.get(e.stack);
+  }
+  if (acc->epoch != d.epoch) *acc = {d.epoch, 0, 0};
+  acc->bytes += e.size, acc->count++;
 }
 
 void Model::on_alloc(const format::AllocRecord& a) {
@@ -249,8 +287,8 @@ void Model::on_alloc(const format::AllocRecord& a) {
     e = &live_.get(k);
   }
   std::uint64_t size = a.size ? a.size : a.requested;
-  *e = Live{a.ptr, size, a.requested, ++seq_, a.stack, a.tid, kNoSeg, di,
-            static_cast<std::uint8_t>(a.kind), a.flags, false};
+  *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
+            static_cast<std::uint8_t>(a.flags & ~kPending)};
   auto& st = site(a.stack);
   st.allocs++, st.alloc_bytes += size;
   st.live_bytes += static_cast<std::int64_t>(size), st.live_count++;
@@ -271,7 +309,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
       e->seg = find_segment(a.ptr);
       if (e->seg != kNoSeg && a.ptr + size > segs_[e->seg].ptr + segs_[e->seg].size) e->seg = kNoSeg;
       if (size == 0) e->seg = kNoSeg;
-      seg_add_block(*e, +1);
+      seg_add_block(a.ptr, *e, +1);
     } else {
       pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
     }
@@ -298,7 +336,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
 void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) {
   auto& d = devices[e.dev];
   auto kind = static_cast<AllocKind>(e.kind);
-  if (!e.pending) {
+  if (!pending(e)) {
     auto s = static_cast<std::int64_t>(e.size);
     auto& st = site(e.stack);
     st.live_bytes -= s, st.live_count--;
@@ -308,11 +346,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
     }
     if (held_kind(kind)) {
       d.held -= s;
-      if (e.seq <= d.peak_seq) {
-        auto& acc = d.acc.get(e.stack);
-        if (acc.epoch != d.epoch) acc = {d.epoch, 0, 0};
-        acc.bytes += e.size, acc.count++;
-      }
+      if (e.seq <= d.peak_seq) add_acc(d, e);
     }
     if (table_kind(kind)) {
       int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
@@ -321,7 +355,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
       pool_stats(d, pool, kAllocations, -1);
       if (kind == AllocKind::device_pooled) {
         if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
-        e.pending = true;
+        e.flags |= kPending;
       } else {
         pool_stats(d, pool, kActiveBytes, -s);
         pool_stats(d, pool, kActiveAllocs, -1);
@@ -347,7 +381,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto s = static_cast<std::int64_t>(e.size);
   pool_stats(d, pool, kActiveBytes, -s);
   pool_stats(d, pool, kActiveAllocs, -1);
-  seg_add_block(e, -1);
+  seg_add_block(k, e, -1);  // pooled: the key is the address
   live_.erase(k);
 }
 
@@ -356,7 +390,7 @@ void Model::on_free(const format::FreeRecord& f) {
   if (f.flags & format::kFlagFailed) return;  // the call failed: nothing was freed
   auto k = key(f.ptr, f.kind);
   Live* e = live_.find(k);
-  if (!e || e->pending) {
+  if (!e || pending(*e)) {
     // Allocated before tracing started (or freed twice): count it, change nothing.
     ++info.unmatched_frees;
     return;
@@ -368,7 +402,7 @@ void Model::on_free_completed(const format::FreeCompletedRecord& f) {
   touch_ts(f.ts);
   auto k = key(f.ptr, AllocKind::device_pooled);
   Live* e = live_.find(k);
-  if (!e || !e->pending) {
+  if (!e || !pending(*e)) {
     ++info.unmatched_free_completed;
     return;
   }
@@ -400,9 +434,10 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       slot = static_cast<std::uint32_t>(segs_.size());
       segs_.emplace_back();
     }
-    segs_[slot] = Segment{r.ptr, r.size, 0, 0, 0, 0, 0, di, small, oversize, true, {}};
-    auto it = std::lower_bound(seg_index_.begin(), seg_index_.end(), std::make_pair(r.ptr, 0u));
-    seg_index_.insert(it, {r.ptr, slot});
+    segs_[slot] = Segment{r.ptr, r.size, 0, 0, 0, 0, 0, di, small, oversize, true};
+    auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
+    seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
+    seg_slots_.insert(seg_slots_.begin() + at, slot);
     pool_stats(d, pool, kReservedBytes, s);
     pool_stats(d, pool, kSegments, 1);
     if (oversize) pool_stats(d, pool, kOversizeSegments, 1);
@@ -413,11 +448,12 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     auto& sg = segs_[slot];
     if (sg.active_blocks > 0) {
       // Blocks still active in a released segment: the writer lost their frees. Detach them.
-      live_.for_each([&](std::uint64_t, const Live& e) {
-        if (e.seg == slot) const_cast<Live&>(e).seg = kNoSeg;
+      live_.for_each_mut([&](std::uint64_t k, Live& e) {
+        if (e.seg != slot) return;
+        e.seg = kNoSeg;
+        if (auto* c = ends_.find(k + e.size); c && --*c == 0) ends_.erase(k + e.size);
       });
       sg.active_blocks = 0, sg.active_bytes = 0, sg.touches = 0;
-      sg.blocks.clear();
     }
     sg.active_blocks = 0;
     seg_update(sg);
@@ -426,8 +462,10 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     pool_stats(d, pool, kSegments, -1);
     if (sg.oversize) pool_stats(d, pool, kOversizeSegments, -1);
     sg.alive = false;
-    auto it = std::lower_bound(seg_index_.begin(), seg_index_.end(), std::make_pair(r.ptr, 0u));
-    seg_index_.erase(it);
+    auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
+    while (seg_slots_[at] != slot) ++at;  // equal starts (a zero-size duplicate): erase this one
+    seg_starts_.erase(seg_starts_.begin() + at);
+    seg_slots_.erase(seg_slots_.begin() + at);
     free_segs_.push_back(slot);
   }
   sample(d, r.ts);
@@ -443,10 +481,12 @@ void Model::on_oom(const format::OomRecord& o) {
   oi.rec = o;
   oi.model_reserved = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current);
   oi.model_allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].current);
+  oi.model_held = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current + d.held -
+                                                d.stat[kAllocatedBytes][0].current);
   oi.frag = snapshot(di, o.ts);
   detail::FlatMap<SiteBytes> by;
   live_.for_each([&](std::uint64_t, const Live& e) {
-    if (e.dev != di || e.pending || !held_kind(static_cast<AllocKind>(e.kind))) return;
+    if (e.dev != di || pending(e) || !held_kind(static_cast<AllocKind>(e.kind))) return;
     auto& s = by.get(e.stack);
     s.stack = e.stack, s.bytes += e.size, s.count++;
   });

@@ -1,7 +1,9 @@
 // Replay of one trace into the state a caching allocator reports (torch.cuda.memory_stats()
 // definitions), per device and pool, plus per-site statistics, peak consumers, leaks,
 // fragmentation and OOM context. One pass, O(1) hash operations per event; memory grows
-// with live allocations and distinct stacks only.
+// with live allocations and distinct stacks only. Segment layouts (largest free block, free
+// pieces) are not kept ordered per event: the per-event stats need only counts and
+// neighbour checks, and the layout is rebuilt from the live blocks when a snapshot is taken.
 #pragma once
 
 #include <array>
@@ -43,6 +45,7 @@ struct Fragmentation {
 struct OomInfo {
   format::OomRecord rec;  // as recorded by the preload (stack id included)
   std::uint64_t model_reserved = 0, model_allocated = 0;  // replayed pool state
+  std::uint64_t model_held = 0;  // replayed: reserved + async + managed + VMM physical (device bytes held)
   Fragmentation frag;
   std::vector<SiteBytes> top_live;  // live sites on that device at the OOM, largest first
 };
@@ -70,7 +73,10 @@ struct DeviceState {
     std::uint32_t epoch = 0;
     std::uint64_t bytes = 0, count = 0;
   };
-  detail::FlatMap<Acc> acc;  // stack -> allocations live at the peak and freed since
+  // stack -> allocations live at the peak and freed since: indexed by stack id (ids are dense)
+  // on the per-event path; `acc_wild` holds ids beyond the stacks seen (corrupt traces).
+  std::vector<Acc> acc;
+  detail::FlatMap<Acc> acc_wild;
 };
 
 struct Site {
@@ -148,22 +154,22 @@ class Model {
   static constexpr std::size_t kMaxDevices = 1024;  // distinct ordinals; more is corruption
 
  private:
+  // One live allocation, 48 bytes (56 with its key): the live map is the replay's working
+  // set, so its size is what the cache misses per event cost. The address is the map key
+  // (ptr(key, kind) undoes the key-space bits of vmm kinds).
   struct Live {
-    std::uint64_t ptr = 0, size = 0, requested = 0, seq = 0;
+    std::uint64_t size = 0, requested = 0, seq = 0;
     std::uint32_t stack = 0, tid = 0, seg = kNoSeg;
     std::uint16_t dev = 0;
-    std::uint8_t kind = 0, flags = 0;
-    bool pending = false;  // pooled: freed, waiting for free_completed
+    std::uint8_t kind = 0, flags = 0;  // flags: record flags; kPending marks a freed pooled block
   };
+  static constexpr std::uint8_t kPending = 0x80;  // pooled: freed, waiting for free_completed
   struct Segment {
     std::uint64_t ptr = 0, size = 0, active_bytes = 0;
     std::uint32_t active_blocks = 0, touches = 0;
     std::int64_t contrib_bytes = 0, contrib_count = 0;
     std::uint16_t dev = 0;
     bool small = false, oversize = false, alive = false;
-    // Active blocks (ptr, size), sorted by ptr: neighbours for the free-piece count and the
-    // layout for fragmentation snapshots, without touching the global live map.
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
   };
   static constexpr std::uint32_t kNoSeg = ~0u;
 
@@ -171,6 +177,8 @@ class Model {
   std::uint16_t dev_index(int device);
   Site& site(std::uint32_t stack);
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
+  static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
+  static bool pending(const Live& e) { return e.flags & kPending; }
   void touch_ts(std::uint64_t ts);
 
   void on_alloc(const format::AllocRecord& a);
@@ -180,7 +188,7 @@ class Model {
   void on_oom(const format::OomRecord& o);
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
-  void seg_add_block(Live& e, int sign);
+  void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
   std::uint32_t find_segment(std::uint64_t ptr) const;
   void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta);
@@ -188,11 +196,19 @@ class Model {
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
   void finish_fragmentation(Fragmentation& f) const;
 
+  void add_acc(DeviceState& d, const Live& e);
+
   detail::FlatMap<Live> live_;
+  // End address -> number of active segment blocks ending there: with live_ (keyed by start)
+  // it answers "does a neighbour touch this block" in O(1) for the free-piece count.
+  detail::FlatMap<std::uint32_t> ends_;
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> seg_index_;  // sorted by ptr
+  // Live segments sorted by start: starts and slots in parallel arrays, so the per-alloc
+  // search runs over a dense array of u64 (a few KB, cache resident).
+  std::vector<std::uint64_t> seg_starts_;
+  std::vector<std::uint32_t> seg_slots_;
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   std::uint64_t seq_ = 0;
   std::size_t timeline_buckets_;

@@ -32,6 +32,9 @@ void sort_sites(std::vector<SiteBytes>& v) {
 }  // namespace
 
 // Pool layout of one device now: free pieces of every segment (gaps between active blocks).
+// The replay keeps no ordered block list per segment (per-event cost); the layout is
+// rebuilt here from the live map: O(live log live) per snapshot, and snapshots are taken
+// only when a peak-reserved plateau ends, at OOM records and at the end.
 Fragmentation Model::snapshot(std::uint16_t di, std::uint64_t ts) const {
   Fragmentation f;
   f.valid = true;
@@ -42,16 +45,36 @@ Fragmentation Model::snapshot(std::uint16_t di, std::uint64_t ts) const {
     f.largest_free = std::max(f.largest_free, n);
     f.piece_sizes.push_back(n);
   };
-  for (const auto& [ptr, slot] : seg_index_) {
+  struct Block {
+    std::uint32_t seg;
+    std::uint64_t ptr, size;
+  };
+  std::vector<Block> blocks;
+  live_.for_each([&](std::uint64_t k, const Live& e) {
+    if (e.seg != kNoSeg && segs_[e.seg].dev == di) blocks.push_back({e.seg, k, e.size});  // pooled: key = ptr
+  });
+  std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) {
+    return a.seg != b.seg ? a.seg < b.seg : a.ptr < b.ptr;
+  });
+  std::size_t i = 0;
+  for (std::uint32_t slot : seg_slots_) {
     const auto& s = segs_[slot];
     if (s.dev != di) continue;
     f.reserved += s.size;
     f.active += s.active_bytes;
     std::uint64_t cur = s.ptr, end = s.ptr + s.size;
-    for (const auto& [bp, bs] : s.blocks) {
-      if (bp > cur) piece(bp - cur);
-      cur = std::max(cur, bp + bs);
+    // Blocks sorted by slot; live segments' slots are visited in address order, so find
+    // this slot's run with a binary search rather than assuming the order.
+    auto it = std::lower_bound(blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks.end(), slot,
+                               [](const Block& b, std::uint32_t v) { return b.seg < v; });
+    if (it == blocks.end() || it->seg != slot)
+      it = std::lower_bound(blocks.begin(), blocks.end(), slot,
+                            [](const Block& b, std::uint32_t v) { return b.seg < v; });
+    for (; it != blocks.end() && it->seg == slot; ++it) {
+      if (it->ptr > cur) piece(it->ptr - cur);
+      cur = std::max(cur, it->ptr + it->size);
     }
+    i = static_cast<std::size_t>(it - blocks.begin());
     if (end > cur) piece(end - cur);
   }
   const auto& d = devices[di];
@@ -89,7 +112,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   std::vector<detail::FlatMap<SiteBytes>> peak(devices.size());
   detail::FlatMap<Leak> leak_by;
   live_.for_each([&](std::uint64_t, const Live& e) {
-    if (e.pending) return;
+    if (pending(e)) return;
     auto kind = static_cast<AllocKind>(e.kind);
     const auto& d = devices[e.dev];
     if (held_kind(kind) && e.seq <= d.peak_seq) {
@@ -103,12 +126,14 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   });
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto& d = devices[i];
-    d.acc.for_each([&](std::uint64_t stack, const DeviceState::Acc& a) {
+    auto add = [&](std::uint64_t stack, const DeviceState::Acc& a) {
       if (a.epoch != d.epoch || a.count == 0) return;
       auto& s = peak[i].get(stack);
       s.stack = static_cast<std::uint32_t>(stack), s.bytes += a.bytes, s.count += a.count;
-    });
-    d.acc = {};
+    };
+    for (std::size_t st = 0; st < d.acc.size(); ++st) add(st, d.acc[st]);
+    d.acc_wild.for_each(add);
+    d.acc = {}, d.acc_wild = {};
     peak[i].for_each([&](std::uint64_t, const SiteBytes& s) { d.peak_consumers.push_back(s); });
     sort_sites(d.peak_consumers);
   }
