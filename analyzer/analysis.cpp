@@ -176,6 +176,20 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
                            md.allocated.current, md.reserved.current);
       } else {
         m.feed(st[best].rec);
+        if (st[best].rec.type == format::RecordType::end) {
+          // The process exited: the driver frees everything it still held (its cache, its
+          // leaks), so it leaves the simultaneous totals. Without an end record (killed, or
+          // still running) nothing is known, and its memory stays counted.
+          for (auto& md : out.merged) {
+            auto left = m.totals(md.device);
+            if (!left.requested && !left.allocated && !left.reserved) continue;
+            md.requested.add(-left.requested);
+            md.allocated.add(-left.allocated);
+            md.reserved.add(-left.reserved);
+            md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current,
+                               md.allocated.current, md.reserved.current);
+          }
+        }
       }
       pull(best);
       if ((++n & 0xFFFFF) == 0) {

@@ -45,6 +45,17 @@ struct SiteRow {
 };
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
 
+// What the summary says about one OOM, by the same rules as the in-process stderr report
+// (preload/oom.cpp), so both give the same diagnosis for the same event.
+struct OomAdvice {
+  std::uint64_t held = 0;             // device bytes the process held: reserved + async/managed/VMM physical
+  std::uint64_t reserved_unused = 0;  // the pool's cache: reserved - allocated (as recorded)
+  bool fits_without_fragmentation = false;  // reserved_unused >= request > largest free block
+  const char* cause = "";             // "fragmentation", "limit" or "live_allocations"
+  std::string suggestion;
+};
+OomAdvice oom_advice(const OomInfo& o);
+
 std::string summary_text(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json stack_json(const std::vector<Frame>& frames);

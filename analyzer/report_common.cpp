@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/report.h"
+#include "analyzer/units.h"
 
 namespace gpuheap {
 
@@ -107,6 +108,33 @@ std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames)
     return x.key < y.key;
   });
   return out;
+}
+
+// The rules of preload/oom.cpp's report_oom, applied to the recorded pool state and the
+// replayed holdings (the preload's `held` is its budget: pool segments + pass-through kinds).
+OomAdvice oom_advice(const OomInfo& o) {
+  const auto& r = o.rec;
+  OomAdvice a;
+  a.held = o.model_held;
+  a.reserved_unused = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
+  a.fits_without_fragmentation = a.reserved_unused >= r.requested && r.largest_free < r.requested;
+  if (a.fits_without_fragmentation) {
+    a.cause = "fragmentation";
+    a.suggestion =
+        "the pool's free memory is split in pieces smaller than the request; allocate long-lived buffers first, "
+        "free large temporaries earlier, or release the cache (gpuheap_empty_cache(), GPUHEAP_RELEASE_THRESHOLD) "
+        "before this allocation";
+  } else if (r.limit && a.held + r.requested > r.limit && r.device_free > r.requested) {
+    a.cause = "limit";
+    a.suggestion = fmt::format("the per-process cap GPUHEAP_LIMIT={} is what failed; the device itself has {} free",
+                               human_bytes(r.limit), human_bytes(r.device_free));
+  } else {
+    a.cause = "live_allocations";
+    a.suggestion =
+        "the live allocations really need this much; reduce the batch or model size, or free what the largest "
+        "live sites below hold";
+  }
+  return a;
 }
 
 }  // namespace gpuheap

@@ -131,6 +131,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     const auto& r = o.rec;
     std::vector<SiteRow> rows;
     for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count});
+    const OomAdvice adv = oom_advice(o);
     ooms.push_back({{"device", r.device},
                     {"ts_ns", rel(r.ts, in)},
                     {"kind", format::alloc_kind_name(r.kind)},
@@ -143,6 +144,11 @@ json process_json(const Model& m, const SummaryOptions& opt) {
                     {"pool_largest_free", r.largest_free},
                     {"replay_reserved", o.model_reserved},
                     {"replay_allocated", o.model_allocated},
+                    {"held", adv.held},
+                    {"reserved_unused", adv.reserved_unused},
+                    {"fits_without_fragmentation", adv.fits_without_fragmentation},
+                    {"cause", adv.cause},
+                    {"suggestion", adv.suggestion},
                     {"fragmentation", frag_json(o.frag, in)},
                     {"stack", stack_json(res.frames(r.stack))},
                     {"top_live", site_list(merge_sites(rows, res), res, opt.top)}});
