@@ -2,6 +2,7 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,33 @@ constinit std::atomic<bool> g_enabled{true};
 constinit std::atomic<int> g_depth{64};
 constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+// Address range of libgpuheap.so's own code (PT_LOAD segments), found once.
+constinit std::uintptr_t g_self_lo = 0, g_self_hi = 0;
+
+int self_range_cb(dl_phdr_info* info, size_t, void* data) {
+  auto self = reinterpret_cast<std::uintptr_t>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    if (self >= lo && self < hi) {
+      g_self_lo = lo;
+      g_self_hi = hi;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+inline bool in_self(const void* ip) {
+  auto a = reinterpret_cast<std::uintptr_t>(ip);
+  return a >= g_self_lo && a < g_self_hi;
+}
+
 void init_once() {
   // Per-thread caches: no global lock inside libunwind on the hot path.
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  dl_iterate_phdr(self_range_cb, reinterpret_cast<void*>(&init_once));
   void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   g_table = p == MAP_FAILED ? nullptr : static_cast<Slot*>(p);
@@ -161,6 +186,10 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   // unw_backtrace's first entry is the return address into this function; drop it too.
   int first = skip + 1;
   int n = unw_backtrace(raw, g_depth.load(std::memory_order_relaxed) + first);
+  if (n <= first) return 0;
+  // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
+  // inlining, and keeping them would split one user call site into several stacks.
+  while (first < n && in_self(raw[first])) ++first;
   if (n <= first) return 0;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
   return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first);
