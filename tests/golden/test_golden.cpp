@@ -100,10 +100,17 @@ TEST(GoldenPooled, TextTableRows) {
   EXPECT_NE(t.find("  truncated: no\n"), std::string::npos);
 }
 
+// Through the CLI this time: gpuheap run --simulate --no-pool.
 TEST(GoldenPooled, NoPool) {
-  Prog p = run_prog("pooled", {"GPUHEAP_POOL=0"});
-  ASSERT_EQ(p.run.status, 0) << p.run.err;
-  json j = summary_json({p.trace()});
+  std::string dir = test::make_dir(), prog = test::kProgs + "/golden_prog";
+  auto r = cli({"run", "--simulate", "--no-pool", "-o", dir + "/np.%p.trace", "--", prog, "pooled"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto traces = test::traces_in(dir);
+  ASSERT_EQ(traces.size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("gpuheap: trace written to " + traces[0]), std::string::npos) << r.err;
+  // run passes the command's exit status through (golden_prog: 2 for an unknown mode).
+  EXPECT_EQ(cli({"run", "--simulate", "-o", dir + "/x.%p.trace", "--", prog, "no-such-mode"}).status, 2);
+  json j = summary_json({traces[0]});
   const json& d = j["devices"].at(0);
   // Pass-through: the driver's allocation is the block and the reservation.
   EXPECT_EQ(drop_pools(d["requested_bytes"]), stat(0, kReqPeak, kReqTotal, kReqTotal));
