@@ -73,6 +73,25 @@ TEST(GoldenOom, CapExceeded) {
   expect_failing_call(o, frag().lines.at("oom_cap"));
 }
 
+// The in-process report (stderr) diagnosed both OOMs the same way as the summary.
+TEST(GoldenOom, SameDiagnosisAsStderrReport) {
+  const std::string& err = frag().run.err;
+  auto first = err.find("CUDA out of memory. Tried to allocate 4.00 MiB");
+  auto second = err.find("CUDA out of memory. Tried to allocate 30.00 MiB");
+  ASSERT_NE(first, std::string::npos) << err;
+  ASSERT_NE(second, std::string::npos) << err;
+  auto in_first = [&](const char* s) {
+    auto at = err.find(s, first);
+    return at != std::string::npos && at < second;
+  };
+  EXPECT_TRUE(in_first("held by this process 40.00 MiB")) << err;
+  EXPECT_TRUE(in_first("reserved but unused 20.00 MiB")) << err;
+  EXPECT_TRUE(in_first("without fragmentation the request would have fit")) << err;
+  EXPECT_TRUE(in_first("allocate long-lived buffers first")) << err;
+  EXPECT_NE(err.find("without fragmentation the request would not have fit", second), std::string::npos) << err;
+  EXPECT_NE(err.find("the per-process cap GPUHEAP_LIMIT=40.00 MiB is what failed", second), std::string::npos) << err;
+}
+
 TEST(GoldenOom, TextSection) {
   std::string t = summary_text({frag().trace()});
   auto at = t.find("OOM on device 0 at ");
