@@ -14,13 +14,14 @@ import sys
 import cupy as cp
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "none"
-count = {"alloc": 0, "bytes": 0}
+count = {"alloc": 0, "bytes": 0, "sizes": []}
 
 
 def counting_malloc(size):
     if size > 0:
         count["alloc"] += 1
         count["bytes"] += size
+        count["sizes"].append(size)
     mem = cp.cuda.memory.Memory(size)
     return cp.cuda.memory.MemoryPointer(mem, 0)
 
@@ -42,7 +43,7 @@ for i in range(40):
     del a, b, c
 total = float(acc.sum())
 cp.cuda.Device().synchronize()
-res = {"mode": mode, "script_allocs": count["alloc"], "script_bytes": count["bytes"], "checksum": total,
+res = {"mode": mode, "script_allocs": count["alloc"], "script_bytes": count["bytes"], "sizes": count["sizes"], "checksum": total,
        "pool_total_bytes": pool.total_bytes() if pool else None, "cupy": cp.__version__}
 del acc
 if pool:
