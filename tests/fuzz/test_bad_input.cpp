@@ -1,0 +1,158 @@
+// Damaged traces through the analyzer: every truncation offset of real traces and random
+// byte flips (fixed seed). The analyzer must answer each with a report (truncation noted)
+// or a clean InputError with a one-line message: no crash, no hang, no other exception.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "analyzer/error.h"
+#include "tests/fuzz/hostile.h"
+#include "tests/fuzz/pipeline.h"
+
+namespace gpuheap::test {
+namespace {
+
+const std::string kCorpus = GPUHEAP_FUZZ_CORPUS;
+
+struct Sink {
+  std::FILE* f = std::fopen("/dev/null", "w");
+  ~Sink() { std::fclose(f); }
+};
+
+// Every prefix of a real trace is readable: a report of the whole records before the cut.
+void check_all_prefixes(const std::string& name) {
+  auto data = read_file(kCorpus + "/" + name);
+  ASSERT_GT(data.size(), 100u);
+  auto full = run_pipeline(kCorpus + "/" + name, nullptr);
+  EXPECT_FALSE(full.truncated) << name << " is a complete trace";
+  Sink sink;
+  bool compressed = name.ends_with(".zst");
+  std::string path = RawTrace::dir() + "/prefix-" + name;
+  std::uint64_t last_records = 0;
+  double worst = 0;
+  for (std::size_t n = 0; n < data.size(); ++n) {
+    write_file(path, data.data(), n);
+    auto t0 = std::chrono::steady_clock::now();
+    PipelineResult r;
+    if (compressed && n > 0 && n < 4) {
+      // Fewer bytes than the zstd magic: neither zstd nor a gpuheap header prefix.
+      EXPECT_THROW(run_pipeline(path, sink.f), NotATraceError) << n;
+      continue;
+    }
+    ASSERT_NO_THROW(r = run_pipeline(path, sink.f)) << name << " cut at " << n;
+    worst = std::max(worst, seconds_since(t0));
+    // (A zstd file cut in its trailing checksum still yields every record: not truncated.)
+    if (n > 0 && !(compressed && r.records == full.records)) {
+      EXPECT_TRUE(r.truncated) << name << " cut at " << n;
+    }
+    EXPECT_GE(r.records, last_records) << "records lost when cutting later, at " << n;
+    EXPECT_LE(r.records, full.records);
+    EXPECT_GT(r.json_bytes, 0u);
+    last_records = r.records;
+  }
+  EXPECT_LT(worst, 2.0) << "slowest prefix took " << worst << " s";
+}
+
+TEST(BadInput, EveryTruncationOfAPlainTrace) { check_all_prefixes("mini_train.trace"); }
+TEST(BadInput, EveryTruncationOfAPoolOomTrace) { check_all_prefixes("prog_limit.trace"); }
+TEST(BadInput, EveryTruncationOfACompressedTrace) { check_all_prefixes("prog_api.trace.zst"); }
+
+// Random damage: flipped bits, random bytes, small and large clusters, plus cuts.
+TEST(BadInput, RandomByteFlipsFixedSeed) {
+  const char* seeds[] = {"mini_train.trace", "prog_misuse.trace", "prog_driver.trace", "prog_api.trace.zst"};
+  const int iterations = scale_small() ? 3000 : 20000;
+  std::mt19937_64 rng(0x6770756865617021ull);
+  Sink sink;
+  std::string path = RawTrace::dir() + "/flipped.trace";
+  int reports = 0, errors = 0;
+  double worst = 0;
+  for (int it = 0; it < iterations; ++it) {
+    auto data = read_file(kCorpus + "/" + seeds[it % 4]);
+    int flips = 1 + static_cast<int>(rng() % 8);
+    for (int f = 0; f < flips; ++f) {
+      auto at = rng() % data.size();
+      if (rng() % 2) data[at] ^= static_cast<unsigned char>(1u << (rng() % 8));
+      else data[at] = static_cast<unsigned char>(rng());
+    }
+    if (rng() % 8 == 0) data.resize(rng() % data.size());
+    write_file(path, data.data(), data.size());
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      run_pipeline(path, sink.f);
+      ++reports;
+    } catch (const InputError& e) {
+      ++errors;
+      std::string msg = e.what();
+      EXPECT_FALSE(msg.empty());
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << "iteration " << it << ": " << msg;
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "iteration " << it << ": not an InputError: " << e.what();
+      write_file(RawTrace::dir() + "/failing-" + std::to_string(it), data.data(), data.size());
+    }
+    worst = std::max(worst, seconds_since(t0));
+  }
+  EXPECT_LT(worst, 2.0);
+  // Both outcomes must occur, or the damage is not reaching the decoder.
+  EXPECT_GT(reports, iterations / 20);
+  EXPECT_GT(errors, iterations / 20);
+  std::printf("%d iterations: %d reports, %d clean errors, slowest %.3f s\n", iterations, reports, errors, worst);
+}
+
+// The same answers through the CLI binary: exit 0 + a warning for a cut file, exit 2 and
+// one line on stderr for garbage.
+TEST(BadInputCli, TruncatedTraceIsReportedWithAWarning) {
+  auto data = read_file(kCorpus + "/mini_train.trace");
+  for (std::size_t cut : {std::size_t{5}, std::size_t{16}, std::size_t{21}, data.size() / 2, data.size() - 1}) {
+    std::string path = RawTrace::dir() + "/cli-cut-" + std::to_string(cut) + ".trace";
+    write_file(path, data.data(), cut);
+    for (const char* cmd : {"summary", "summary --json", "dump"}) {
+      auto r = run_cli(std::string(GPUHEAP_CLI) + " " + cmd + " " + path);
+      EXPECT_EQ(r.status, 0) << cmd << " cut " << cut << ": " << r.err;
+      if (cut > 16 && std::string(cmd) != "dump") {
+        EXPECT_NE(r.err.find("no end record"), std::string::npos) << r.err;
+      }
+    }
+  }
+}
+
+TEST(BadInputCli, GarbageIsACleanOneLineError) {
+  auto data = read_file(kCorpus + "/mini_train.trace");
+  struct Case {
+    std::string name;
+    std::vector<unsigned char> bytes;
+    std::string expect;
+  };
+  std::vector<Case> cases;
+  auto bad_type = data;
+  bad_type[16] = 0xEE;  // first frame's type
+  cases.push_back({"bad-type", bad_type, "corrupt record"});
+  auto bad_len = data;
+  bad_len[17] = bad_len[18] = bad_len[19] = bad_len[20] = 0xFF;  // first frame's length
+  cases.push_back({"bad-len", bad_len, "corrupt record"});
+  auto bad_magic = data;
+  bad_magic[0] = 'X';
+  cases.push_back({"bad-magic", bad_magic, "not a gpuheap trace"});
+  auto newer = data;
+  newer[8] = 0x7F;
+  cases.push_back({"newer", newer, "newer than this gpuheap"});
+  for (const auto& c : cases) {
+    std::string path = RawTrace::dir() + "/cli-" + c.name + ".trace";
+    write_file(path, c.bytes.data(), c.bytes.size());
+    for (const char* cmd : {"summary", "summary --json", "check --max-leaked 0", "dump"}) {
+      auto r = run_cli(std::string(GPUHEAP_CLI) + " " + cmd + " " + path);
+      EXPECT_EQ(r.status, 2) << c.name << " " << cmd;
+      EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.name << " " << cmd << ": " << r.err;
+      EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    }
+  }
+  auto r = run_cli(std::string(GPUHEAP_CLI) + " summary /dev/null/nope");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+  r = run_cli(std::string(GPUHEAP_CLI) + " summary " + RawTrace::dir());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace gpuheap::test
