@@ -56,6 +56,17 @@ struct OomAdvice {
 };
 OomAdvice oom_advice(const OomInfo& o);
 
+// Which library made an allocation: the innermost visible frame in a known GPU library
+// (NCCL, cuBLAS, cuDNN, ... PyTorch, XLA, CuPy), else the innermost frame's module name.
+// Lets a report label NCCL's or cuBLAS's own buffers apart from the program's tensors.
+std::string library_label(const std::vector<Frame>& frames);
+struct LibraryRow {
+  std::string library;
+  std::uint64_t bytes = 0, count = 0;
+};
+// Peak consumers grouped by library_label, largest first.
+std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res);
+
 std::string summary_text(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json stack_json(const std::vector<Frame>& frames);

@@ -64,6 +64,54 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
   return out;
 }
 
+std::string library_label(const std::vector<Frame>& frames) {
+  struct Known {
+    const char* prefix;  // module basename prefix
+    const char* label;
+  };
+  // Most specific first: a cuBLAS call made by libtorch is cuBLAS's allocation.
+  static const Known known[] = {
+      {"libnccl", "NCCL"},        {"libcublasLt", "cuBLAS"}, {"libcublas", "cuBLAS"},
+      {"libcudnn", "cuDNN"},      {"libcufft", "cuFFT"},      {"libcurand", "cuRAND"},
+      {"libcusolver", "cuSOLVER"}, {"libcusparse", "cuSPARSE"}, {"libnvshmem", "NVSHMEM"},
+      {"libtorch", "PyTorch"},    {"libc10", "PyTorch"},      {"xla_extension", "XLA"},
+      {"libxla", "XLA"},          {"_jax", "XLA"},            {"libjax", "XLA"},
+      {"cupy", "CuPy"},           {"libtriton", "Triton"},
+  };
+  auto base = [](const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+  };
+  // Python packages keep their extension modules in their own directory.
+  static const Known dirs[] = {{"/cupy/", "CuPy"}, {"/cupy_backends/", "CuPy"}, {"/jaxlib/", "XLA"},
+                               {"/torch/lib/", "PyTorch"}};
+  for (const auto& f : frames) {
+    std::string b = base(f.module);
+    for (const auto& k : known)
+      if (b.rfind(k.prefix, 0) == 0) return k.label;
+    for (const auto& k : dirs)
+      if (f.module.find(k.prefix) != std::string::npos) return k.label;
+  }
+  for (const auto& f : frames)
+    if (!f.module.empty()) return base(f.module);
+  return "unknown";
+}
+
+std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res) {
+  std::vector<LibraryRow> rows;
+  for (const auto& s : sites) {
+    std::string lib = library_label(res.frames(s.stack));
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const LibraryRow& r) { return r.library == lib; });
+    if (it == rows.end()) it = rows.insert(rows.end(), LibraryRow{lib, 0, 0});
+    it->bytes += s.bytes;
+    it->count += s.count;
+  }
+  std::sort(rows.begin(), rows.end(), [](const LibraryRow& a, const LibraryRow& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.library < b.library;
+  });
+  return rows;
+}
+
 nlohmann::json stack_json(const std::vector<Frame>& frames) {
   auto arr = nlohmann::json::array();
   for (const auto& f : frames) {

@@ -31,8 +31,9 @@ json frag_json(const Fragmentation& f, const TraceInfo& in) {
 json site_list(const std::vector<SiteRow>& rows, StackResolver& res, std::size_t top, double pct_of = 0) {
   json arr = json::array();
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
-    json j = {{"bytes", rows[i].bytes}, {"count", rows[i].count}, {"stack", stack_json(res.frames(rows[i].stack))},
-              {"stack_id", rows[i].stack}};
+    const auto& frames = res.frames(rows[i].stack);
+    json j = {{"bytes", rows[i].bytes}, {"count", rows[i].count}, {"stack", stack_json(frames)},
+              {"stack_id", rows[i].stack}, {"library", library_label(frames)}};
     if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(rows[i].bytes) / pct_of;
     arr.push_back(std::move(j));
   }
@@ -91,10 +92,15 @@ json process_json(const Model& m, const SummaryOptions& opt) {
 
     std::vector<SiteRow> rows;
     for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
-    for (auto& e : site_list(merge_sites(rows, res), res, opt.top, static_cast<double>(d.peak_held))) {
+    auto merged = merge_sites(rows, res);
+    for (auto& e : site_list(merged, res, opt.top, static_cast<double>(d.peak_held))) {
       e["device"] = d.device;
       peaks.push_back(std::move(e));
     }
+    json libs = json::array();
+    for (const auto& l : peak_by_library(merged, res))
+      libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
+    devs.back()["peak_by_library"] = std::move(libs);
     if (d.frag_peak_reserved.valid) {
       auto f = frag_json(d.frag_peak_reserved, in);
       f["device"] = d.device;

@@ -164,10 +164,18 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     auto merged = merge_sites(rows, res);
     for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
       const auto& r = merged[i];
-      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{}\n", i + 1, human_bytes(r.bytes),
+      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} [{}]\n", i + 1, human_bytes(r.bytes),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s");
+                         r.count == 1 ? "" : "s", library_label(res.frames(r.stack)));
       append_stack(out, res, r.stack, opt);
+    }
+    auto libs = peak_by_library(merged, res);
+    if (libs.size() > 1) {
+      out += fmt::format("  by library at the peak:");
+      for (const auto& l : libs)
+        out += fmt::format(" {} {} ({:.1f}%);", l.library, human_bytes(l.bytes),
+                           100.0 * static_cast<double>(l.bytes) / static_cast<double>(d.peak_held));
+      out.back() = '\n';
     }
     out += "\n";
   }
