@@ -97,23 +97,27 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   if (readers.size() == 1) {
     auto& rd = *readers[0];
     auto& m = *out.traces[0];
-    // Events go through in batches so the model can prefetch their hash slots; records
-    // holding views into the reader's buffer (stacks, modules...) are fed at once.
-    constexpr std::size_t kBatch = 16;
-    std::vector<format::Record> batch(kBatch);
-    std::size_t nb = 0;
+    // Events are decoded kWindow records ahead of the replay, and their hash slots
+    // prefetched as they are decoded: each event's cache misses are in flight while the
+    // ones before it are replayed. Records holding views into the reader's buffer (stacks,
+    // modules...) drain the window and are fed at once.
+    constexpr std::size_t kWindow = 16;  // power of two
+    std::vector<format::Record> ring(kWindow);
+    std::size_t head = 0, tail = 0;  // records [tail, head) are decoded, not yet fed
     std::uint64_t n = 0;
-    while (rd.next(batch[nb])) {
-      if (Model::batchable(batch[nb].type)) {
-        if (++nb == kBatch) m.feed_batch(batch.data(), nb), nb = 0;
+    for (;;) {
+      auto& r = ring[head & (kWindow - 1)];
+      if (!rd.next(r)) break;
+      if (Model::batchable(r.type)) {
+        m.prefetch(r);
+        if (++head - tail == kWindow) m.feed(ring[tail++ & (kWindow - 1)]);
       } else {
-        m.feed_batch(batch.data(), nb);
-        m.feed(batch[nb]);
-        nb = 0;
+        while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
+        m.feed(r);
       }
       if ((++n & 0xFFFFF) == 0) progress.update(rd.file_pos(), total);
     }
-    m.feed_batch(batch.data(), nb);
+    while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
   } else {
     // k-way merge by aligned (wall-clock) time. Each stream holds one decoded record ahead.
     struct Stream {

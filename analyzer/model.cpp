@@ -172,28 +172,33 @@ void Model::feed(const format::Record& r) {
   }
 }
 
-void Model::feed_batch(const format::Record* r, std::size_t n) {
+void Model::prefetch(const format::Record& r) const {
   using format::RecordType;
-  for (std::size_t i = 0; i < n; ++i) {
-    switch (r[i].type) {
-      case RecordType::alloc: {
-        const auto& a = r[i].alloc;
-        live_.prefetch(key(a.ptr, a.kind));
-        if (a.kind == AllocKind::device_pooled) {
-          // The neighbour checks of the segment layout (seg_add_block).
-          live_.prefetch(a.ptr + (a.size ? a.size : a.requested));
-          ends_.prefetch(a.ptr);
-        }
-        break;
+  switch (r.type) {
+    case RecordType::alloc: {
+      const auto& a = r.alloc;
+      live_.prefetch(key(a.ptr, a.kind));
+      if (a.kind == AllocKind::device_pooled) {
+        // The block's edges (seg_add_block).
+        edges_.prefetch(a.ptr);
+        edges_.prefetch(a.ptr + (a.size ? a.size : a.requested));
       }
-      case RecordType::free: live_.prefetch(key(r[i].free.ptr, r[i].free.kind)); break;
-      case RecordType::free_completed:
-        live_.prefetch(key(r[i].free_completed.ptr, AllocKind::device_pooled));
-        ends_.prefetch(r[i].free_completed.ptr);
-        break;
-      default: break;
+      break;
     }
+    case RecordType::free: live_.prefetch(key(r.free.ptr, r.free.kind)); break;
+    case RecordType::free_completed: {
+      const auto& f = r.free_completed;
+      live_.prefetch(key(f.ptr, AllocKind::device_pooled));
+      edges_.prefetch(f.ptr);
+      if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
+      break;
+    }
+    default: break;
   }
+}
+
+void Model::feed_batch(const format::Record* r, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) prefetch(r[i]);
   for (std::size_t i = 0; i < n; ++i) feed(r[i]);
 }
 
@@ -232,29 +237,24 @@ void Model::seg_update(Segment& s) {
 
 // sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
 // The free-piece count needs only whether each edge of the block touches a neighbour (or
-// the segment edge): a block starting at its end (live_ is keyed by start) and a block
-// ending at its start (ends_), both O(1). The layout itself is rebuilt at snapshots.
+// the segment edge): a block ending where it starts, a block starting where it ends. edges_
+// answers both, two slots per block. The layout itself is rebuilt at snapshots.
 void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   if (e.seg == kNoSeg) return;
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
-  std::uint32_t t = 0;
-  if (a == s.ptr) {
-    ++t;
-  } else if (const auto* c = ends_.find(a); c && *c > 0) {
-    ++t;
-  }
-  if (b == s.ptr + s.size) {
-    ++t;
-  } else if (const Live* n = live_.find(b);
-             n && n->seg == e.seg && static_cast<AllocKind>(n->kind) == AllocKind::device_pooled) {
-    ++t;
-  }
+  auto& ea = edges_.get(a);
+  std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+  ea.starts += static_cast<std::uint32_t>(sign);
+  bool drop_a = ea.starts == 0 && ea.ends == 0;
+  auto& eb = edges_.get(b);  // may rehash: `ea` is dead from here
+  t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+  eb.ends += static_cast<std::uint32_t>(sign);
+  if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
+  if (drop_a) edges_.erase(a);
   if (sign > 0) {
-    ++ends_.get(b);
     s.active_bytes += e.size, s.active_blocks++, s.touches += t;
   } else {
-    if (auto* c = ends_.find(b); c && --*c == 0) ends_.erase(b);
     s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
   }
   seg_update(s);
@@ -451,7 +451,13 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       live_.for_each_mut([&](std::uint64_t k, Live& e) {
         if (e.seg != slot) return;
         e.seg = kNoSeg;
-        if (auto* c = ends_.find(k + e.size); c && --*c == 0) ends_.erase(k + e.size);
+        for (int end = 0; end < 2; ++end) {
+          std::uint64_t at = end ? k + e.size : k;
+          if (auto* x = edges_.find(at)) {
+            (end ? x->ends : x->starts)--;
+            if (x->starts == 0 && x->ends == 0) edges_.erase(at);
+          }
+        }
       });
       sg.active_blocks = 0, sg.active_bytes = 0, sg.touches = 0;
     }

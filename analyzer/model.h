@@ -125,6 +125,9 @@ class Model {
   // Same as feed() on each, in order; prefetches the live-map slots of the batch first.
   // Only for records without string/ip views (alloc, free, free_completed, segment_*).
   void feed_batch(const format::Record* r, std::size_t n);
+  // Starts loading the hash slots that feed(r) will touch, for a record fed a few records
+  // later: the replay's cost is cache misses on the live map, and independent misses overlap.
+  void prefetch(const format::Record& r) const;
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;
@@ -199,9 +202,12 @@ class Model {
   void add_acc(DeviceState& d, const Live& e);
 
   detail::FlatMap<Live> live_;
-  // End address -> number of active segment blocks ending there: with live_ (keyed by start)
-  // it answers "does a neighbour touch this block" in O(1) for the free-piece count.
-  detail::FlatMap<std::uint32_t> ends_;
+  // Address -> number of active segment blocks starting / ending there: answers "does a
+  // neighbour touch this block" in O(1) for the free-piece count, one slot per block edge.
+  struct Edges {
+    std::uint32_t starts = 0, ends = 0;
+  };
+  detail::FlatMap<Edges> edges_;
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;
