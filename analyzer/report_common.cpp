@@ -121,7 +121,7 @@ nlohmann::json stack_json(const std::vector<Frame>& frames) {
     j["line"] = f.line;
     j["module"] = f.module;
     j["ip"] = fmt::format("{:#x}", f.ip);
-    if (f.module.size()) j["offset"] = f.offset;
+    if (!f.module.empty()) j["offset"] = f.offset;
     if (f.inlined) j["inlined"] = true;
     if (f.hidden) j["hidden"] = true;
     arr.push_back(std::move(j));

@@ -186,7 +186,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs});
     if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries});
   }
-  auto list = [&](const char* title, std::vector<SiteRow> rows, const char* what) {
+  auto list = [&](const char* title, const std::vector<SiteRow>& rows, const char* what) {
     if (rows.empty()) return;
     out += fmt::format("{}\n", title);
     auto merged = merge_sites(rows, res, true);

@@ -64,6 +64,7 @@ bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept {
   while (*p) {
     const char* comma = strchr(p, ',');
     std::size_t n = comma ? static_cast<std::size_t>(comma - p) : strlen(p);
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a search within n bytes, nothing is copied
     const char* colon = static_cast<const char*>(memchr(p, ':', n));
     int index = kMaxDevices;
     const char* value = p;

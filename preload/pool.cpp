@@ -313,7 +313,9 @@ struct Pool::Impl {
 };
 
 Pool::Pool(Upstream& upstream, PoolConfig cfg, PoolObserver* observer) noexcept
-    : impl_(new Impl(upstream, cfg, observer)) {}
+    // Built with -fno-exceptions; a pool is created once per CUDA context, and a process out
+    // of heap at that point cannot go on.
+    : impl_(new Impl(upstream, cfg, observer)) {}  // NOLINT(bugprone-unhandled-exception-at-new)
 
 Pool::~Pool() {
   Impl& m = *impl_;

@@ -11,7 +11,9 @@ namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGTERM};
 constexpr int kN = sizeof kSignals / sizeof kSignals[0];
-constinit struct sigaction g_old[kN];
+// Zero-initialized static storage (no dynamic initializer runs; clang rejects constinit here
+// because of the union inside struct sigaction).
+struct sigaction g_old[kN];
 constinit std::atomic<FatalSignalFn> g_fn{nullptr};
 constinit std::atomic<bool> g_installed{false};
 

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   std::uint64_t n = records;
   while (n < events) {
     ts += 50 + rng() % 100;
-    bool do_alloc = live.empty() || (free_slots.size() > 0 && (rng() % 100) < (live.size() < kSlots / 2 ? 60 : 40));
+    bool do_alloc = live.empty() || (!free_slots.empty() && (rng() % 100) < (live.size() < kSlots / 2 ? 60 : 40));
     std::uint32_t tid = 100 + static_cast<std::uint32_t>(rng() % kThreads);
     if (do_alloc) {
       // Pick among the lowest free slots (like best-fit reuse) so segments fill in order.
