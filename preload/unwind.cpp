@@ -53,6 +53,16 @@ constinit std::uintptr_t g_self_lo = 0, g_self_hi = 0;
 
 int self_range_cb(dl_phdr_info* info, size_t, void* data) {
   auto self = reinterpret_cast<std::uintptr_t>(data);
+  // Linked into an executable (the recorder's unit tests), "our" frames are the program's:
+  // keep them. Only a shared object (libgpuheap.so) has frames to drop.
+  if (!info->dlpi_name || !*info->dlpi_name) {
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+      const auto& ph = info->dlpi_phdr[i];
+      std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+      if (ph.p_type == PT_LOAD && self >= lo && self < lo + ph.p_memsz) return 1;
+    }
+    return 0;
+  }
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_LOAD) continue;
