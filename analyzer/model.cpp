@@ -12,17 +12,6 @@ using format::AllocKind;
 
 namespace {
 
-bool held_kind(AllocKind k) {
-  switch (k) {
-    case AllocKind::device_pooled:
-    case AllocKind::device_passthrough:
-    case AllocKind::pitch:
-    case AllocKind::async:
-    case AllocKind::managed:
-    case AllocKind::vmm_physical: return true;
-    default: return false;
-  }
-}
 // Kinds that the torch-style table accounts (pass-through counts as reserved = allocated).
 bool table_kind(AllocKind k) {
   return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
@@ -321,7 +310,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
     u.peak = std::max(u.peak, u.current);
     u.peak_count = std::max(u.peak_count, u.count);
   }
-  if (held_kind(a.kind)) {
+  if (format::holds_device_memory(a.kind)) {
     d.held += s;
     if (d.held > d.peak_held) {
       // New peak: everything live now is the peak set. Frees of allocations with
@@ -344,7 +333,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
       st.temporaries++;
       st.temporary_bytes += e.size;
     }
-    if (held_kind(kind)) {
+    if (format::holds_device_memory(kind)) {
       d.held -= s;
       if (e.seq <= d.peak_seq) add_acc(d, e);
     }
@@ -492,7 +481,7 @@ void Model::on_oom(const format::OomRecord& o) {
   oi.frag = snapshot(di, o.ts);
   detail::FlatMap<SiteBytes> by;
   live_.for_each([&](std::uint64_t, const Live& e) {
-    if (e.dev != di || pending(e) || !held_kind(static_cast<AllocKind>(e.kind))) return;
+    if (e.dev != di || pending(e) || !format::holds_device_memory(static_cast<AllocKind>(e.kind))) return;
     auto& s = by.get(e.stack);
     s.stack = e.stack, s.bytes += e.size, s.count++;
   });

@@ -9,17 +9,6 @@ using format::AllocKind;
 
 namespace {
 
-bool held_kind(AllocKind k) {
-  switch (k) {
-    case AllocKind::device_pooled:
-    case AllocKind::device_passthrough:
-    case AllocKind::pitch:
-    case AllocKind::async:
-    case AllocKind::managed:
-    case AllocKind::vmm_physical: return true;
-    default: return false;
-  }
-}
 // Leaked bytes count memory, not address space or mappings of already counted memory.
 bool leak_counted(AllocKind k) { return k != AllocKind::va_reserve && k != AllocKind::vmm_map; }
 
@@ -115,7 +104,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     if (pending(e)) return;
     auto kind = static_cast<AllocKind>(e.kind);
     const auto& d = devices[e.dev];
-    if (held_kind(kind) && e.seq <= d.peak_seq) {
+    if (format::holds_device_memory(kind) && e.seq <= d.peak_seq) {
       auto& s = peak[e.dev].get(e.stack);
       s.stack = e.stack, s.bytes += e.size, s.count++;
     }

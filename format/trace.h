@@ -78,6 +78,21 @@ inline const char* alloc_kind_name(AllocKind k) {
   return "unknown";
 }
 
+// Kinds whose bytes are device memory the process holds (what a memory cap counts and what
+// "held" means in reports); host memory, address-space reservations and mappings of
+// already-counted physical memory are not.
+inline bool holds_device_memory(AllocKind k) {
+  switch (k) {
+    case AllocKind::device_pooled:
+    case AllocKind::device_passthrough:
+    case AllocKind::pitch:
+    case AllocKind::async:
+    case AllocKind::managed:
+    case AllocKind::vmm_physical: return true;
+    default: return false;
+  }
+}
+
 // Flags on alloc/free/segment records.
 inline constexpr std::uint8_t kFlagSmallPool = 1u << 0;  // block/segment from the small pool
 inline constexpr std::uint8_t kFlagOversize = 1u << 1;   // block at/above max split size

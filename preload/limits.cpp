@@ -122,16 +122,8 @@ std::uint64_t device_limit(int device) noexcept {
 }
 
 bool counts_against_limit(format::AllocKind kind) noexcept {
-  switch (kind) {
-    case format::AllocKind::device_passthrough:
-    case format::AllocKind::async:
-    case format::AllocKind::managed:
-    case format::AllocKind::pitch:
-    case format::AllocKind::vmm_physical:
-      return true;
-    default:  // pooled memory counts through the pool's segments; host/VA/mappings are not device memory
-      return false;
-  }
+  // Pooled memory counts through the pool's segments (CudaUpstream), not per block.
+  return kind != format::AllocKind::device_pooled && format::holds_device_memory(kind);
 }
 
 }  // namespace detail
