@@ -92,7 +92,6 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   std::uint64_t total = 0;
   for (auto& r : readers) total += r->file_size();
   Progress progress(opt.progress);
-  format::Record rec;
 
   if (readers.size() == 1) {
     auto& rd = *readers[0];
