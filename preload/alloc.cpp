@@ -6,7 +6,9 @@
 // file order is a valid replay order across threads.
 #include <algorithm>
 #include <mutex>
+#include <new>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
 
 #include "preload/limits.h"
@@ -260,6 +262,7 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
   int dev = st ? st->device : current_device();
   if (device_limit(dev) != 0) {
     record_oom(st, dev, AllocKind::device_pooled, api, size, 0, stack);
+    if constexpr (std::is_same_v<decltype(oom_error), cudaError_t>) return latch_runtime_oom();
     return oom_error;
   }
   auto rc = call();
@@ -273,6 +276,16 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
 }  // namespace
 
 // ---- pass-through recording ----
+
+cudaError_t latch_runtime_oom() noexcept {
+  if (auto m = real<Fn::cudaMalloc>()) {
+    void* p = nullptr;
+    if (m(&p, SIZE_MAX) == cudaSuccess && p) real<Fn::cudaFree>()(p);  // cannot happen; never leak
+  }
+  return cudaErrorMemoryAllocation;
+}
+
+void registry_reset_in_child() noexcept { new (&registry()) Registry(); }
 
 void note_alloc(AllocKind kind, const void* ptr, std::size_t requested, std::size_t size,
                 std::uint64_t stream) noexcept {
@@ -319,7 +332,7 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   auto real_malloc = real<Fn::cudaMalloc>();
   if (!real_malloc) return cudaErrorInitializationError;
   if (!scope.active() || !ptr || size == 0 || !settings().pool) {
-    if (scope.active() && ptr && size && !admit(AllocKind::device_passthrough, size)) return cudaErrorMemoryAllocation;
+    if (scope.active() && ptr && size && !admit(AllocKind::device_passthrough, size)) return latch_runtime_oom();
     cudaError_t rc = real_malloc(ptr, size);
     if (scope.active() && rc == cudaSuccess && ptr && *ptr)
       note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
@@ -329,7 +342,7 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   if (!st) {
     // No current context yet: cudaMalloc would create the device's primary context; the
     // documented way to do exactly that is cudaFree(0).
-    real<Fn::cudaFree>()(nullptr);
+    if (auto init = real<Fn::cudaFree>()) init(nullptr);
     st = current_state();
   }
   std::uint32_t stack = alloc_stack();

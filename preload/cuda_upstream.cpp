@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <new>
 
 #include <algorithm>
 
@@ -41,8 +42,10 @@ void StreamRegistry::streams_of(CUcontext ctx, std::vector<CUstream>& out) noexc
 }
 
 void StreamRegistry::forget_all() noexcept {
-  std::lock_guard<std::mutex> lk(mu_);
-  streams_.clear();
+  // Called in a fork child: another parent thread may have held mu_ (or been inside
+  // push_back) at the fork, so nothing here may lock or trust the vector; start afresh
+  // (the old buffer is leaked, once per fork).
+  new (this) StreamRegistry();
 }
 
 namespace {
@@ -141,14 +144,22 @@ Upstream::Fence CudaUpstream::fence_record() noexcept {
   // Any stream created through us, or any sign of per-thread default streams (whose work
   // is not ordered with other threads' per-thread streams), turns the events back on.
   if (scratch_streams_.empty() && !per_thread_streams_seen() && !strict_fences()) return s->id;
-  // The legacy default stream: an event there also waits for all blocking streams.
+  // The legacy default stream: an event there also waits for all blocking streams. It goes
+  // last, and only if no stream of the context is capturing: touching the legacy stream
+  // while a blocking stream captures invalidates the user's capture
+  // (cudaErrorStreamCaptureImplicit, CUDA Programming Guide, stream capture).
   scratch_streams_.push_back(nullptr);
+  bool any_capturing = false;
   for (CUstream st : scratch_streams_) {
+    if (!st && any_capturing) continue;
     if (capturing && st) {
       // A stream being captured into a graph runs nothing now; recording there would add
-      // a node to the user's graph (CUDA Programming Guide, stream capture).
+      // a node to the user's graph.
       CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-      if (capturing(st, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) continue;
+      if (capturing(st, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+        any_capturing = true;
+        continue;
+      }
     }
     CUevent e = take_event();
     if (!e || !record) continue;

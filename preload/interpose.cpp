@@ -42,7 +42,7 @@ template <Fn F, class Ptr, class... A>
 inline auto pass_alloc(AllocKind kind, Ptr* out, std::size_t req, std::uint64_t stream, A... a) {
   HookScope scope;
   if (scope.active() && !admit(kind, req))  // over GPUHEAP_LIMIT: the API's out-of-memory answer
-    return F < Fn::runtime_end_ ? int(cudaErrorMemoryAllocation) : int(CUDA_ERROR_OUT_OF_MEMORY);
+    return F < Fn::runtime_end_ ? int(latch_runtime_oom()) : int(CUDA_ERROR_OUT_OF_MEMORY);
   int rc = call<F>(out, a...);
   if (scope.active() && rc == 0 && out && *out) note_alloc(kind, reinterpret_cast<void*>(*out), req, req, stream);
   return rc;
@@ -114,14 +114,14 @@ GPUHEAP_EXPORT cudaError_t cudaFreeHost(void* p) {
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t w, size_t h) {
   HookScope scope;
-  if (scope.active() && !admit(AllocKind::pitch, w * h)) return cudaErrorMemoryAllocation;
+  if (scope.active() && !admit(AllocKind::pitch, w * h)) return latch_runtime_oom();
   cudaError_t rc = rt<Fn::cudaMallocPitch>(p, pitch, w, h);
   if (scope.active() && rc == cudaSuccess && p && *p && pitch) note_alloc(AllocKind::pitch, *p, w * h, *pitch * h, 0);
   return rc;
 }
 GPUHEAP_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pp, cudaExtent e) {
   HookScope scope;
-  if (scope.active() && !admit(AllocKind::pitch, e.width * e.height * e.depth)) return cudaErrorMemoryAllocation;
+  if (scope.active() && !admit(AllocKind::pitch, e.width * e.height * e.depth)) return latch_runtime_oom();
   cudaError_t rc = rt<Fn::cudaMalloc3D>(pp, e);
   if (scope.active() && rc == cudaSuccess && pp && pp->ptr)
     note_alloc(AllocKind::pitch, pp->ptr, e.width * e.height * e.depth, pp->pitch * e.height * e.depth, 0);

@@ -54,6 +54,8 @@ bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexce
   out->set = true;
   out->fraction = has_dot && *end == '\0' && v <= 1.0;
   out->value = out->fraction ? v : v * factor;
+  // inf, nan and sizes past 2^63 would overflow the byte counters (and the conversion is UB).
+  if (!(out->value < 9.2e18)) return false;
   return out->fraction ? v > 0 : out->value >= 1;
 }
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "preload/limits.h"
 #include "preload/recorder.h"
@@ -91,6 +92,9 @@ void atfork_child() noexcept {
   // worker pool started before any CUDA call): then the pool stays on.
   if (g_num_states.load(std::memory_order_acquire) > 0) g_settings.pool = false;
   g_num_states.store(0, std::memory_order_release);
+  // Locks another parent thread may have held at the fork are rebuilt, never taken.
+  new (&g_states_mu) std::mutex();
+  registry_reset_in_child();
   g_fork_generation.fetch_add(1, std::memory_order_acq_rel);
   stream_registry().forget_all();
 }

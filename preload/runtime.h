@@ -65,6 +65,14 @@ void note_free(format::AllocKind kind, const void* ptr, std::uint64_t stream) no
 // and returns false (the caller answers with the API's out-of-memory error).
 bool admit(format::AllocKind kind, std::size_t size) noexcept;
 
+// A cap (not the driver) refused a runtime allocation: the runtime itself must record the
+// error for cudaGetLastError, as for a real failure. Asks it for an allocation no device can
+// satisfy (inside a HookScope: nothing recorded) and returns cudaErrorMemoryAllocation.
+cudaError_t latch_runtime_oom() noexcept;
+
+// Fork child: forget the parent's pass-through registry without taking its locks.
+void registry_reset_in_child() noexcept;
+
 // ---- streams (for the pool's fences) ----
 void note_stream_created(CUstream s) noexcept;
 void note_stream_destroyed(CUstream s) noexcept;

@@ -43,13 +43,15 @@ int main(int argc, char** argv) {
     EXPECT(info(&f, &t) && f == 4 * MiB);
     // The device has room, the cap has not: the answer is the real out-of-memory error.
     EXPECT(cudaMalloc(&b[6], 10 * MiB) == cudaErrorMemoryAllocation);
-    cudaGetLastError();
+    EXPECT(cudaGetLastError() == cudaErrorMemoryAllocation);  // latched like a real failure
+    EXPECT(cudaGetLastError() == cudaSuccess);
     EXPECT(cudaFree(b[5]) == cudaSuccess);
     EXPECT(info(&f, &t) && f == 14 * MiB);  // cached memory is free for the program
     EXPECT(cudaMalloc(&b[5], 10 * MiB) == cudaSuccess);  // served from the cache
     // Pass-through kinds count against the cap too; the pool gives back its cache first.
     void* m = nullptr;
     EXPECT(cudaMallocManaged(&m, 8 * MiB) == cudaErrorMemoryAllocation);
+    EXPECT(cudaGetLastError() == cudaErrorMemoryAllocation);
     EXPECT(cudaFree(b[4]) == cudaSuccess && cudaFree(b[3]) == cudaSuccess);
     EXPECT(cudaMallocManaged(&m, 8 * MiB) == cudaSuccess);
     EXPECT(used(0) == 40 * MiB + 8 * MiB);  // two cached segments went back to the driver
