@@ -31,6 +31,7 @@
 
 #include "format/trace.h"
 #include "tests/preload/progress.h"
+#include "tests/preload/run_prog.h"
 
 namespace fmt_ = gpuheap::format;
 using fmt_::AllocKind;
@@ -58,21 +59,8 @@ std::uint64_t mono_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-std::string make_dir() {
-  char tmpl[] = "/tmp/gpuheap-rel-XXXXXX";
-  return mkdtemp(tmpl);
-}
-
-std::vector<std::string> traces_in(const std::string& dir) {
-  std::vector<std::string> v;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::strstr(e->d_name, ".trace")) v.push_back(dir + "/" + e->d_name);
-    closedir(d);
-  }
-  std::sort(v.begin(), v.end());
-  return v;
-}
+using gpuheap::test::make_dir;
+using gpuheap::test::traces_in;
 
 std::string read_file(const std::string& path) {
   std::string s;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "preload/pool.h"
+#include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 
 namespace gpuheap::detail {
@@ -9,15 +10,10 @@ namespace {
 
 using test::HostUpstream;
 using test::RecordingObserver;
-constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
-
-std::uintptr_t addr(const PoolBlock& b) { return reinterpret_cast<std::uintptr_t>(b.ptr); }
-
-PoolBlock must_alloc(Pool& p, std::size_t n) {
-  PoolBlock b;
-  EXPECT_EQ(p.allocate(n, &b), PoolStatus::ok) << n;
-  return b;
-}
+using test_util::KiB;
+using test_util::MiB;
+using test_util::addr;
+using test_util::must_alloc;
 
 struct PoolTest : ::testing::Test {
   HostUpstream up;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "preload/pool.h"
+#include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 
 namespace gpuheap::detail {
@@ -17,15 +18,10 @@ using test::DelayingUpstream;
 using test::HostUpstream;
 using test::LimitingUpstream;
 using test::RecordingObserver;
-constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
-
-std::uintptr_t addr(const PoolBlock& b) { return reinterpret_cast<std::uintptr_t>(b.ptr); }
-
-PoolBlock must_alloc(Pool& p, std::size_t n) {
-  PoolBlock b;
-  EXPECT_EQ(p.allocate(n, &b), PoolStatus::ok) << n;
-  return b;
-}
+using test_util::KiB;
+using test_util::MiB;
+using test_util::addr;
+using test_util::must_alloc;
 
 TEST(PoolFences, PendingBlocksAreNotReusedBeforeTheirFence) {
   HostUpstream up(HostUpstream::Fences::manual);
