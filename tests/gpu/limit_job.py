@@ -1,6 +1,6 @@
 """A job under GPUHEAP_LIMIT (issue 6): what the framework sees and where it runs out.
-   python limit_job.py torch   PyTorch (NO_CACHING under gpuheap): mem_get_info inside the cap,
-                               OutOfMemoryError when the cap is reached
+   python limit_job.py torch   PyTorch: mem_get_info inside the cap, an out-of-memory error
+                               when the cap is reached
    python limit_job.py jax     JAX with its default BFC allocator: preallocates its fraction of
                                the capped total
 Prints one JSON line; run_all.py / the caller compares it with the cap."""
@@ -20,8 +20,12 @@ if mode == "torch":
     try:
         while len(held) < 100000:
             held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
-    except torch.OutOfMemoryError as e:  # the error torch raises for cudaErrorMemoryAllocation
-        res.update(oom=True, held_at_oom=len(held) * chunk, message=str(e).splitlines()[0][:200])
+    except RuntimeError as e:
+        # The caching allocator turns cudaErrorMemoryAllocation into torch.OutOfMemoryError; with
+        # PYTORCH_NO_CUDA_MEMORY_CACHING=1 torch checks cudaMalloc's result directly and raises
+        # torch.AcceleratorError("CUDA error: out of memory"), as it does without gpuheap.
+        res.update(oom=True, held_at_oom=len(held) * chunk, exception=type(e).__name__,
+                   message=str(e).splitlines()[0][:200])
     del held
     x = torch.ones(1 << 20, device="cuda")  # still usable after the OOM
     res["after_oom_ok"] = bool(x.sum().item() == (1 << 20))

@@ -269,10 +269,59 @@ def case_real_trace(ctx):
     return rc == 0, {"trace": tr, "bytes": os.path.getsize(tr)}
 
 
+def case_limit(ctx):
+    """Issue 6: GPUHEAP_LIMIT on a real GPU. PyTorch (per-tensor cudaMalloc, and its own caching
+    allocator) sees total == the cap in mem_get_info and runs out of memory at the cap (the caching
+    allocator raises torch.OutOfMemoryError; NO_CACHING raises AcceleratorError, as natively),
+    with gpuheap's OOM report on stderr and an OOM record in the trace; JAX's BFC allocator
+    preallocates its fraction of the capped total instead of the whole GPU."""
+    cap = 4 << 30
+    res, ok = {"cap": cap}, True
+    job = os.path.join(HERE, "limit_job.py")
+    for name, env in (("torch_nocache", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}), ("torch_caching", {})):
+        tr = ctx.trace(f"limit_{name}")
+        rc, out, err, _ = gh.run([gh.PY, job, "torch"], env=env, trace=tr, gpuheap={"GPUHEAP_LIMIT": "4GiB"},
+                                 timeout=240)
+        if rc != 0:
+            raise RuntimeError(f"limit_job torch ({name}) exited {rc}: {err[-2000:]}")
+        j = gh.last_json(out)
+        t = gh.Trace(tr)
+        report = err[err.find("CUDA out of memory"):][:1200] if "CUDA out of memory" in err else ""
+        r = dict(j, oom_records=t.count("oom"), stderr_report=report)
+        # The cap counts everything the process holds through gpuheap: all 256 MiB tensors that fit
+        # plus the CUDA context's small allocations; at most one chunk may be left unused.
+        held = j.get("held_at_oom", 0)
+        r["checks"] = {"total_is_cap": j["total"] == cap, "free_le_total": 0 < j["free"] <= cap,
+                       "oom": bool(j.get("oom")) and "out of memory" in j.get("message", "").lower(),
+                       "held_near_cap": cap - 2 * (256 << 20) <= held <= cap,
+                       "after_oom_ok": bool(j.get("after_oom_ok")), "oom_record": t.count("oom") > 0,
+                       "report": report.startswith("CUDA out of memory")}
+        if name == "torch_caching":
+            r["checks"]["out_of_memory_error"] = j.get("exception") == "OutOfMemoryError"
+        res[name] = r
+        ok &= all(r["checks"].values())
+    tr = ctx.trace("limit_jax")
+    rc, out, err, _ = gh.run([gh.PY, job, "jax"], trace=tr, gpuheap={"GPUHEAP_LIMIT": "4GiB"}, timeout=240)
+    if rc != 0:
+        raise RuntimeError(f"limit_job jax exited {rc}: {err[-2000:]}")
+    j = gh.last_json(out)
+    t = gh.Trace(tr)
+    big = max((int(kv.get("requested", 0)) for k, kv in t.records if k == "alloc"), default=0)
+    want = j["fraction"] * cap
+    r = dict(j, largest_alloc=big)
+    # XLA sizes its BFC pool as fraction x total (less a small reserve); uncapped it would be
+    # fraction x 141 GiB, which the cap refuses.
+    r["checks"] = {"limit_in_cap": j.get("bytes_limit") is not None and 0.85 * want <= j["bytes_limit"] <= want,
+                   "prealloc_traced": 0.85 * want <= big <= cap}
+    res["jax"] = r
+    ok &= all(r["checks"].values())
+    return ok, res
+
+
 CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_pools", case_torch_framework_pools),
          ("cupy", case_cupy), ("jax", case_jax), ("cpp_static_shared", case_cpp),
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
-         ("real_trace", case_real_trace)]
+         ("real_trace", case_real_trace), ("limit", case_limit)]
 
 
 def versions():
