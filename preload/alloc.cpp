@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <type_traits>
 #include <utility>
 
 #include "preload/limits.h"
 #include "preload/oom.h"
+#include "preload/passthrough.h"
 #include "preload/real.h"
 #include "preload/recorder.h"
 #include "preload/runtime.h"
@@ -25,71 +25,10 @@ using format::AllocKind;
 
 namespace {
 
-// ---- registry of pass-through allocations: what kind and size a later free refers to ----
-
-enum class Family : int { pointer = 0, vmm_handle = 1, vmm_map = 2, va = 3, count = 4 };
-
-Family family_of(AllocKind k) noexcept {
-  switch (k) {
-    case AllocKind::vmm_physical: return Family::vmm_handle;
-    case AllocKind::vmm_map: return Family::vmm_map;
-    case AllocKind::va_reserve: return Family::va;
-    default: return Family::pointer;
-  }
-}
-
-struct Entry {
-  AllocKind kind;
-  std::int16_t device;
-  std::uint64_t size;
-  std::uint32_t stack = 0;
-};
-
-class Registry {
- public:
-  void put(Family f, std::uint64_t key, const Entry& e) noexcept {
-    Shard& s = shard(f, key);
-    std::lock_guard<std::mutex> lk(s.mu);
-    s.map[key] = e;
-  }
-  template <class Fn>
-  void for_each(Family f, Fn&& fn) noexcept {
-    for (Shard& s : shards_[static_cast<int>(f)]) {
-      std::lock_guard<std::mutex> lk(s.mu);
-      for (auto& [key, e] : s.map) fn(e);
-    }
-  }
-  bool take(Family f, std::uint64_t key, Entry* out) noexcept {
-    Shard& s = shard(f, key);
-    std::lock_guard<std::mutex> lk(s.mu);
-    auto it = s.map.find(key);
-    if (it == s.map.end()) return false;
-    *out = it->second;
-    s.map.erase(it);
-    return true;
-  }
-
- private:
-  static constexpr int kShards = 16;
-  struct Shard {
-    std::mutex mu;
-    std::unordered_map<std::uint64_t, Entry> map;
-  };
-  Shard& shard(Family f, std::uint64_t key) noexcept {
-    return shards_[static_cast<int>(f)][(key >> 9) % kShards];
-  }
-  Shard shards_[static_cast<int>(Family::count)][kShards];
-};
-
-Registry& registry() noexcept {
-  static Registry* r = new Registry;  // leaked: frees can run from exit handlers
-  return *r;
-}
-
 // A host address that is never device memory (see rt_free).
 char g_never_device_memory;
 
-inline std::uint64_t addr(const void* p) noexcept { return reinterpret_cast<std::uint64_t>(p); }
+}  // namespace
 
 // No frames skipped here: inlining decides how many of ours are on the stack, and the
 // analyzer hides libgpuheap.so frames anyway (skipping blindly can drop the user's frame).
@@ -110,7 +49,7 @@ void record_free(AllocKind kind, int device, std::uint64_t ptr, std::size_t size
                             ptr, size, stream, stack});
 }
 
-std::uint8_t block_flags(const PoolBlock& b) noexcept {
+static std::uint8_t block_flags(const PoolBlock& b) noexcept {
   return static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) |
                                    (b.oversize ? format::kFlagOversize : 0));
 }
@@ -125,7 +64,7 @@ std::size_t driver_size(const void* p, std::size_t requested) noexcept {
 }
 
 // The live allocation sites of a device at this moment, largest first (for the OOM report).
-int live_sites(int device, LiveSite* out, int cap) noexcept {
+static int live_sites(int device, LiveSite* out, int cap) noexcept {
   constexpr int kSlots = 512;  // distinct sites kept; the rest are folded into none
   LiveSite table[kSlots] = {};
   auto add = [&](std::uint32_t stack, std::uint64_t bytes) {
@@ -160,8 +99,6 @@ int live_sites(int device, LiveSite* out, int cap) noexcept {
   return k;
 }
 
-// Records the OOM event and writes the stderr report. st: the pool state of the device (may
-// be null for pass-through kinds or when the pool is off).
 void record_oom(ContextState* st, int device, AllocKind kind, const char* api, std::size_t requested,
                 std::uint64_t stream, std::uint32_t stack) noexcept {
   if (!st) st = current_state();
@@ -194,6 +131,8 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
   int nsites = live_sites(device, sites, 5);
   report_oom(r, api, cached, b ? static_cast<std::uint64_t>(b->held()) : 0, sites, nsites);
 }
+
+namespace {
 
 struct FreeHookArg {
   int device;
@@ -265,9 +204,10 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
     if constexpr (std::is_same_v<decltype(oom_error), cudaError_t>) return latch_runtime_oom();
     return oom_error;
   }
+  PassAlloc pa(AllocKind::device_passthrough, {}, size, false);  // no cap here: charges, never refuses
   auto rc = call();
   if (rc == 0 && *ptr)
-    note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
+    pa.commit(*ptr, size, driver_size(*ptr, size), 0);
   else if (rc != 0)
     record_oom(st, dev, st ? AllocKind::device_pooled : AllocKind::device_passthrough, api, size, 0, stack);
   return rc;
@@ -275,67 +215,18 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
 
 }  // namespace
 
-// ---- pass-through recording ----
-
-cudaError_t latch_runtime_oom() noexcept {
-  if (auto m = real<Fn::cudaMalloc>()) {
-    void* p = nullptr;
-    if (m(&p, SIZE_MAX) == cudaSuccess && p) real<Fn::cudaFree>()(p);  // cannot happen; never leak
-  }
-  return cudaErrorMemoryAllocation;
-}
-
-void registry_reset_in_child() noexcept { new (&registry()) Registry(); }
-
-void note_alloc(AllocKind kind, const void* ptr, std::size_t requested, std::size_t size,
-                std::uint64_t stream) noexcept {
-  int dev = kind == AllocKind::host_pinned ? -1 : current_device();
-  std::uint32_t stack = alloc_stack();
-  registry().put(family_of(kind), addr(ptr), Entry{kind, static_cast<std::int16_t>(dev), size, stack});
-  if (counts_against_limit(kind))
-    if (DeviceBudget* b = budget(dev)) b->other_held.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
-  record_alloc(kind, dev, addr(ptr), requested, size, 0, stream, stack);
-}
-
-void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
-  Entry e{kind, -1, 0};
-  std::uint8_t flags = 0;
-  if (!registry().take(family_of(kind), addr(ptr), &e))
-    flags = format::kFlagFailed;
-  else if (counts_against_limit(e.kind))
-    if (DeviceBudget* b = budget(e.device)) b->other_held.fetch_sub(static_cast<std::int64_t>(e.size), std::memory_order_relaxed);
-  record_free(e.kind, e.device, addr(ptr), e.size, flags, stream, free_stack());
-}
-
-bool admit(AllocKind kind, std::size_t size) noexcept {
-  if (!counts_against_limit(kind)) return true;
-  int dev = current_device();
-  std::uint64_t lim = device_limit(dev);
-  DeviceBudget* b = budget(dev);
-  if (!lim || !b) return true;
-  auto fits = [&] { return static_cast<std::uint64_t>(b->held()) + size <= lim; };
-  if (fits()) return true;
-  // Like the pool's own OOM path: give the cache back first, then decide.
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i)
-    if (states[i]->device == dev) states[i]->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
-  if (fits()) return true;
-  record_oom(nullptr, dev, kind, format::alloc_kind_name(kind), size, 0, alloc_stack());
-  return false;
-}
-
 // ---- cudaMalloc / cudaFree ----
 
 cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   HookScope scope;
   auto real_malloc = real<Fn::cudaMalloc>();
   if (!real_malloc) return cudaErrorInitializationError;
-  if (!scope.active() || !ptr || size == 0 || !settings().pool) {
-    if (scope.active() && ptr && size && !admit(AllocKind::device_passthrough, size)) return latch_runtime_oom();
+  if (!scope.active() || !ptr || size == 0) return real_malloc(ptr, size);
+  if (!settings().pool) {
+    PassAlloc pa(AllocKind::device_passthrough, {}, size, true);
+    if (!pa.ok()) return latch_runtime_oom();
     cudaError_t rc = real_malloc(ptr, size);
-    if (scope.active() && rc == cudaSuccess && ptr && *ptr)
-      note_alloc(AllocKind::device_passthrough, *ptr, size, driver_size(*ptr, size), 0);
+    if (rc == cudaSuccess && *ptr) pa.commit(*ptr, size, driver_size(*ptr, size), 0);
     return rc;
   }
   ContextState* st = current_state();
@@ -383,11 +274,13 @@ CUresult drv_mem_alloc(CUdeviceptr* dptr, std::size_t size) noexcept {
   if (!real_alloc) return CUDA_ERROR_NOT_INITIALIZED;
   ContextState* st = (scope.active() && dptr && size) ? current_state() : nullptr;
   if (!st) {  // pool off, no context (the driver returns its own error), or nested
-    if (scope.active() && dptr && size && !admit(AllocKind::device_passthrough, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!scope.active() || !dptr || !size) return real_alloc(dptr, size);
+    PassAlloc pa(AllocKind::device_passthrough, {}, size, false);
+    if (!pa.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = real_alloc(dptr, size);
-    if (scope.active() && rc == CUDA_SUCCESS && dptr && *dptr) {
+    if (rc == CUDA_SUCCESS && *dptr) {
       void* p = reinterpret_cast<void*>(*dptr);
-      note_alloc(AllocKind::device_passthrough, p, size, driver_size(p, size), 0);
+      pa.commit(p, size, driver_size(p, size), 0);
     }
     return rc;
   }

@@ -34,11 +34,25 @@ void StreamRegistry::remove(CUstream s) noexcept {
   }
 }
 
-void StreamRegistry::streams_of(CUcontext ctx, std::vector<CUstream>& out) noexcept {
+std::unique_lock<std::mutex> StreamRegistry::streams_of(CUcontext ctx, std::vector<CUstream>& out) noexcept {
   out.clear();
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   for (auto& e : streams_)
     if (e.first == ctx) out.push_back(e.second);
+  return lk;
+}
+
+void StreamRegistry::remove_context(CUcontext ctx) noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  streams_.erase(std::remove_if(streams_.begin(), streams_.end(), [&](auto& e) { return e.first == ctx; }),
+                 streams_.end());
+}
+
+CUcontext StreamRegistry::ctx_of(CUstream s) noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& e : streams_)
+    if (e.second == s) return e.first;
+  return nullptr;
 }
 
 void StreamRegistry::forget_all() noexcept {
@@ -85,17 +99,15 @@ void* CudaUpstream::allocate(std::size_t bytes) noexcept {
   // a segment that would take the process over it fails like a real out-of-memory, so the
   // pool's release-and-retry path and the OOM report run exactly as on a full device.
   const auto add = static_cast<std::int64_t>(bytes);
-  std::int64_t after = b->pool_reserved.fetch_add(add, std::memory_order_relaxed) + add +
-                       b->other_held.load(std::memory_order_relaxed);
-  std::uint64_t lim = device_limit(device_);
+  if (!b->try_charge(add, device_limit(device_))) return nullptr;
   CUdeviceptr p = 0;
-  bool ok = !(lim && after > static_cast<std::int64_t>(lim));
-  if (ok) {
+  bool ok;
+  {
     ContextScope scope(ctx_);
     ok = fn(&p, bytes) == CUDA_SUCCESS;
   }
   if (!ok) {
-    b->pool_reserved.fetch_sub(add, std::memory_order_relaxed);
+    b->charge(-add);
     return nullptr;
   }
   return reinterpret_cast<void*>(p);
@@ -108,7 +120,13 @@ void CudaUpstream::deallocate(void* p, std::size_t bytes) noexcept {
     ContextScope scope(ctx_);
     fn(reinterpret_cast<CUdeviceptr>(p));
   }
-  if (DeviceBudget* b = budget(device_)) b->pool_reserved.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  if (DeviceBudget* b = budget(device_)) b->charge(-static_cast<std::int64_t>(bytes));
+}
+
+void CudaUpstream::forget(std::size_t bytes) noexcept {
+  fences_.clear();
+  spare_events_.clear();
+  if (DeviceBudget* b = budget(device_)) b->charge(-static_cast<std::int64_t>(bytes));
 }
 
 CUevent CudaUpstream::take_event() noexcept {
@@ -137,7 +155,9 @@ Upstream::Fence CudaUpstream::fence_record() noexcept {
   if (!s) s = &fences_.emplace_back();
   s->id = next_fence_++;
   s->events.clear();
-  stream_registry().streams_of(ctx_, scratch_streams_);
+  // Held while recording: a concurrent cudaStreamDestroy waits in remove() until the
+  // events are recorded (lock order: pool lock, then registry lock).
+  auto registry_lock = stream_registry().streams_of(ctx_, scratch_streams_);
   // A context whose work all goes to the legacy default stream is one FIFO queue: work
   // enqueued after a block is handed out again runs after the work enqueued before its
   // free, so no event is needed (PyTorch's allocator relies on the same stream order).

@@ -19,8 +19,13 @@ class StreamRegistry {
  public:
   void add(CUcontext ctx, CUstream s) noexcept;
   void remove(CUstream s) noexcept;
-  // Copies the streams of ctx into out (cleared first).
-  void streams_of(CUcontext ctx, std::vector<CUstream>& out) noexcept;
+  // Copies the streams of ctx into out (cleared first). The returned lock keeps the
+  // registry locked while the caller uses them: remove() (called before the real destroy)
+  // waits, so no event is ever recorded on a stream already destroyed.
+  std::unique_lock<std::mutex> streams_of(CUcontext ctx, std::vector<CUstream>& out) noexcept;
+  // The context of a stream created through us (nullptr if unknown).
+  CUcontext ctx_of(CUstream s) noexcept;
+  void remove_context(CUcontext ctx) noexcept;  // its streams died with it
   void forget_all() noexcept;  // after fork: the child's CUDA state is not the parent's
 
  private:
@@ -48,6 +53,9 @@ class CudaUpstream final : public Upstream {
   std::uint64_t now_ns() noexcept override;
 
   CUcontext context() const noexcept { return ctx_; }
+  // The context was destroyed with `bytes` of segments: its events are gone (never query
+  // or destroy them again) and the bytes leave the cap accounting.
+  void forget(std::size_t bytes) noexcept;
   int device() const noexcept { return device_; }
 
  private:

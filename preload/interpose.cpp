@@ -37,16 +37,22 @@ inline int call(A... a) {
   return static_cast<int>(f(a...));
 }
 
-// A pass-through allocation: real call, recorded on success (outermost hook only).
+// A pass-through allocation: cap charged first, real call, recorded on success (outermost
+// hook only); charged to the device `where` names.
 template <Fn F, class Ptr, class... A>
-inline auto pass_alloc(AllocKind kind, Ptr* out, std::size_t req, std::uint64_t stream, A... a) {
+inline auto pass_alloc(AllocKind kind, DeviceOf where, Ptr* out, std::size_t req, std::uint64_t stream, A... a) {
   HookScope scope;
-  if (scope.active() && !admit(kind, req))  // over GPUHEAP_LIMIT: the API's out-of-memory answer
+  if (!scope.active()) return call<F>(out, a...);
+  PassAlloc pa(kind, where, req, F < Fn::runtime_end_);
+  if (!pa.ok())  // over GPUHEAP_LIMIT: the API's out-of-memory answer
     return F < Fn::runtime_end_ ? int(latch_runtime_oom()) : int(CUDA_ERROR_OUT_OF_MEMORY);
   int rc = call<F>(out, a...);
-  if (scope.active() && rc == 0 && out && *out) note_alloc(kind, reinterpret_cast<void*>(*out), req, req, stream);
+  if (rc == 0 && out && *out) pa.commit(reinterpret_cast<void*>(*out), req, req, stream);
   return rc;
 }
+
+inline DeviceOf on_stream(const void* s) { return {DeviceOf::stream, s}; }
+inline DeviceOf in_pool(const void* m) { return {DeviceOf::mempool, m}; }
 
 // A pass-through free: recorded before the real free.
 template <Fn F, class... A>
@@ -80,11 +86,11 @@ __attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* f, siz
 // ---- runtime: pass-through ----
 #define GPUHEAP_EXPORT __attribute__((visibility("default")))
 GPUHEAP_EXPORT cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
-  return cudaError_t(pass_alloc<Fn::cudaMallocAsync>(AllocKind::async, p, n, u64(s), n, s));
+  return cudaError_t(pass_alloc<Fn::cudaMallocAsync>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t n, cudaStream_t s) {
   note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
-  return cudaError_t(pass_alloc<Fn::cudaMallocAsync_ptsz>(AllocKind::async, p, n, u64(s), n, s));
+  return cudaError_t(pass_alloc<Fn::cudaMallocAsync_ptsz>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   return cudaError_t(pass_free<Fn::cudaFreeAsync>(AllocKind::async, p, u64(s), p, s));
@@ -94,37 +100,41 @@ GPUHEAP_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
   return cudaError_t(pass_free<Fn::cudaFreeAsync_ptsz>(AllocKind::async, p, u64(s), p, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
-  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync>(AllocKind::async, p, n, u64(s), n, m, s));
+  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
   note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
-  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync_ptsz>(AllocKind::async, p, n, u64(s), n, m, s));
+  return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync_ptsz>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocManaged(void** p, size_t n, unsigned flags) {
-  return cudaError_t(pass_alloc<Fn::cudaMallocManaged>(AllocKind::managed, p, n, 0, n, flags));
+  return cudaError_t(pass_alloc<Fn::cudaMallocManaged>(AllocKind::managed, {}, p, n, 0, n, flags));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocHost(void** p, size_t n) {
-  return cudaError_t(pass_alloc<Fn::cudaMallocHost>(AllocKind::host_pinned, p, n, 0, n));
+  return cudaError_t(pass_alloc<Fn::cudaMallocHost>(AllocKind::host_pinned, {}, p, n, 0, n));
 }
 GPUHEAP_EXPORT cudaError_t cudaHostAlloc(void** p, size_t n, unsigned flags) {
-  return cudaError_t(pass_alloc<Fn::cudaHostAlloc>(AllocKind::host_pinned, p, n, 0, n, flags));
+  return cudaError_t(pass_alloc<Fn::cudaHostAlloc>(AllocKind::host_pinned, {}, p, n, 0, n, flags));
 }
 GPUHEAP_EXPORT cudaError_t cudaFreeHost(void* p) {
   return cudaError_t(pass_free<Fn::cudaFreeHost>(AllocKind::host_pinned, p, 0, p));
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t w, size_t h) {
   HookScope scope;
-  if (scope.active() && !admit(AllocKind::pitch, w * h)) return latch_runtime_oom();
+  if (!scope.active()) return rt<Fn::cudaMallocPitch>(p, pitch, w, h);
+  PassAlloc pa(AllocKind::pitch, {}, w * h, true);
+  if (!pa.ok()) return latch_runtime_oom();
   cudaError_t rc = rt<Fn::cudaMallocPitch>(p, pitch, w, h);
-  if (scope.active() && rc == cudaSuccess && p && *p && pitch) note_alloc(AllocKind::pitch, *p, w * h, *pitch * h, 0);
+  if (rc == cudaSuccess && p && *p && pitch) pa.commit(*p, w * h, *pitch * h, 0);
   return rc;
 }
 GPUHEAP_EXPORT cudaError_t cudaMalloc3D(cudaPitchedPtr* pp, cudaExtent e) {
   HookScope scope;
-  if (scope.active() && !admit(AllocKind::pitch, e.width * e.height * e.depth)) return latch_runtime_oom();
+  if (!scope.active()) return rt<Fn::cudaMalloc3D>(pp, e);
+  PassAlloc pa(AllocKind::pitch, {}, e.width * e.height * e.depth, true);
+  if (!pa.ok()) return latch_runtime_oom();
   cudaError_t rc = rt<Fn::cudaMalloc3D>(pp, e);
-  if (scope.active() && rc == cudaSuccess && pp && pp->ptr)
-    note_alloc(AllocKind::pitch, pp->ptr, e.width * e.height * e.depth, pp->pitch * e.height * e.depth, 0);
+  if (rc == cudaSuccess && pp && pp->ptr)
+    pa.commit(pp->ptr, e.width * e.height * e.depth, pp->pitch * e.height * e.depth, 0);
   return rc;
 }
 GPUHEAP_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* s) {
@@ -139,6 +149,13 @@ GPUHEAP_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigne
 GPUHEAP_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
   note_stream_destroyed(s);
   return rt<Fn::cudaStreamDestroy>(s);
+}
+
+// A reset destroys the primary context with all its memory (CUDA Runtime API,
+// cudaDeviceReset): the pool and registry entries of that context are dropped first.
+GPUHEAP_EXPORT cudaError_t cudaDeviceReset(void) {
+  note_primary_reset(-1, /*only_if_current=*/true);  // the current device
+  return rt<Fn::cudaDeviceReset>();
 }
 
 // ---- runtime: driver entry points ----
@@ -180,10 +197,10 @@ GPUHEAP_EXPORT CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { return drv_mem_g
 
 // ---- driver: pass-through ----
 GPUHEAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) {
-  return CUresult(pass_alloc<Fn::cuMemAllocAsync>(AllocKind::async, p, n, u64(s), n, s));
+  return CUresult(pass_alloc<Fn::cuMemAllocAsync>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream s) {
-  return CUresult(pass_alloc<Fn::cuMemAllocAsync_ptsz>(AllocKind::async, p, n, u64(s), n, s));
+  return CUresult(pass_alloc<Fn::cuMemAllocAsync_ptsz>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
 GPUHEAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   return CUresult(pass_free<Fn::cuMemFreeAsync>(AllocKind::async, vp(p), u64(s), p, s));
@@ -192,33 +209,35 @@ GPUHEAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   return CUresult(pass_free<Fn::cuMemFreeAsync_ptsz>(AllocKind::async, vp(p), u64(s), p, s));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool m, CUstream s) {
-  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync>(AllocKind::async, p, n, u64(s), n, m, s));
+  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t n, CUmemoryPool m, CUstream s) {
-  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync_ptsz>(AllocKind::async, p, n, u64(s), n, m, s));
+  return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync_ptsz>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) {
-  return CUresult(pass_alloc<Fn::cuMemAllocManaged>(AllocKind::managed, p, n, 0, n, flags));
+  return CUresult(pass_alloc<Fn::cuMemAllocManaged>(AllocKind::managed, {}, p, n, 0, n, flags));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, unsigned elem) {
   HookScope scope;
-  if (scope.active() && !admit(AllocKind::pitch, w * h)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!scope.active()) return drv<Fn::cuMemAllocPitch_v2>(p, pitch, w, h, elem);
+  PassAlloc pa(AllocKind::pitch, {}, w * h, false);
+  if (!pa.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult rc = drv<Fn::cuMemAllocPitch_v2>(p, pitch, w, h, elem);
-  if (scope.active() && rc == CUDA_SUCCESS && p && *p && pitch) note_alloc(AllocKind::pitch, vp(*p), w * h, *pitch * h, 0);
+  if (rc == CUDA_SUCCESS && p && *p && pitch) pa.commit(vp(*p), w * h, *pitch * h, 0);
   return rc;
 }
 GPUHEAP_EXPORT CUresult cuMemHostAlloc(void** p, size_t n, unsigned flags) {
-  return CUresult(pass_alloc<Fn::cuMemHostAlloc>(AllocKind::host_pinned, p, n, 0, n, flags));
+  return CUresult(pass_alloc<Fn::cuMemHostAlloc>(AllocKind::host_pinned, {}, p, n, 0, n, flags));
 }
 GPUHEAP_EXPORT CUresult cuMemAllocHost_v2(void** p, size_t n) {
-  return CUresult(pass_alloc<Fn::cuMemAllocHost_v2>(AllocKind::host_pinned, p, n, 0, n));
+  return CUresult(pass_alloc<Fn::cuMemAllocHost_v2>(AllocKind::host_pinned, {}, p, n, 0, n));
 }
 GPUHEAP_EXPORT CUresult cuMemFreeHost(void* p) {
   return CUresult(pass_free<Fn::cuMemFreeHost>(AllocKind::host_pinned, p, 0, p));
 }
 GPUHEAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n, const CUmemAllocationProp* prop,
                                     unsigned long long flags) {
-  return CUresult(pass_alloc<Fn::cuMemCreate>(AllocKind::vmm_physical, h, n, 0, n, prop, flags));
+  return CUresult(pass_alloc<Fn::cuMemCreate>(AllocKind::vmm_physical, DeviceOf{DeviceOf::prop, prop}, h, n, 0, n, prop, flags));
 }
 GPUHEAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return CUresult(pass_free<Fn::cuMemRelease>(AllocKind::vmm_physical, reinterpret_cast<void*>(h), 0, h));
@@ -227,7 +246,7 @@ GPUHEAP_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGener
                                  unsigned long long flags) {
   HookScope scope;
   CUresult rc = drv<Fn::cuMemMap>(p, n, off, h, flags);
-  if (scope.active() && rc == CUDA_SUCCESS) note_alloc(AllocKind::vmm_map, vp(p), n, n, 0);
+  if (scope.active() && rc == CUDA_SUCCESS) note_map(p, n, h);
   return rc;
 }
 GPUHEAP_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
@@ -235,10 +254,29 @@ GPUHEAP_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
 }
 GPUHEAP_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align, CUdeviceptr want,
                                             unsigned long long flags) {
-  return CUresult(pass_alloc<Fn::cuMemAddressReserve>(AllocKind::va_reserve, p, n, 0, n, align, want, flags));
+  return CUresult(pass_alloc<Fn::cuMemAddressReserve>(AllocKind::va_reserve, {}, p, n, 0, n, align, want, flags));
 }
 GPUHEAP_EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) {
   return CUresult(pass_free<Fn::cuMemAddressFree>(AllocKind::va_reserve, vp(p), 0, p, n));
+}
+GPUHEAP_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  note_primary_reset(d, false);
+  return drv<Fn::cuDevicePrimaryCtxReset_v2>(d);
+}
+GPUHEAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) {
+  note_primary_reset(d, false);
+  return drv<Fn::cuDevicePrimaryCtxReset>(d);
+}
+GPUHEAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
+  note_context_destroyed(c);
+  return drv<Fn::cuCtxDestroy_v2>(c);
+}
+GPUHEAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* m, const CUmemPoolProps* props) {
+  // Not scoped: cudaMemPoolCreate reaches it from inside the runtime; the pool's device is
+  // what cudaMallocFromPoolAsync is charged to.
+  CUresult rc = drv<Fn::cuMemPoolCreate>(m, props);
+  if (rc == CUDA_SUCCESS && m) note_mempool_created(*m, props);
+  return rc;
 }
 GPUHEAP_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned flags) {
   return CUresult(stream_create<Fn::cuStreamCreate>(s, flags));

@@ -31,13 +31,24 @@ bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept;
 bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexcept;
 
 struct DeviceBudget {
-  std::atomic<std::uint64_t> limit{0};         // resolved cap in bytes, 0 = none
+  std::atomic<std::uint64_t> limit{0};  // resolved cap in bytes, 0 = none
   std::atomic<bool> resolved{false};
-  std::atomic<std::int64_t> pool_reserved{0};  // bytes in pool segments (all contexts)
-  std::atomic<std::int64_t> other_held{0};     // non-pooled device memory (pass-through kinds)
-  std::int64_t held() const noexcept {
-    return pool_reserved.load(std::memory_order_relaxed) + other_held.load(std::memory_order_relaxed);
+  // Every byte charged to this device: pool segments and pass-through kinds alike. One
+  // counter, so the cap check and the charge are one atomic step (reserve, then allocate;
+  // two threads can never both pass a check that only one of them fits).
+  std::atomic<std::int64_t> held_bytes{0};
+
+  // Charges `bytes` if held + bytes stays within `lim` (0 = no cap); false changes nothing.
+  bool try_charge(std::int64_t bytes, std::uint64_t lim) noexcept {
+    std::int64_t cur = held_bytes.load(std::memory_order_relaxed);
+    do {
+      if (lim && cur + bytes > static_cast<std::int64_t>(lim)) return false;
+    } while (!held_bytes.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+    return true;
   }
+  // Unconditional: corrections to what the driver really handed out, and releases (< 0).
+  void charge(std::int64_t bytes) noexcept { held_bytes.fetch_add(bytes, std::memory_order_relaxed); }
+  std::int64_t held() const noexcept { return held_bytes.load(std::memory_order_relaxed); }
 };
 
 void limits_init(const char* env_value) noexcept;  // from the library constructor

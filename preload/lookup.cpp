@@ -45,6 +45,11 @@ constexpr ProcEntry kProcs[] = {
     {"cuStreamCreate", 0, Fn::cuStreamCreate, Fn::cuStreamCreate},
     {"cuStreamCreateWithPriority", 0, Fn::cuStreamCreateWithPriority, Fn::cuStreamCreateWithPriority},
     {"cuStreamDestroy", 4000, Fn::cuStreamDestroy_v2, Fn::cuStreamDestroy_v2},
+    {"cuMemPoolCreate", 0, Fn::cuMemPoolCreate, Fn::cuMemPoolCreate},
+    // First match wins: the newer version of a name comes first.
+    {"cuDevicePrimaryCtxReset", 11000, Fn::cuDevicePrimaryCtxReset_v2, Fn::cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxReset", 7000, Fn::cuDevicePrimaryCtxReset, Fn::cuDevicePrimaryCtxReset},
+    {"cuCtxDestroy", 4000, Fn::cuCtxDestroy_v2, Fn::cuCtxDestroy_v2},
     // Asking for cuGetProcAddress itself must give our wrapper, or later lookups escape us.
     {"cuGetProcAddress", 12000, Fn::cuGetProcAddress_v2, Fn::cuGetProcAddress_v2},
     {"cuGetProcAddress", 0, Fn::cuGetProcAddress, Fn::cuGetProcAddress},

@@ -471,6 +471,46 @@ std::size_t Pool::empty_cache(int reason) noexcept {
   return rel;
 }
 
+std::size_t Pool::abandon(FreeHook hook, void* arg) noexcept {
+  Impl& m = *impl_;
+  Lock g(m.mu);
+  const std::size_t held = m.reserved;
+  for (auto& [base, sg] : m.segments) {
+    for (Block* b = sg->first; b;) {
+      Block* next = b->next;
+      PoolBlock pb;
+      if (b->state == State::live) {
+        m.live.erase(b->addr);
+        if (hook) hook(arg, (m.fill(b, &pb), pb));
+      } else if (b->state == State::pending) {
+        m.obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
+      } else {
+        m.free_sets[sg->small].erase(b);
+      }
+      m.recycle(b);
+      b = next;
+    }
+    m.obs->on_segment_free(reinterpret_cast<void*>(base), sg->size, sg->small);
+    delete sg;
+  }
+  m.segments.clear();
+  while (Batch* bt = m.batch_head) {  // their fences died with the context
+    m.batch_head = bt->next;
+    bt->next = m.spare_batches;
+    m.spare_batches = bt;
+  }
+  m.batch_tail = nullptr;
+  m.unsealed_head = m.unsealed_tail = nullptr;
+  m.reserved = m.allocated = m.pending = m.nblocks = 0;
+  m.pending_kind[0] = m.pending_kind[1] = 0;
+  return held;
+}
+
+void Pool::seal_pending() noexcept {
+  Lock g(impl_->mu);
+  impl_->seal(impl_->up.now_ns());
+}
+
 PoolStats Pool::stats() const noexcept {
   Impl& m = *impl_;
   Lock g(m.mu);

@@ -116,6 +116,14 @@ class Pool {
   // Like empty_cache without waiting: reclaims completed fences only, then releases fully
   // free segments (the GPUHEAP_RELEASE_THRESHOLD policy on the free path).
   std::size_t trim(int reason) noexcept;
+  // The context is gone (cudaDeviceReset, cuCtxDestroy) and its memory with it: forgets
+  // every segment and block without giving anything back upstream or touching fences.
+  // Calls hook for each live block, on_free_completed for pending ones, on_segment_free for
+  // each segment; returns the bytes the segments held.
+  std::size_t abandon(FreeHook hook, void* arg) noexcept;
+  // Records a fence over the pending frees not yet behind one, now (not at the next seal
+  // interval): a stream about to be destroyed must be in that fence (cudaStreamDestroy).
+  void seal_pending() noexcept;
   PoolStats stats() const noexcept;
   // Free bytes that a cudaMemGetInfo caller could still get: cached and not in use.
   std::size_t cached_unused() const noexcept;

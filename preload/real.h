@@ -14,8 +14,9 @@
 #include <atomic>
 #include <cstdint>
 
-// cuda.h maps cuGetProcAddress to _v2; we need both exact names as distinct functions.
+// cuda.h maps these to _v2; we need both exact names as distinct functions.
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxReset
 
 namespace gpuheap {
 namespace detail {
@@ -42,6 +43,7 @@ namespace detail {
   X(cudaStreamCreateWithFlags, cudaStreamCreateWithFlags)          \
   X(cudaStreamCreateWithPriority, cudaStreamCreateWithPriority)    \
   X(cudaStreamDestroy, cudaStreamDestroy)                          \
+  X(cudaDeviceReset, cudaDeviceReset)                              \
   X(cudaGetDriverEntryPoint, cudaGetDriverEntryPoint)              \
   X(cudaGetDriverEntryPoint_ptsz, cudaGetDriverEntryPoint)         \
   X(cudaGetDriverEntryPointByVersion, cudaGetDriverEntryPointByVersion) \
@@ -71,6 +73,10 @@ namespace detail {
   X(cuStreamCreate, cuStreamCreate)                                \
   X(cuStreamCreateWithPriority, cuStreamCreateWithPriority)        \
   X(cuStreamDestroy_v2, cuStreamDestroy_v2)                        \
+  X(cuMemPoolCreate, cuMemPoolCreate)                              \
+  X(cuDevicePrimaryCtxReset, gpuheap_cuDevicePrimaryCtxReset_v1_decl) \
+  X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2)        \
+  X(cuCtxDestroy_v2, cuCtxDestroy_v2)                              \
   X(cuGetProcAddress, gpuheap_cuGetProcAddress_v1_decl)            \
   X(cuGetProcAddress_v2, cuGetProcAddress_v2)
 
@@ -88,7 +94,11 @@ namespace detail {
   X(cuDeviceGetName, cuDeviceGetName)                              \
   X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2)                      \
   X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)              \
-  X(cuStreamIsCapturing, cuStreamIsCapturing)
+  X(cuStreamIsCapturing, cuStreamIsCapturing)                      \
+  X(cuDeviceGetCount, cuDeviceGetCount)                            \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool)          \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)            \
+  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2)
 
 }  // namespace detail
 }  // namespace gpuheap
@@ -96,6 +106,8 @@ namespace detail {
 // CUDA 13's cuda.h declares the 4-argument cuGetProcAddress only for its own build.
 extern "C" CUresult gpuheap_cuGetProcAddress_v1_decl(const char* symbol, void** pfn, int cudaVersion,
                                                      cuuint64_t flags);
+// The pre-11.0 cuDevicePrimaryCtxReset (cuda.h declares only _v2 under that name).
+extern "C" CUresult gpuheap_cuDevicePrimaryCtxReset_v1_decl(CUdevice dev);
 
 namespace gpuheap {
 namespace detail {

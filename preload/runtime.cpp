@@ -208,7 +208,20 @@ void note_stream_created(CUstream s) noexcept {
   stream_registry().add(ctx, s);
 }
 
-void note_stream_destroyed(CUstream s) noexcept { stream_registry().remove(s); }
+void note_stream_destroyed(CUstream s) noexcept {
+  // Blocks freed before the destroy may still be used by work queued on s; "the resources
+  // associated with stream will be released automatically once the device has completed
+  // all work in stream" (CUDA Runtime API, cudaStreamDestroy), so an event recorded on s now
+  // completes after that work. Seal the pending frees of s's context while s is still in
+  // the registry, so their fence includes s; later fences no longer need it.
+  if (CUcontext ctx = stream_registry().ctx_of(s)) {
+    ContextState* states[kMaxStates];
+    int n = all_states(states, kMaxStates);
+    for (int i = 0; i < n; ++i)
+      if (states[i]->ctx == ctx) states[i]->pool.seal_pending();
+  }
+  stream_registry().remove(s);
+}
 
 }  // namespace detail
 }  // namespace gpuheap

@@ -53,17 +53,48 @@ cudaError_t rt_mem_get_info(std::size_t* free, std::size_t* total) noexcept;
 CUresult drv_mem_get_info(std::size_t* free, std::size_t* total) noexcept;
 
 // ---- pass-through allocations: recorded, never pooled ----
-// Records an allocation that the real function already made (call only on success).
-void note_alloc(format::AllocKind kind, const void* ptr, std::size_t requested, std::size_t size,
-                std::uint64_t stream) noexcept;
-// Records a free before the real free runs (so the address cannot be handed out again in
-// between); `kind` is the caller's family, refined from the allocation registry.
-void note_free(format::AllocKind kind, const void* ptr, std::uint64_t stream) noexcept;
+// Where a pass-through allocation's memory lives, i.e. which device's cap it is charged to
+// (host_pinned memory: none). cudaMallocAsync allocates on the stream's device, a pool
+// allocation on the pool's device (CUDA Runtime API, cudaMallocFromPoolAsync), cuMemCreate
+// on prop->location (CUDA Driver API, cuMemCreate); everything else on the current device.
+struct DeviceOf {
+  enum What : std::uint8_t { current, stream, mempool, prop } what = current;
+  const void* obj = nullptr;  // the CUstream, CUmemoryPool or CUmemAllocationProp*
+};
 
-// Cap check for a pass-through allocation of `size` bytes of `kind` on the current device:
-// over GPUHEAP_LIMIT even after releasing the pool's cache -> records the OOM, reports it
-// and returns false (the caller answers with the API's out-of-memory error).
-bool admit(format::AllocKind kind, std::size_t size) noexcept;
+// One pass-through allocation. The constructor charges `size` to its device's cap before
+// the real call (reserve, then allocate: concurrent callers can never overshoot
+// GPUHEAP_LIMIT); over the cap even after the pool released its cache, ok() is false and
+// the OOM is recorded and reported (the caller answers with the API's out-of-memory error).
+// commit() after the real call succeeded records the allocation and keeps the charge,
+// adjusted to the size the driver really handed out; without commit it is rolled back.
+class PassAlloc {
+ public:
+  // runtime: a cuda* call (which binds the primary context itself if the thread has none).
+  PassAlloc(format::AllocKind kind, DeviceOf where, std::size_t size, bool runtime) noexcept;
+  ~PassAlloc();
+  PassAlloc(const PassAlloc&) = delete;
+  PassAlloc& operator=(const PassAlloc&) = delete;
+  bool ok() const noexcept { return ok_; }
+  void commit(const void* ptr, std::size_t requested, std::size_t size, std::uint64_t stream) noexcept;
+
+ private:
+  format::AllocKind kind_;
+  int device_ = -1;
+  std::int64_t charged_ = 0;
+  bool ok_ = true;
+  bool committed_ = false;
+};
+
+// Records a free before the real free runs (so the address cannot be handed out again in
+// between); `kind` is the caller's family, refined from the allocation registry. A VMM
+// handle released while still mapped stays held (and charged) until its last cuMemUnmap:
+// the memory is freed only then (CUDA Driver API, cuMemRelease).
+void note_free(format::AllocKind kind, const void* ptr, std::uint64_t stream) noexcept;
+// cuMemMap succeeded: the mapping refers to `handle`.
+void note_map(CUdeviceptr ptr, std::size_t size, CUmemGenericAllocationHandle handle) noexcept;
+// cuMemPoolCreate succeeded: remember the pool's device.
+void note_mempool_created(CUmemoryPool pool, const CUmemPoolProps* props) noexcept;
 
 // A cap (not the driver) refused a runtime allocation: the runtime itself must record the
 // error for cudaGetLastError, as for a real failure. Asks it for an allocation no device can
@@ -75,7 +106,19 @@ void registry_reset_in_child() noexcept;
 
 // ---- streams (for the pool's fences) ----
 void note_stream_created(CUstream s) noexcept;
+// Before the real destroy: fences the stream's pending frees while it is still known.
 void note_stream_destroyed(CUstream s) noexcept;
+
+// ---- context teardown ----
+// Before the real call destroys ctx (cuCtxDestroy) or the primary context of `device`
+// (cudaDeviceReset, cuDevicePrimaryCtxReset): its memory goes with it, so its pool and
+// pass-through entries are dropped without freeing anything through the driver, recorded
+// as frees (and segment_free), and uncharged from the cap. only_if_current: only when the
+// primary context is the current one (device -1: the current device) (cudaDeviceReset with another context current
+// resets only the runtime's state). Unscoped: the runtime reaches the driver's reset from
+// inside cudaDeviceReset.
+void note_context_destroyed(CUcontext ctx) noexcept;
+void note_primary_reset(int device, bool only_if_current) noexcept;
 
 // ---- lookups that can hand out driver/runtime functions ----
 void* hooked_dlsym(void* handle, const char* name, const void* caller) noexcept;

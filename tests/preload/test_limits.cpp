@@ -6,6 +6,7 @@
 
 using gpuheap::format::AllocKind;
 using gpuheap::format::EmptyCacheReason;
+namespace format = gpuheap::format;
 using namespace gpuheap::test;
 
 namespace {
@@ -66,4 +67,68 @@ TEST(Limits, InvalidSpecWarnsAndDoesNotCap) {
   ProgRun r = run("prog_limit", {"uncapped"}, {"GPUHEAP_LIMIT=lots", "SIMCUDA_TOTAL_MEMORY=256M"});
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.err.find("GPUHEAP_LIMIT is not valid"), std::string::npos);
+}
+
+// Reserve-then-allocate: threads racing pass-through kinds to the cap never overshoot it
+// (exact: 64 pieces of 1 MiB, in each of 5 rounds; prog_limit checks the driver's count).
+TEST(Limits, RacingThreadsNeverExceedTheCap) {
+  ProgRun r = run("prog_limit", {"race"}, {"GPUHEAP_LIMIT=64MiB", "GPUHEAP_POOL=0", "SIMCUDA_TOTAL_MEMORY=1G"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  TraceFile t = load_trace(r.traces.at(0));
+  EXPECT_EQ(t.count_allocs(AllocKind::managed) + t.count_allocs(AllocKind::device_passthrough), 5u * 64u);
+  EXPECT_EQ(t.ooms.size(), 5u * 4u);  // each thread stops at its first refusal
+}
+
+// cuMemCreate is charged to prop->location.id, cudaMallocAsync to the stream's device,
+// cudaMallocFromPoolAsync to the pool's device, whichever device is current.
+TEST(Limits, PassThroughChargedToTheRightDevice) {
+  ProgRun r = run("prog_limit", {"devices"}, {"GPUHEAP_LIMIT=1:8MiB", "SIMCUDA_DEVICE_COUNT=2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  TraceFile t = load_trace(r.traces.at(0));
+  ASSERT_EQ(t.count_allocs(AllocKind::vmm_physical), 1u);
+  ASSERT_EQ(t.count_allocs(AllocKind::async), 2u);
+  for (auto& a : t.allocs)
+    if (a.kind != AllocKind::device_pooled) EXPECT_EQ(a.device, 1) << format::alloc_kind_name(a.kind);
+  ASSERT_EQ(t.ooms.size(), 4u);
+  for (auto& o : t.ooms) {
+    EXPECT_EQ(o.device, 1);
+    EXPECT_EQ(o.limit, 8 * MiB);
+  }
+}
+
+// cuMemRelease while mapped: the memory stays held (trace and cap) until the last unmap.
+TEST(Limits, ReleaseBeforeUnmapKeepsTheBytesHeldUntilUnmap) {
+  ProgRun r = run("prog_limit", {"vmm"}, {"GPUHEAP_LIMIT=8MiB"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  TraceFile t = load_trace(r.traces.at(0));
+  ASSERT_EQ(t.ooms.size(), 1u);
+  EXPECT_EQ(t.ooms[0].kind, AllocKind::managed);
+  // free records in order: vmm_map (the unmap), then vmm_physical (freed by that unmap).
+  std::vector<AllocKind> kinds;
+  for (auto& f : t.frees)
+    if (f.kind == AllocKind::vmm_map || f.kind == AllocKind::vmm_physical) {
+      kinds.push_back(f.kind);
+      EXPECT_EQ(f.flags, 0);
+      EXPECT_EQ(f.size, 8 * MiB);
+    }
+  EXPECT_EQ(kinds, (std::vector<AllocKind>{AllocKind::vmm_map, AllocKind::vmm_physical}));
+}
+
+// cudaDeviceReset / cuDevicePrimaryCtxReset destroy the context's memory: the pool forgets
+// its segments (no stale reuse: the next allocation takes a fresh one from the driver), the
+// cap accounting goes back to 0, and the trace frees what the reset released (no leak).
+TEST(Limits, DeviceResetDropsTheContextsMemory) {
+  ProgRun r = run("prog_limit", {"reset"}, {"GPUHEAP_LIMIT=64MiB"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  TraceFile t = load_trace(r.traces.at(0));
+  EXPECT_EQ(t.count_allocs(AllocKind::device_pooled), 4u);
+  EXPECT_EQ(t.count_frees(AllocKind::device_pooled), 4u);  // 2 by the first reset, 1 by the second
+  EXPECT_EQ(t.count_allocs(AllocKind::managed), 1u);
+  EXPECT_EQ(t.count_frees(AllocKind::managed), 1u);
+  EXPECT_EQ(t.segments.size(), 4u);
+  EXPECT_EQ(t.segment_frees.size(), 3u);  // the last segment is still cached at exit
+  std::map<std::uint64_t, int> live;
+  for (auto& a : t.allocs) ++live[a.ptr];
+  for (auto& f : t.frees) --live[f.ptr];
+  for (auto& [ptr, n] : live) EXPECT_EQ(n, 0) << std::hex << ptr;
 }

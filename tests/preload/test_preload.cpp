@@ -154,6 +154,16 @@ TEST(Preload, NoEarlyReuseAndTheTestCanTell) {
   EXPECT_EQ(run("prog_reuse", {"2"}, {"GPUHEAP_POOL=0"}).status, 0);
 }
 
+// cudaStreamDestroy right after cudaFree: the free still waits for the work queued on the
+// destroyed stream before the destroy. A long seal interval leaves the free unfenced at
+// the destroy (the case that reused the block early); the first iteration seals at once.
+TEST(Preload, StreamDestroyedAfterFreeStillFencesTheBlock) {
+  EXPECT_EQ(run("prog_reuse", {"4", "destroy"}, {"GPUHEAP_SEAL_US=5000000"}).status, 0)
+      << "pooled block reused before the destroyed stream finished with it";
+  EXPECT_EQ(run("prog_reuse", {"2", "destroy"}, {"GPUHEAP_SEAL_US=5000000", "GPUHEAP_UNSAFE_REUSE=1"}).status, 3)
+      << "unsafe reuse was not detected: the test cannot fail";
+}
+
 TEST(Preload, ExitWithLiveAllocations) {
   ProgRun r = run("prog_lifecycle", {"live"});
   ASSERT_EQ(r.status, 0);

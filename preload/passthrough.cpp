@@ -1,0 +1,272 @@
+// Pass-through allocations (every kind the pool does not serve): cap reservation on the
+// right device, the registry that later frees are matched against, and VMM handles that
+// outlive their cuMemRelease while mapped.
+#include <new>
+
+#include "preload/cuda_upstream.h"
+#include "preload/limits.h"
+#include "preload/passthrough.h"
+#include "preload/real.h"
+#include "preload/runtime.h"
+#include "preload/state.h"
+
+namespace gpuheap {
+namespace detail {
+
+using format::AllocKind;
+
+Registry& registry() noexcept {
+  static Registry* r = new Registry;  // leaked: frees can run from exit handlers
+  return *r;
+}
+
+void registry_reset_in_child() noexcept { new (&registry()) Registry(); }
+
+cudaError_t latch_runtime_oom() noexcept {
+  if (auto m = real<Fn::cudaMalloc>()) {
+    void* p = nullptr;
+    if (m(&p, SIZE_MAX) == cudaSuccess && p) real<Fn::cudaFree>()(p);  // cannot happen; never leak
+  }
+  return cudaErrorMemoryAllocation;
+}
+
+namespace {
+
+CUcontext current_ctx() noexcept {
+  CUcontext ctx = nullptr;
+  auto get = real<Fn::cuCtxGetCurrent>();
+  if (!get || get(&ctx) != CUDA_SUCCESS) return nullptr;
+  return ctx;
+}
+
+int device_of_ctx(CUcontext ctx) noexcept {
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i)
+    if (states[i]->ctx == ctx) return states[i]->device;
+  ContextScope scope(ctx);
+  return current_device();
+}
+
+// Pools created through cuMemPoolCreate (cudaMemPoolCreate reaches it too), by handle. A
+// handle value reused after cuMemPoolDestroy comes back through cuMemPoolCreate and is
+// overwritten there.
+struct PoolDevice {
+  CUmemoryPool pool;
+  int device;
+};
+constexpr int kMaxPools = 256;
+PoolDevice g_pools[kMaxPools];
+int g_num_pools = 0;
+std::mutex g_pools_mu;
+
+int mempool_device(CUmemoryPool pool) noexcept {
+  {
+    std::lock_guard<std::mutex> lk(g_pools_mu);
+    for (int i = 0; i < g_num_pools; ++i)
+      if (g_pools[i].pool == pool) return g_pools[i].device;
+  }
+  // A device's default pool is not created through cuMemPoolCreate.
+  auto get_default = real<Fn::cuDeviceGetDefaultMemPool>();
+  auto count = real<Fn::cuDeviceGetCount>();
+  int n = 0;
+  if (get_default && count && count(&n) == CUDA_SUCCESS)
+    for (int d = 0; d < n; ++d)
+      if (CUmemoryPool p = nullptr; get_default(&p, d) == CUDA_SUCCESS && p == pool) return d;
+  return current_device();
+}
+
+int stream_device(CUstream s) noexcept {
+  // The legacy and per-thread default streams belong to the current context.
+  if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return current_device();
+  if (CUcontext ctx = stream_registry().ctx_of(s)) return device_of_ctx(ctx);
+  return current_device();  // a stream not created through us: best guess
+}
+
+int resolve_device(AllocKind kind, DeviceOf where) noexcept {
+  if (kind == AllocKind::host_pinned) return -1;
+  switch (where.what) {
+    case DeviceOf::stream: return stream_device(static_cast<CUstream>(const_cast<void*>(where.obj)));
+    case DeviceOf::mempool: return mempool_device(static_cast<CUmemoryPool>(const_cast<void*>(where.obj)));
+    case DeviceOf::prop: {
+      auto* prop = static_cast<const CUmemAllocationProp*>(where.obj);
+      if (!prop) return current_device();
+      // Host-located physical memory (CU_MEM_LOCATION_TYPE_HOST*) is not device memory.
+      return prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+    }
+    case DeviceOf::current: break;
+  }
+  return current_device();
+}
+
+// Like the pool's own OOM path: give the cache of the device's pools back first.
+void release_pool_caches(int device) noexcept {
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i)
+    if (states[i]->device == device)
+      states[i]->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
+}
+
+void uncharge(const Entry& e) noexcept {
+  if (e.charged)
+    if (DeviceBudget* b = budget(e.device)) b->charge(-e.charged);
+}
+
+}  // namespace
+
+void note_mempool_created(CUmemoryPool pool, const CUmemPoolProps* props) noexcept {
+  if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  std::lock_guard<std::mutex> lk(g_pools_mu);
+  for (int i = 0; i < g_num_pools; ++i)
+    if (g_pools[i].pool == pool) return void(g_pools[i].device = props->location.id);
+  if (g_num_pools < kMaxPools) g_pools[g_num_pools++] = {pool, props->location.id};
+}
+
+PassAlloc::PassAlloc(AllocKind kind, DeviceOf where, std::size_t size, bool runtime) noexcept
+    : kind_(kind), device_(resolve_device(kind, where)) {
+  if (device_ < 0 && runtime && kind != AllocKind::host_pinned && where.what == DeviceOf::current) {
+    // A thread's first runtime call binds the device's primary context; without one yet the
+    // charge would go nowhere. cudaFree(0) is the documented way to make that binding.
+    if (auto init = real<Fn::cudaFree>()) init(nullptr);
+    device_ = current_device();
+  }
+  DeviceBudget* b = counts_against_limit(kind) ? budget(device_) : nullptr;
+  if (!b) return;
+  const auto bytes = static_cast<std::int64_t>(size);
+  std::uint64_t lim = device_limit(device_);
+  if (b->try_charge(bytes, lim)) {
+    charged_ = bytes;
+    return;
+  }
+  release_pool_caches(device_);
+  if (b->try_charge(bytes, lim)) {
+    charged_ = bytes;
+    return;
+  }
+  ok_ = false;
+  record_oom(nullptr, device_, kind, format::alloc_kind_name(kind), size, 0, alloc_stack());
+}
+
+PassAlloc::~PassAlloc() {
+  if (!committed_ && charged_)
+    if (DeviceBudget* b = budget(device_)) b->charge(-charged_);
+}
+
+void PassAlloc::commit(const void* ptr, std::size_t requested, std::size_t size, std::uint64_t stream) noexcept {
+  if (!ok_ || committed_) return;
+  committed_ = true;
+  Entry e{kind_, static_cast<std::int16_t>(device_), size};
+  e.stack = alloc_stack();
+  e.ctx = current_ctx();
+  if (counts_against_limit(kind_))
+    if (DeviceBudget* b = budget(device_)) {
+      // The driver may round up (pitch, granularity): the charge follows what it handed out.
+      b->charge(static_cast<std::int64_t>(size) - charged_);
+      e.charged = static_cast<std::int64_t>(size);
+    }
+  registry().put(family_of(kind_), addr(ptr), e);
+  record_alloc(kind_, device_, addr(ptr), requested, size, 0, stream, e.stack);
+}
+
+void note_map(CUdeviceptr ptr, std::size_t size, CUmemGenericAllocationHandle handle) noexcept {
+  Entry e{AllocKind::vmm_map, static_cast<std::int16_t>(current_device()), size};
+  e.stack = alloc_stack();
+  e.ctx = current_ctx();
+  e.handle = handle;
+  registry().update(Family::vmm_handle, handle, [](Entry& h) {
+    ++h.maps;
+    return false;
+  });
+  registry().put(Family::vmm_map, ptr, e);
+  record_alloc(AllocKind::vmm_map, e.device, ptr, size, size, 0, 0, e.stack);
+}
+
+void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
+  Entry e{kind, -1, 0};
+  const Family fam = family_of(kind);
+  bool found;
+  if (fam == Family::vmm_handle) {
+    // cuMemRelease of a handle still mapped: "the memory allocation will be freed when all
+    // outstanding mappings to the memory are unmapped" (CUDA Driver API, cuMemRelease). It
+    // stays held and charged; the free is recorded at the last cuMemUnmap.
+    bool deferred = false;
+    found = registry().update(fam, addr(ptr), [&](Entry& h) {
+      e = h;
+      if (h.maps == 0) return true;
+      deferred = h.released = true;
+      return false;
+    });
+    if (deferred) return;
+  } else {
+    found = registry().take(fam, addr(ptr), &e);
+  }
+  if (!found) {
+    record_free(kind, -1, addr(ptr), 0, format::kFlagFailed, stream, free_stack());
+    return;
+  }
+  uncharge(e);
+  std::uint32_t stack = free_stack();
+  record_free(e.kind, e.device, addr(ptr), e.size, 0, stream, stack);
+  if (fam != Family::vmm_map || !e.handle) return;
+  Entry h{AllocKind::vmm_physical, -1, 0};
+  bool last = false;
+  registry().update(Family::vmm_handle, e.handle, [&](Entry& x) {
+    if (x.maps) --x.maps;
+    last = x.maps == 0 && x.released;
+    if (last) h = x;
+    return last;
+  });
+  if (!last) return;
+  uncharge(h);
+  record_free(AllocKind::vmm_physical, h.device, e.handle, h.size, 0, 0, stack);
+}
+
+namespace {
+void record_dropped_block(void* arg, const PoolBlock& b) noexcept {
+  auto flags = static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) | (b.oversize ? format::kFlagOversize : 0));
+  record_free(AllocKind::device_pooled, *static_cast<int*>(arg), addr(b.ptr), b.size, flags, 0, 0);
+}
+}  // namespace
+
+void note_context_destroyed(CUcontext ctx) noexcept {
+  if (!ctx) return;
+  HookScope guard;  // nothing below is the program's own call
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i) {
+    if (states[i]->ctx != ctx) continue;
+    int dev = states[i]->device;
+    states[i]->upstream.forget(states[i]->pool.abandon(record_dropped_block, &dev));
+  }
+  // Stream-ordered allocations live in memory pools, which a reset does not destroy
+  // (CUDA Runtime API, cudaDeviceReset); VMM handles are not tied to a context.
+  registry().erase_if(Family::pointer, [&](std::uint64_t key, const Entry& e) {
+    if (e.ctx != ctx || e.kind == AllocKind::async) return false;
+    uncharge(e);
+    record_free(e.kind, e.device, key, e.size, 0, 0, 0);
+    return true;
+  });
+  stream_registry().remove_context(ctx);
+}
+
+void note_primary_reset(int device, bool only_if_current) noexcept {
+  if (device < 0) device = current_device();
+  if (device < 0) return;
+  // Only look the primary context up when something of this device is tracked: retaining
+  // an inactive primary context would create it.
+  bool tracked = false;
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i) tracked |= states[i]->device == device;
+  registry().for_each(Family::pointer, [&](const Entry& e) { tracked |= e.device == device && e.ctx; });
+  auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
+  auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();
+  CUcontext primary = nullptr;
+  if (!tracked || !retain || !release || retain(&primary, device) != CUDA_SUCCESS) return;
+  release(device);
+  if (!only_if_current || current_ctx() == primary) note_context_destroyed(primary);
+}
+
+}  // namespace detail
+}  // namespace gpuheap
