@@ -482,6 +482,10 @@ std::size_t Pool::abandon(FreeHook hook, void* arg) noexcept {
       if (b->state == State::live) {
         m.live.erase(b->addr);
         if (hook) hook(arg, (m.fill(b, &pb), pb));
+        // Freed and completed at once: nothing can still run on a dead context's memory.
+        // Without the completion a replay would keep the block active (analyzer: a pooled
+        // free stays active until free_completed).
+        m.obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
       } else if (b->state == State::pending) {
         m.obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
       } else {

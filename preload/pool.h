@@ -118,8 +118,8 @@ class Pool {
   std::size_t trim(int reason) noexcept;
   // The context is gone (cudaDeviceReset, cuCtxDestroy) and its memory with it: forgets
   // every segment and block without giving anything back upstream or touching fences.
-  // Calls hook for each live block, on_free_completed for pending ones, on_segment_free for
-  // each segment; returns the bytes the segments held.
+  // Calls hook then on_free_completed for each live block, on_free_completed for pending
+  // ones, on_segment_free for each segment; returns the bytes the segments held.
   std::size_t abandon(FreeHook hook, void* arg) noexcept;
   // Records a fence over the pending frees not yet behind one, now (not at the next seal
   // interval): a stream about to be destroyed must be in that fence (cudaStreamDestroy).

@@ -8,6 +8,7 @@
 //   prog_limit devices    run with GPUHEAP_LIMIT=1:8MiB, SIMCUDA_DEVICE_COUNT=2, device 0 current
 //   prog_limit vmm        run with GPUHEAP_LIMIT=8MiB: cuMemRelease before cuMemUnmap
 //   prog_limit reset      run with GPUHEAP_LIMIT=64MiB: cudaDeviceReset / cuDevicePrimaryCtxReset
+//                         with live, pending and cached pool memory
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -222,7 +223,9 @@ int main(int argc, char** argv) {
     EXPECT(used(0) == 0);
     EXPECT(info(&f, &t) && f == 64 * MiB);
     EXPECT(cudaMalloc(&q, 10 * MiB) == cudaSuccess && used(0) == 10 * MiB);
-    EXPECT(cudaFree(q) == cudaSuccess);
+    EXPECT(cudaFree(q) == cudaSuccess);  // pending behind its fence, segment cached
+    EXPECT(cudaDeviceReset() == cudaSuccess);  // drops a pending block and a cached segment
+    EXPECT(used(0) == 0);
   }
   std::printf("prog_limit %s: ok\n", mode);
   return 0;

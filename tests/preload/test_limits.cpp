@@ -1,6 +1,10 @@
 // GPUHEAP_LIMIT, cudaMemGetInfo inside the cap, OOM records and reports, cache control.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
 #include "tests/preload/run_prog.h"
 #include "tests/preload/trace_file.h"
 
@@ -11,6 +15,23 @@ using namespace gpuheap::test;
 
 namespace {
 constexpr std::uint64_t MiB = 1u << 20;
+
+struct CmdRun {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command (the analyzer CLI), capturing its stdout.
+CmdRun run_cmd(const std::string& cmd) {
+  CmdRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) r.out.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
 }
 
 TEST(Limits, CapEnforcedForPooledAndPassThroughWithExactMemInfo) {
@@ -126,9 +147,58 @@ TEST(Limits, DeviceResetDropsTheContextsMemory) {
   EXPECT_EQ(t.count_allocs(AllocKind::managed), 1u);
   EXPECT_EQ(t.count_frees(AllocKind::managed), 1u);
   EXPECT_EQ(t.segments.size(), 4u);
-  EXPECT_EQ(t.segment_frees.size(), 3u);  // the last segment is still cached at exit
+  EXPECT_EQ(t.segment_frees.size(), 4u);  // the last one, cached, by the third reset
   std::map<std::uint64_t, int> live;
   for (auto& a : t.allocs) ++live[a.ptr];
   for (auto& f : t.frees) --live[f.ptr];
   for (auto& [ptr, n] : live) EXPECT_EQ(n, 0) << std::hex << ptr;
+  // Every pooled block is completed too: 3 live ones dropped by the resets, and the
+  // program's last free, still pending behind its fence when the third reset came.
+  std::map<std::uint64_t, int> active;
+  for (auto& a : t.allocs)
+    if (a.kind == AllocKind::device_pooled) ++active[a.ptr];
+  for (auto& c : t.completed) --active[c.ptr];
+  EXPECT_EQ(t.completed.size(), 4u);
+  for (auto& [ptr, n] : active) EXPECT_EQ(n, 0) << std::hex << ptr;
+}
+
+// The analyzer replays that trace as memory released: nothing leaked, active or reserved
+// at the end, no counter below zero, no unmatched frees.
+TEST(Limits, DeviceResetTraceReplaysCleanly) {
+  ProgRun r = run("prog_limit", {"reset"}, {"GPUHEAP_LIMIT=64MiB"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string& trace = r.traces.at(0);
+  CmdRun js = run_cmd(kBuild + "/gpuheap summary --json " + trace);
+  ASSERT_EQ(js.status, 0) << js.out;
+  auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["leaked_count"], 0);
+  EXPECT_EQ(j["leaked_bytes"], 0);
+  EXPECT_EQ(j["trace"]["unmatched_frees"], 0);
+  EXPECT_EQ(j["trace"]["unmatched_free_completed"], 0);
+  ASSERT_EQ(j["devices"].size(), 1u);
+  const auto& d = j["devices"][0];
+  for (const char* stat : {"active_allocs", "active_bytes", "allocated_bytes", "allocations", "requested_bytes",
+                           "reserved_bytes", "segments", "inactive_split", "inactive_split_bytes"}) {
+    EXPECT_EQ(d[stat]["current"], 0) << stat;
+    EXPECT_EQ(d[stat]["allocated"], d[stat]["freed"]) << stat;
+    for (const char* pool : {"large_pool", "small_pool"})
+      if (d[stat].contains(pool)) EXPECT_EQ(d[stat][pool]["current"], 0) << stat << pool;
+  }
+  EXPECT_EQ(d["active_allocs"]["allocated"], 4);
+  EXPECT_EQ(d["reserved_bytes"]["peak"], 12 * MiB);
+  std::vector<const nlohmann::json*> todo{&j};
+  while (!todo.empty()) {  // no counter anywhere went negative
+    const nlohmann::json* x = todo.back();
+    todo.pop_back();
+    if (x->is_number_integer()) EXPECT_GE(x->get<std::int64_t>(), 0) << j.dump();
+    if (x->is_structured())
+      for (const auto& v : *x) todo.push_back(&v);
+  }
+  CmdRun text = run_cmd(kBuild + "/gpuheap summary " + trace + " 2>&1");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("Leaks: none"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("unmatched"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("warning"), std::string::npos) << text.out;
+  CmdRun check = run_cmd(kBuild + "/gpuheap check --max-leaked 0 --max-reserved 12MiB " + trace + " 2>&1");
+  EXPECT_EQ(check.status, 0) << check.out;
 }

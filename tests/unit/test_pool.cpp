@@ -1,6 +1,10 @@
 // Caching pool: sizing, splitting, coalescing, best fit, oversize, find, stats.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <utility>
+#include <vector>
+
 #include "preload/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
@@ -315,6 +319,60 @@ TEST_F(PoolTest, DestructorReturnsEverySegment) {
   EXPECT_EQ(up.segments_live(), 0u);
   EXPECT_EQ(up.in_use(), 0u);
   EXPECT_EQ(up.bad_frees(), 0u);
+}
+
+// cudaDeviceReset / cuCtxDestroy took the memory with the context (docs/trace-format.md,
+// "Context teardown"): every live block goes to the hook and is then completed, a pending
+// one is completed, every segment is reported freed but not given back upstream, and the
+// pool starts again from nothing.
+TEST(PoolTeardown, AbandonCompletesEveryBlockAndForgetsTheSegments) {
+  HostUpstream up(HostUpstream::Fences::manual);  // the pending block's fence never completes
+  RecordingObserver obs;
+  Pool p(up, {}, &obs);
+  PoolBlock small = must_alloc(p, 4096), gone = must_alloc(p, 4096), big = must_alloc(p, 5 * MiB);
+  ASSERT_TRUE(p.deallocate(gone.ptr));
+  obs.clear();
+  struct Seen {
+    RecordingObserver* obs;
+    std::vector<std::pair<std::uintptr_t, std::size_t>> hooked;  // block, events before it
+  } seen{&obs, {}};
+  Pool::FreeHook hook = [](void* arg, const PoolBlock& b) noexcept {
+    auto* s = static_cast<Seen*>(arg);
+    s->hooked.emplace_back(addr(b), s->obs->events().size());
+  };
+  EXPECT_EQ(p.abandon(hook, &seen), 22 * MiB);
+  auto ev = obs.events();
+  ASSERT_EQ(seen.hooked.size(), 2u);
+  for (auto& [ptr, before] : seen.hooked) {  // each live block: hook, then its completion
+    ASSERT_LT(before, ev.size());
+    EXPECT_EQ(ev[before].kind, 'C');
+    EXPECT_EQ(ev[before].ptr, ptr);
+  }
+  std::set<std::uintptr_t> hooked{seen.hooked[0].first, seen.hooked[1].first};
+  EXPECT_EQ(hooked, (std::set<std::uintptr_t>{addr(small), addr(big)}));
+  std::set<std::uintptr_t> completed;
+  std::size_t seg_frees = 0;
+  for (auto& e : ev) {
+    if (e.kind == 'C') completed.insert(e.ptr);
+    seg_frees += e.kind == 'F';
+  }
+  EXPECT_EQ(completed, (std::set<std::uintptr_t>{addr(small), addr(gone), addr(big)}));
+  EXPECT_EQ(ev.size(), 5u);
+  EXPECT_EQ(seg_frees, 2u);
+  EXPECT_TRUE(obs.segments().empty());
+  EXPECT_EQ(up.segments_live(), 2u);  // not deallocated: the driver already took them
+  PoolStats st = p.stats();
+  EXPECT_EQ(st.reserved, 0u);
+  EXPECT_EQ(st.allocated, 0u);
+  EXPECT_EQ(st.pending, 0u);
+  EXPECT_EQ(st.segments, 0u);
+  EXPECT_EQ(st.blocks, 0u);
+  EXPECT_TRUE(p.check_consistency());
+  EXPECT_FALSE(p.deallocate(small.ptr));  // forgotten
+  PoolBlock fresh = must_alloc(p, 4096);  // from a new segment
+  EXPECT_EQ(up.segments_live(), 3u);
+  EXPECT_TRUE(p.deallocate(fresh.ptr));
+  EXPECT_TRUE(p.check_consistency());
 }
 
 }  // namespace
