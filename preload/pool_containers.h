@@ -1,4 +1,4 @@
-// Containers behind the caching pool (pool.cpp only): a node-recycling allocator for the
+// Containers behind the caching pool (pool_impl.h only): a node-recycling allocator for the
 // free-block sets and an open-addressing pointer map for live blocks. Both keep the
 // steady-state allocate/deallocate path free of malloc.
 #pragma once

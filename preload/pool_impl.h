@@ -1,0 +1,310 @@
+// The caching pool's internal state and block-level algorithms (Pool::Impl), shared by
+// pool.cpp (construction, allocate/deallocate, lookups: the hot path) and
+// pool_release.cpp (giving memory back, context teardown, statistics, consistency check).
+// Only those two files include it. The design notes are at the top of pool.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <new>
+#include <set>
+
+#include "preload/pool.h"
+#include "preload/pool_containers.h"
+
+namespace gpuheap {
+namespace detail {
+// Named, not anonymous: Pool::Impl is one type in two translation units (ODR).
+namespace pool_impl {
+
+constexpr int kOomRetryReason = 2;  // format::EmptyCacheReason::oom_retry
+constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock reads
+
+// false on overflow
+inline bool round_up(std::size_t n, std::size_t m, std::size_t* out) noexcept {
+  if (m == 0) m = 1;
+  std::size_t r = n % m;
+  if (r == 0) return *out = n, true;
+  if (n > SIZE_MAX - (m - r)) return false;
+  *out = n + (m - r);
+  return true;
+}
+
+struct Segment;
+enum class State : std::uint8_t { free_, live, pending };
+
+struct Block {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  Segment* seg = nullptr;
+  Block* prev = nullptr;  // address neighbours inside seg
+  Block* next = nullptr;
+  Block* link = nullptr;  // pending FIFO / batch list / recycling list
+  State state = State::free_;
+  std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
+};
+
+struct Segment {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  bool small = false;
+  Block* first = nullptr;
+};
+
+struct Batch {
+  Upstream::Fence fence = 0;
+  Block* head = nullptr;
+  Batch* next = nullptr;
+};
+
+struct BySizeAddr {
+  bool operator()(const Block* a, const Block* b) const noexcept {
+    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+  }
+};
+using FreeSet = std::set<Block*, BySizeAddr, ArenaAlloc<Block*>>;
+
+}  // namespace pool_impl
+
+struct Pool::Impl {
+  using State = pool_impl::State;
+  using Block = pool_impl::Block;
+  using Segment = pool_impl::Segment;
+  using Batch = pool_impl::Batch;
+  using FreeSet = pool_impl::FreeSet;
+
+  Impl(Upstream& u, PoolConfig c, PoolObserver* o) noexcept
+      : up(u), cfg(c), obs(o ? o : &noop) {}
+
+  Upstream& up;
+  PoolConfig cfg;
+  PoolObserver noop;
+  PoolObserver* obs;
+  mutable pool_impl::SpinFutexMutex mu;
+  pool_impl::NodeArena arena;  // before the sets: it must outlive their nodes
+  FreeSet free_sets[2] = {FreeSet(pool_impl::ArenaAlloc<Block*>(&arena)), FreeSet(pool_impl::ArenaAlloc<Block*>(&arena))};
+  pool_impl::PtrMap<Block> live;
+  std::map<std::uintptr_t, Segment*> segments;
+  Block* spare_blocks = nullptr;
+  Batch* spare_batches = nullptr;
+  Block* unsealed_head = nullptr;
+  Block* unsealed_tail = nullptr;
+  Batch* batch_head = nullptr;
+  Batch* batch_tail = nullptr;
+  std::uint64_t last_seal_ns = 0;
+  bool sealed_once = false;
+  unsigned frees_since_check = 0;
+  std::size_t reserved = 0, allocated = 0, pending = 0, nblocks = 0;
+  std::size_t pending_kind[2] = {0, 0};  // [small]
+  std::uint64_t retries = 0, ooms = 0;
+
+  FreeSet& set_of(const Block* b) noexcept { return free_sets[b->seg->small]; }
+
+  Block* new_block() noexcept {
+    if (Block* b = spare_blocks) {
+      spare_blocks = b->link;
+      *b = Block{};
+      return b;
+    }
+    return new (std::nothrow) Block{};
+  }
+  void recycle(Block* b) noexcept {
+    b->link = spare_blocks;
+    spare_blocks = b;
+  }
+
+  // PyTorch's get_free_block rules for the large pool: a non-oversize request never takes an
+  // oversize block (it would pin it unsplittable), and an oversize request takes one only if
+  // it wastes less than one large segment.
+  Block* take_fit(bool small, std::size_t s) noexcept {
+    FreeSet& fs = free_sets[small];
+    Block key;
+    key.size = s;
+    auto it = fs.lower_bound(&key);
+    if (it == fs.end()) return nullptr;
+    Block* b = *it;
+    if (!small) {
+      if (s < cfg.max_split_size && b->size >= cfg.max_split_size) return nullptr;
+      if (s >= cfg.max_split_size && b->size - s >= cfg.large_segment) return nullptr;
+    }
+    // The remainder sorts just before b's old place in the common case (b was the largest
+    // free block, e.g. a segment's tail), so that place is a good insertion hint.
+    return carve(b, s, small, fs.erase(it));
+  }
+
+  // b is free and in no set; splits off the tail when the remainder is worth keeping.
+  Block* carve(Block* b, std::size_t s, bool small, FreeSet::const_iterator hint) noexcept {
+    std::size_t rem = b->size - s;
+    bool split = small ? rem >= cfg.round
+                       : (s < cfg.max_split_size && rem > cfg.large_split_min);
+    if (split) {
+      if (Block* r = new_block()) {
+        r->addr = b->addr + s, r->size = rem, r->seg = b->seg;
+        r->prev = b, r->next = b->next;
+        if (b->next) b->next->prev = r;
+        b->next = r;
+        b->size = s;
+        free_sets[small].insert(hint, r);
+      }  // else: hand out the whole block (only when the host is out of memory)
+    }
+    return b;
+  }
+
+  // A pending block whose fence completed (or any block under unsafe_reuse) becomes reusable:
+  // report it before anyone can take it, then merge with free neighbours.
+  void make_free(Block* b) noexcept {
+    obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
+    b->state = State::free_;
+    FreeSet& fs = set_of(b);
+    if (Block* p = b->prev; p && p->state == State::free_) {
+      fs.erase(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next) b->next->prev = p;
+      recycle(b);
+      b = p;
+    }
+    if (Block* n = b->next; n && n->state == State::free_) {
+      fs.erase(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next) n->next->prev = b;
+      recycle(n);
+    }
+    fs.insert(b);
+  }
+
+  // The interval limits fences recorded, so only a real record restarts it.
+  void seal(std::uint64_t now) noexcept {
+    if (!unsealed_head) return;
+    Batch* bt = spare_batches;
+    if (bt) spare_batches = bt->next;
+    else if (!(bt = new (std::nothrow) Batch{})) return;
+    Upstream::Fence f = up.fence_record();
+    if (f == 0) {  // could not record: keep the blocks pending, try again at the next seal
+      bt->next = spare_batches;
+      spare_batches = bt;
+      return;
+    }
+    last_seal_ns = now;
+    sealed_once = true;
+    bt->fence = f, bt->head = unsealed_head, bt->next = nullptr;
+    if (batch_tail) batch_tail->next = bt;
+    else batch_head = bt;
+    batch_tail = bt;
+    unsealed_head = unsealed_tail = nullptr;
+  }
+
+  void reclaim_oldest() noexcept {
+    Batch* bt = batch_head;
+    batch_head = bt->next;
+    if (!batch_head) batch_tail = nullptr;
+    for (Block* b = bt->head; b;) {
+      Block* next = b->link;  // read first: make_free may recycle b
+      pending -= b->size;
+      pending_kind[b->seg->small] -= b->size;
+      make_free(b);
+      b = next;
+    }
+    up.fence_release(bt->fence);
+    bt->next = spare_batches;
+    spare_batches = bt;
+  }
+  // Only the oldest batches, in order: fences complete in recording order.
+  void reclaim_done() noexcept {
+    while (batch_head && up.fence_done(batch_head->fence)) reclaim_oldest();
+  }
+  void wait_oldest() noexcept {
+    up.fence_wait(batch_head->fence);
+    reclaim_oldest();
+  }
+  void wait_all() noexcept {
+    if (unsealed_head) seal(up.now_ns());
+    while (batch_head) wait_oldest();
+  }
+
+  std::size_t segment_size(bool small, std::size_t s, bool* ok) const noexcept {
+    std::size_t seg = 0;
+    if (small && s <= cfg.small_segment) seg = cfg.small_segment;
+    else if (!small && s < cfg.medium_max && s <= cfg.large_segment) seg = cfg.large_segment;
+    else *ok = pool_impl::round_up(s, cfg.huge_round, &seg);
+    return seg;
+  }
+
+  Block* grow(bool small, std::size_t s) noexcept {
+    bool ok = true;
+    std::size_t seg_bytes = segment_size(small, s, &ok);
+    if (!ok) return nullptr;
+    if (cfg.limit && (seg_bytes > cfg.limit || reserved > cfg.limit - seg_bytes)) return nullptr;
+    void* p = up.allocate(seg_bytes);
+    if (!p) return nullptr;
+    auto* sg = new (std::nothrow) Segment{};
+    Block* b = new_block();
+    if (!sg || !b) {
+      delete sg;
+      if (b) recycle(b);
+      up.deallocate(p, seg_bytes);
+      return nullptr;
+    }
+    sg->base = reinterpret_cast<std::uintptr_t>(p), sg->size = seg_bytes, sg->small = small;
+    sg->first = b;
+    segments.emplace(sg->base, sg);
+    reserved += seg_bytes;
+    obs->on_segment_alloc(p, seg_bytes, small);
+    b->addr = sg->base, b->size = seg_bytes, b->seg = sg;
+    return carve(b, s, small, free_sets[small].end());
+  }
+
+  std::size_t release_free_segments() noexcept {
+    std::size_t released = 0;
+    for (auto it = segments.begin(); it != segments.end();) {
+      Segment* sg = it->second;
+      Block* b = sg->first;
+      if (b->state != State::free_ || b->size != sg->size) {
+        ++it;
+        continue;
+      }
+      free_sets[sg->small].erase(b);
+      recycle(b);
+      obs->on_segment_free(reinterpret_cast<void*>(sg->base), sg->size, sg->small);
+      up.deallocate(reinterpret_cast<void*>(sg->base), sg->size);
+      reserved -= sg->size;
+      released += sg->size;
+      delete sg;
+      it = segments.erase(it);
+    }
+    return released;
+  }
+
+  // The slow path, in the order pool.h documents.
+  Block* miss(bool small, std::size_t s, std::size_t requested) noexcept {
+    if (unsealed_head) seal(up.now_ns());
+    reclaim_done();
+    if (Block* b = take_fit(small, s)) return b;
+    // cudaFree would have synchronized anyway; waiting beats growing the footprint.
+    while (batch_head && pending_kind[small] >= s) {
+      wait_oldest();
+      if (Block* b = take_fit(small, s)) return b;
+    }
+    if (Block* b = grow(small, s)) return b;
+    wait_all();
+    if (Block* b = take_fit(small, s)) return b;
+    if (std::size_t rel = release_free_segments()) obs->on_empty_cache(rel, pool_impl::kOomRetryReason);
+    obs->on_retry(requested);
+    ++retries;
+    return grow(small, s);
+  }
+
+  void fill(const Block* b, PoolBlock* out) const noexcept {
+    out->ptr = reinterpret_cast<void*>(b->addr);
+    out->size = b->size;
+    out->small = b->seg->small;
+    out->oversize = b->size >= cfg.max_split_size;
+    out->tag = b->tag;
+  }
+};
+
+}  // namespace detail
+}  // namespace gpuheap
