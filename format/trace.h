@@ -414,7 +414,9 @@ struct Record {
 
 enum class FrameStatus {
   ok,         // one record decoded, `consumed` bytes
-  need_more,  // incomplete frame at the end of the data (a truncated file ends here)
+  need_more,  // incomplete frame at the end of the data (a truncated file ends here), or a
+              // zero type byte: the end of the written data in a file whose preallocated tail
+              // was never used (a killed process's trace, or one still being written)
   corrupt,    // unknown type, absurd length, or payload that does not match its type
 };
 
@@ -426,6 +428,9 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
   std::uint8_t type = p[0];
   std::uint32_t len;
   std::memcpy(&len, p + 1, 4);
+  // Type 0 is never written: the preload fills preallocated, zeroed file space and stores a
+  // frame's type byte last, so a zero type byte is where the written data ends.
+  if (type == 0) return FrameStatus::need_more;
   if (type < 1 || type > static_cast<std::uint8_t>(RecordType::end) || len > kMaxPayload)
     return FrameStatus::corrupt;
   if (n - kFrameHeaderSize < len) return FrameStatus::need_more;

@@ -86,7 +86,8 @@ void current_outpath_vars(OutpathVars* v, char* host, std::size_t host_cap, char
 }
 
 int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept {
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  // Read-write: the sink maps the file (MAP_SHARED needs a readable descriptor).
+  constexpr int kFlags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   if (snprintf(final_path, cap, "%s", path) >= static_cast<int>(cap)) return -ENAMETOOLONG;
   // Where the suffix goes: before the last '.' of the file name (not a leading dot).
   const char* slash = strrchr(path, '/');

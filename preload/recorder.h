@@ -3,14 +3,15 @@
 // once and disables itself on trouble (missing directory, disk full).
 //
 // Contract used by runtime.cpp (hooks) and pool observers:
-//  - record_*() append one framed record to an in-memory buffer under a short lock;
-//    a background writer thread writes buffers out at least every flush interval (20 ms).
+//  - record_*() append one framed record under a short lock, copying it straight into the
+//    trace file's mapped pages (sink.h): once record_*() returns, the record is in the file.
 //  - capture_stack() unwinds the calling thread (libunwind), interns the stack (each
 //    distinct stack written once, before first use) and returns its id (0 = none/disabled).
 //  - The first record is `process`; devices are announced with ensure_device() before the
 //    first event naming them; loaded modules are written at start and after each dlopen.
 //  - At exit (atexit), on fatal signals (SIGSEGV/SIGABRT/SIGBUS/SIGTERM; chained to the
-//    previous handler) and on stop, buffers are flushed and an `end` record closes the file.
+//    previous handler, re-armed if the program replaces it) and on stop, an `end` record
+//    closes the file.
 //  - After fork, the child either opens its own file (pattern re-expanded with the new pid)
 //    or stops tracing; it never writes into the parent's file.
 #pragma once
@@ -27,9 +28,9 @@ namespace detail {
 struct RecorderConfig {
   bool stacks = true;            // GPUHEAP_STACKS (default 1)
   int max_depth = 64;            // GPUHEAP_STACK_DEPTH (1..256)
-  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS (default 20)
+  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS (default 20): background thread's tick
   const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
-  std::size_t max_buffer_bytes = 256u << 20;  // GPUHEAP_BUFFER_MB: beyond it producers wait
+  std::size_t max_buffer_bytes = 256u << 20;  // GPUHEAP_BUFFER_MB: unused since nothing is buffered
 };
 // Other environment read at start: GPUHEAP_QUIET=1 (no "tracing to" line), GPUHEAP_PATH_FILE
 // (append the trace path to this file), GPUHEAP_FOLLOW_FORK=0 (forked children not traced).
@@ -43,7 +44,8 @@ bool recorder_start() noexcept;
 bool recorder_active() noexcept;
 // Flush and write `end`; further records are dropped. Called from the atexit handler.
 void recorder_stop(format::EndReason reason) noexcept;
-// Blocks until everything recorded so far is written to the file (tests, gpuheap_flush).
+// Returns when everything recorded so far is in the file (tests, gpuheap_flush): an append
+// in progress on another thread is waited for.
 void recorder_flush() noexcept;
 // Path of the current trace file ("" if none).
 const char* recorder_path() noexcept;
@@ -72,8 +74,8 @@ void set_device_info_fn(DeviceInfoFn fn) noexcept;
 // Counters for tests and gpuheap_stats(): records written, bytes written, dropped.
 struct RecorderCounters {
   std::uint64_t records = 0, bytes = 0, dropped = 0, stacks = 0;
-  std::uint64_t producer_waits = 0;  // record() calls that waited for buffer space
-  std::uint64_t writes = 0;          // write(2) calls by the writer/flush paths
+  std::uint64_t producer_waits = 0;  // record() calls that mapped the next file window themselves
+  std::uint64_t writes = 0;          // file windows mapped
 };
 RecorderCounters recorder_counters() noexcept;
 

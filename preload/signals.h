@@ -1,14 +1,25 @@
-// Fatal-signal handlers (SIGSEGV, SIGABRT, SIGBUS, SIGTERM): flush the trace, then let the
-// program die exactly as it would have without gpuheap.
+// Fatal-signal handlers (SIGSEGV, SIGABRT, SIGBUS, SIGTERM): close the trace, then let the
+// program die (or go on) exactly as it would have without gpuheap.
 //
-//  - Previous disposition SIG_DFL (terminate): on_fatal(sig, true) writes `end`
+//  - Disposition before ours SIG_DFL (terminate): on_fatal(sig, true) writes `end`
 //    (EndReason::signal); the default action is restored and the signal re-raised, so the
 //    exit status (killed by SIG) and core dump behaviour are unchanged.
-//  - Previous disposition SIG_IGN: we do not install anything for that signal.
-//  - Previous disposition a handler: on_fatal(sig, false) only flushes (the program may
-//    survive its own handler, so tracing continues), then the old handler is called with
-//    the same arguments (sa_sigaction or sa_handler as it was registered).
-// If the program installs its own handler later, it replaces ours; that is fine.
+//  - SIG_IGN: we do not install anything for that signal.
+//  - A handler: on_fatal(sig, false) (nothing to flush: records are in the file when
+//    appended, sink.h), then the handler is called with the same arguments (sa_sigaction or
+//    sa_handler as registered; SA_RESETHAND emulated: the next delivery takes the SIG_DFL
+//    path). If it returns with the signal pending and the disposition SIG_DFL (it re-raised
+//    to die), on_fatal(sig, true) writes `end` first.
+//
+// A program that installs its own handler after us replaces ours. signals_rearm(), called
+// by the sink's background thread every flush interval, notices that and puts ours back in
+// front, with the program's handler as the one to chain to; ours is installed with the
+// program's sa_mask and SA_NODEFER/SA_RESTART/SA_ONSTACK, so the program's handler runs
+// with the mask and restart behaviour it asked for. A program that sets SIG_IGN is left
+// alone; one that sets SIG_DFL gets the terminating path. Until the next tick (or while the
+// program's own handler is installed without us in front) a crash still loses no record,
+// only the `end` record. Interposing sigaction/signal would chain without the delay but
+// would export symbols the preload must not (preload/exports.map).
 #pragma once
 
 namespace gpuheap {
@@ -17,6 +28,9 @@ namespace detail {
 using FatalSignalFn = void (*)(int sig, bool terminating) noexcept;
 // Installs once per process (later calls only update the callback).
 void signals_install(FatalSignalFn fn) noexcept;
+// Re-installs ours in front of any handler installed after it (see above). Not
+// async-signal-safe; called from the sink's background thread. Returns how many were re-armed.
+int signals_rearm() noexcept;
 
 }  // namespace detail
 }  // namespace gpuheap

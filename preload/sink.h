@@ -1,15 +1,22 @@
-// The trace sink: one global, ordered in-memory buffer (chain of 1 MiB chunks) plus a
-// background writer thread that write(2)s it to the trace file.
+// The trace sink: records are copied straight into the trace file's pages (MAP_SHARED
+// windows of 4 MiB, disk space allocated with posix_fallocate before a window is mapped),
+// so an appended record is in the file the moment sink_append returns: no thread has to
+// run (or get a CPU) for it to survive a SIGKILL, _exit or a crash. A background thread
+// prepares the next window ahead of time and re-arms the fatal-signal handlers.
 //
 // Ordering: every record is appended under one short lock, so the file order equals the
 // lock order, which respects happens-before: if thread A's append completes before thread
 // B's starts (e.g. A's free, then the pool hands the same address to B), A's record is
 // earlier in the file. The analyzer relies on this to replay address reuse.
 //
-// Back-pressure: chunks are allocated up to a bound (GPUHEAP_BUFFER_MB, default 256 MiB);
-// beyond it producers wait for the writer (counted as producer_waits). Nothing is dropped
-// while the file is healthy. On an I/O error the sink warns once and fails: later appends
-// are dropped and counted.
+// File end: while the process runs (and after a SIGKILL) the file ends with the allocated,
+// not yet used part of the current window: zero bytes, which readers take for the end of
+// the data (format/trace.h: a zero type byte). A clean close, a failure and the terminating
+// signal path truncate the file to its last record.
+//
+// Memory: at most two windows are mapped (8 MiB of page cache, counted in RSS); nothing
+// is buffered in the process. On an I/O error (disk full, RLIMIT_FSIZE, ...) the sink warns
+// once and fails: later appends are dropped and counted.
 #pragma once
 
 #include <cstddef>
@@ -30,36 +37,38 @@ enum class SinkState : int {
 
 struct SinkCounters {
   std::uint64_t records = 0;         // records accepted into the current file
-  std::uint64_t bytes = 0;           // bytes written to the file (header included)
+  std::uint64_t bytes = 0;           // bytes in the file (header included)
   std::uint64_t dropped = 0;         // records refused after stop/failure
-  std::uint64_t producer_waits = 0;  // appends that waited for buffer space
-  std::uint64_t writes = 0;          // write(2) calls that wrote data
+  std::uint64_t producer_waits = 0;  // appends that had to map the next window themselves
+  std::uint64_t writes = 0;          // file windows mapped
 };
 
 SinkState sink_state() noexcept;
 void sink_set_state(SinkState s) noexcept;  // off/pending_child transitions (recorder.cpp)
 
-// Adopts `fd` (file header already written, `header_bytes` long) and starts accepting.
+// Adopts `fd` (opened read-write, file header already written, `header_bytes` long) and
+// starts accepting. `max_bytes` (GPUHEAP_BUFFER_MB) is no longer used: nothing is buffered.
 void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t max_bytes,
                std::size_t header_bytes) noexcept;
 const char* sink_path() noexcept;
 
-// Appends one framed record. `start_writer`: start the writer thread if not running
+// Appends one framed record. `start_thread`: start the background thread if not running
 // (metadata written at start passes false, so processes that never record an event get
-// no thread; their records are written by the atexit flush). False = dropped.
-bool sink_append(const void* rec, std::size_t n, bool start_writer = true) noexcept;
+// no thread). False = dropped.
+bool sink_append(const void* rec, std::size_t n, bool start_thread = true) noexcept;
 
-void sink_flush() noexcept;  // everything appended so far is write(2)n when this returns
-// Appends `end`, flushes, stops the writer thread, closes the file.
+void sink_flush() noexcept;  // waits for an append in progress; appended = in the file
+// Appends `end`, stops the background thread, truncates the file to its end, closes it.
 void sink_close(format::EndReason reason) noexcept;
-// Signal-handler flush: try-locks only (bounded wait), write(2) only, no allocation.
-// With write_end, appends `end` (EndReason::signal) and stops accepting.
+// Signal-handler path: try-locks only (bounded wait), no allocation. With write_end,
+// appends `end` (EndReason::signal), stops accepting and truncates the file to its end;
+// without, nothing is left to do (appended records are in the file already).
 void sink_emergency_flush(bool write_end) noexcept;
 
 // pthread_atfork pieces (called by recorder.cpp in lock order).
 void sink_fork_prepare() noexcept;
 void sink_fork_parent() noexcept;
-// Child: forget the parent's unwritten buffers and fd; no writer thread exists.
+// Child: forget the parent's windows and fd; no background thread exists.
 void sink_fork_child() noexcept;
 
 SinkCounters sink_counters() noexcept;

@@ -5,6 +5,14 @@
 //                               gpuheap's): it prints "handler ran", restores SIG_DFL and
 //                               re-raises, so the status must still be the signal's
 //   segv_exit_handler           own SIGSEGV handler that prints and _exit(42)s
+//   segv_handler_rearm          the live block is allocated first, then signal(SIGSEGV, ...)
+//                               replaces gpuheap's handler; once gpuheap has put its own back
+//                               in front (re-armed by its background thread), the N pairs
+//                               are made and the program crashes at once: the handler
+//                               prints "handler ran", restores SIG_DFL and re-raises
+//   segv_siginfo_resethand_rearm  the same with sigaction(SA_SIGINFO | SA_RESETHAND |
+//                               SA_NODEFER), System V style: the handler prints the fault
+//                               address it was given and re-raises (reaching SIG_DFL)
 //   thread_exit                 exit(7) from a non-main thread while 4 others allocate
 //   quick_exit                  quick_exit(5)
 //   underscore_exit             _exit(6)
@@ -14,6 +22,7 @@
 // SLEEP_MS (optional 2nd argument) sleeps before the ending, so the test can tell "events
 // older than the flush interval" from "events of the last few ms".
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -56,6 +65,14 @@ void handler_reraise(int sig) {
   signal(sig, SIG_DFL);
   raise(sig);
 }
+void handler_info(int sig, siginfo_t* info, void*) {
+  char line[96];
+  int n = std::snprintf(line, sizeof line, "handler ran sig=%d si_signo=%d si_addr=%p\n", sig, info->si_signo,
+                        info->si_addr);
+  if (n > 0 && write(STDOUT_FILENO, line, static_cast<std::size_t>(n)) < 0) {
+  }
+  raise(sig);  // SA_RESETHAND: the disposition is SIG_DFL by now
+}
 void handler_exit(int) {
   say("handler ran\n");
   _exit(42);
@@ -72,11 +89,41 @@ int make_pairs(int n) {
 
 }  // namespace
 
+// Under gpuheap, waits (silently, up to 5 s) until SIGSEGV's handler is no longer `ours`:
+// gpuheap's background thread has put its own in front again. Without gpuheap: returns.
+void wait_for_rearm(void* ours) {
+  if (!dlsym(RTLD_DEFAULT, "gpuheap_active")) return;
+  for (int i = 0; i < 5000; ++i) {
+    struct sigaction cur {};
+    sigaction(SIGSEGV, nullptr, &cur);
+    void* h = (cur.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(cur.sa_sigaction)
+                                          : reinterpret_cast<void*>(cur.sa_handler);
+    if (h != ours) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "segv";
   int sleep_ms = argc > 2 ? std::atoi(argv[2]) : 0;
   const int n = 100;
   bool nofree = std::strcmp(mode, "nofree") == 0;
+  bool rearm = std::strstr(mode, "_rearm") != nullptr;
+  void* live = nullptr;
+  if (rearm) {
+    if (cudaMalloc(&live, 4096) != cudaSuccess) return 11;
+    if (std::strcmp(mode, "segv_handler_rearm") == 0) {
+      signal(SIGSEGV, handler_reraise);
+      wait_for_rearm(reinterpret_cast<void*>(handler_reraise));
+    } else {
+      struct sigaction sa {};
+      sa.sa_sigaction = handler_info;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+      sigaction(SIGSEGV, &sa, nullptr);
+      wait_for_rearm(reinterpret_cast<void*>(handler_info));
+    }
+  }
   if (nofree) {
     for (int i = 0; i < n; ++i) {
       void* p = nullptr;
@@ -85,8 +132,7 @@ int main(int argc, char** argv) {
   } else if (make_pairs(n) != 0) {
     return 10;
   }
-  void* live = nullptr;
-  if (cudaMalloc(&live, 4096) != cudaSuccess) return 11;
+  if (!live && cudaMalloc(&live, 4096) != cudaSuccess) return 11;
   std::printf("pairs=%d\n", n);
   std::fflush(stdout);
   if (std::strcmp(mode, "segv_handler") == 0) signal(SIGSEGV, handler_reraise);

@@ -326,8 +326,8 @@ void load_case(int threads, long events_per_thread) {
   EXPECT_EQ(s.end_records + 1, s.records) << "end record's count disagrees with the file";
   long hwm = value(r.out, "hwm_kb="), base_hwm = value(base.out, "hwm_kb=");
   long extra_mb = (hwm - base_hwm) / 1024;
-  // Bounded: the sink buffers at most GPUHEAP_BUFFER_MB (256 MiB) before producers wait;
-  // stacks and pool bookkeeping add little. 320 MiB is the documented ceiling.
+  // Bounded: the sink maps at most two 4 MiB file windows and buffers nothing; stacks and
+  // pool bookkeeping add little. 320 MiB is the documented ceiling.
   EXPECT_LT(extra_mb, 320) << "preload memory grew with the run";
   std::printf("[figure] load threads=%d events/thread=%ld events=%ld wall=%.1fs (no preload ~%.0fs, extrapolated) "
               "trace=%.1f MiB VmHWM=%ld MiB (no preload, 1/10 of the events: %ld MiB; +%ld MiB)\n",
@@ -352,7 +352,7 @@ TEST(Reliability, Load64ThreadsFull) {
 
 // SIGKILL at random moments of a 4-thread busy run. The program publishes, per thread,
 // (time, pooled frees returned) into shared memory; every free that returned more than
-// 100 ms (the contract; the flush interval is 20 ms) of the process's own progress before
+// 100 ms (the contract) of the process's own progress before
 // the kill must be in the trace.
 TEST(Reliability, SigkillAtRandomMoments) {
   const int reps = small_scale() ? 8 : 30, threads = 4;
@@ -416,12 +416,11 @@ TEST(Reliability, SigkillAtRandomMoments) {
         if (e.ns > kill_ns) continue;
         double age_ms = static_cast<double>(newest - std::min(e.ns, newest)) / 1e6;
         if (e.frees > in_trace) {
-          // Missing: only allowed for frees younger than the contract.
+          // Missing: only allowed for frees younger than the contract. Records are copied
+          // into the file's pages by the append itself, so in practice nothing published is
+          // missing (0 ms measured under load, docs/reliability.md); the contract is asserted.
           worst_missing_age_ms = std::max(worst_missing_age_ms, age_ms);
-          // Asserted: 2.5x the contract. Measured on the shared 2-core machine the worst
-          // case was 102-161 ms, over the 100 ms contract (docs/reliability.md, open issue):
-          // the writer can be preempted while holding the I/O lock.
-          EXPECT_LT(age_ms, 2.5 * contract_ns / 1e6)
+          EXPECT_LT(age_ms, contract_ns / 1e6)
               << "rep " << rep << " thread " << t << ": " << e.frees << " frees had returned "
               << age_ms << " ms before the kill, the trace holds " << in_trace;
           break;  // the oldest missing snapshot is the one that matters
@@ -453,7 +452,7 @@ struct EndCase {
   const char* mode;
   int sleep_ms;
   int status;           // expected exit code or 128+signal
-  bool end_expected;    // `end` record written
+  int end_expected;     // `end` record written: 1 yes, 0 no, -1 either (a race the test allows)
   int min_frees;        // pooled frees that must be in the trace
   const char* stdout_has;
 };
@@ -471,7 +470,7 @@ void end_case(const EndCase& c) {
   ASSERT_EQ(r.traces.size(), 1u) << c.mode;
   Scan s = scan(r.traces[0]);
   expect_readable(s, c.mode);
-  EXPECT_EQ(s.has_end, c.end_expected) << c.mode;
+  if (c.end_expected >= 0) EXPECT_EQ(s.has_end, c.end_expected == 1) << c.mode;
   EXPECT_GE(s.frees[idx(AllocKind::device_pooled)], static_cast<std::uint64_t>(c.min_frees)) << c.mode;
   EXPECT_GE(s.allocs[idx(AllocKind::device_pooled)], 101u) << c.mode;
   std::printf("[figure] end mode=%s sleep=%dms status=%d (same without preload) end_record=%d "
@@ -483,34 +482,45 @@ void end_case(const EndCase& c) {
 }
 
 // Default dispositions: gpuheap's handler flushes, writes `end` and re-raises.
-TEST(Reliability, CrashSegv) { end_case({"segv", 0, 128 + SIGSEGV, true, 100, nullptr}); }
-TEST(Reliability, CrashAbort) { end_case({"abort", 0, 128 + SIGABRT, true, 100, nullptr}); }
-TEST(Reliability, CrashUncaughtException) { end_case({"throw", 0, 128 + SIGABRT, true, 100, nullptr}); }
+TEST(Reliability, CrashSegv) { end_case({"segv", 0, 128 + SIGSEGV, 1, 100, nullptr}); }
+TEST(Reliability, CrashAbort) { end_case({"abort", 0, 128 + SIGABRT, 1, 100, nullptr}); }
+TEST(Reliability, CrashUncaughtException) { end_case({"throw", 0, 128 + SIGABRT, 1, 100, nullptr}); }
 // The program's own handlers, installed after gpuheap's, replace it; they must still run and
-// the status stay theirs. Without our handler only events older than the flush interval
-// are guaranteed (hence the sleep), see docs/reliability.md.
+// the status stay theirs. The crash comes right after the handler is installed (no sleep),
+// before gpuheap's background thread can re-arm, and still no event may be missing: records
+// are in the file when appended. `end` depends on whether a re-arm tick fell in between.
 TEST(Reliability, CrashWithProgramsHandler) {
-  end_case({"segv_handler", 150, 128 + SIGSEGV, false, 100, "handler ran"});
-  end_case({"abort_handler", 150, 128 + SIGABRT, false, 100, "handler ran"});
-  end_case({"segv_exit_handler", 150, 42, false, 100, "handler ran"});
+  end_case({"segv_handler", 0, 128 + SIGSEGV, -1, 100, "handler ran"});
+  end_case({"abort_handler", 0, 128 + SIGABRT, -1, 100, "handler ran"});
+  end_case({"segv_exit_handler", 0, 42, 0, 100, "handler ran"});
+}
+// The program installs its handler after its first CUDA call; gpuheap's background thread
+// puts its own back in front (the program waits for that, silently); then 100 pairs and a
+// crash within a millisecond. gpuheap's handler runs first and chains: the program's handler
+// runs with the same arguments (the fault address is printed, same output as without
+// gpuheap), re-raises with SIG_DFL, the status is unchanged, and the `end` record (reason
+// signal) proves gpuheap's handler was in front: without the re-arm there is none.
+TEST(Reliability, CrashWithProgramsHandlerReArmed) {
+  end_case({"segv_handler_rearm", 0, 128 + SIGSEGV, 1, 100, "handler ran"});
+  end_case({"segv_siginfo_resethand_rearm", 0, 128 + SIGSEGV, 1, 100, "handler ran sig=11 si_signo=11 si_addr=0x10"});
 }
 TEST(Reliability, ExitFromOtherThreadWhileAllocating) {
-  end_case({"thread_exit", 0, 7, true, 100, nullptr});
+  end_case({"thread_exit", 0, 7, 1, 100, nullptr});
 }
-TEST(Reliability, QuickExit) { end_case({"quick_exit", 0, 5, true, 100, nullptr}); }
+TEST(Reliability, QuickExit) { end_case({"quick_exit", 0, 5, 1, 100, nullptr}); }
 TEST(Reliability, UnderscoreExit) {
-  // _exit runs nothing: what the writer thread wrote within the flush interval is all.
-  end_case({"underscore_exit", 150, 6, false, 100, nullptr});
+  // _exit runs nothing, at once: every record is in the file already (no end record).
+  end_case({"underscore_exit", 0, 6, 0, 100, nullptr});
 }
 TEST(Reliability, StaticDestructorFreesAfterMain) {
-  end_case({"static_dtor", 0, 0, true, 101, "static dtor freed"});
+  end_case({"static_dtor", 0, 0, 1, 101, "static dtor freed"});
 }
 TEST(Reliability, StaticDestructorAfterRuntimeTeardown) {
   // Whatever the runtime does with this (simcuda: crashes, see docs/reliability.md), gpuheap
   // changes nothing.
-  end_case({"static_dtor_global", 0, -1, true, 100, nullptr});
+  end_case({"static_dtor_global", 0, -1, 1, 100, nullptr});
 }
-TEST(Reliability, NeverFrees) { end_case({"nofree", 0, 0, true, 0, nullptr}); }
+TEST(Reliability, NeverFrees) { end_case({"nofree", 0, 0, 1, 0, nullptr}); }
 
 // ---------------------------------------------------------------- misuse
 

@@ -175,10 +175,17 @@ TEST(Format, CorruptFramesAreReported) {
   f::Record r;
   std::size_t used = 0;
   auto status = [&](const Bytes& x, std::size_t at) { return f::decode_frame(x.data() + at, x.size() - at, r, &used); };
-  for (unsigned char bad : {0, 16, 200, 255}) {  // bad type
+  for (unsigned char bad : {16, 200, 255}) {  // bad type
     Bytes x = b;
     x[0] = bad;
     EXPECT_EQ(status(x, 0), f::FrameStatus::corrupt) << int(bad);
+  }
+  {  // type 0: the unused, zeroed tail of a preallocated file ends the data (a cut trace)
+    Bytes x = b;
+    x[0] = 0;
+    EXPECT_EQ(status(x, 0), f::FrameStatus::need_more);
+    Bytes zeros(64, 0);
+    EXPECT_EQ(status(zeros, 0), f::FrameStatus::need_more);
   }
   {  // absurd length
     Bytes x = b;
