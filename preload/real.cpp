@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cstddef>
 #include <mutex>
 
 namespace gpuheap {
@@ -32,10 +33,48 @@ dlsym_fn find_real_dlsym() noexcept {
   return nullptr;
 }
 
-// Handle of an already-loaded library whose file name starts with `prefix` (libcudart.so,
-// libcuda.so). RTLD_NOLOAD: we never load CUDA ourselves for a lookup.
+// The CUDA runtime's names: libcudart.so[.N], and libcudart-<hash>.so[.N], the renamed copy
+// a Python wheel bundles (auditwheel-style repairs rename the file and its DT_SONAME; the
+// extension that needs it loads it RTLD_LOCAL, so neither RTLD_NEXT nor a dlopen of
+// "libcudart.so.13" finds it). Not libcudart_static / libcudart.a (no DT_SONAME, not loaded).
+bool is_cudart_name(const char* base) noexcept {
+  static constexpr char kStem[] = "libcudart";
+  if (!base || strncmp(base, kStem, sizeof kStem - 1) != 0) return false;
+  const char* p = base + sizeof kStem - 1;
+  if (*p == '-') {
+    const char* hash = ++p;
+    while ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_') ++p;
+    if (p == hash) return false;
+  }
+  return strncmp(p, ".so", 3) == 0 && (p[3] == '\0' || p[3] == '.');
+}
+
+bool is_driver_name(const char* base) noexcept { return base && strncmp(base, "libcuda.so", 10) == 0; }
+
+// DT_SONAME of a loaded object, read from its dynamic section in memory (nullptr if none).
+// Called under dl_iterate_phdr's lock: the object stays mapped while we read.
+const char* soname_of(const dl_phdr_info* info) noexcept {
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_DYNAMIC) continue;
+    ElfW(Addr) strtab = 0, soname = 0;
+    bool has_soname = false;
+    for (auto* d = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr); d->d_tag != DT_NULL; ++d) {
+      if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+      if (d->d_tag == DT_SONAME) soname = d->d_un.d_val, has_soname = true;
+    }
+    if (!strtab || !has_soname) return nullptr;
+    // glibc relocates DT_STRTAB in place, except where the dynamic section is read-only
+    // (the vDSO; MIPS, RISC-V): there it is still the link-time address.
+    if (strtab < info->dlpi_addr) strtab += info->dlpi_addr;
+    return reinterpret_cast<const char*>(strtab + soname);
+  }
+  return nullptr;
+}
+
+// Finds an already-loaded library by its file name or, failing that, its DT_SONAME.
 struct FindLib {
-  const char* prefix;
+  bool (*match)(const char* base);
   char path[4096];
   bool found;
 };
@@ -46,16 +85,18 @@ int find_lib_cb(dl_phdr_info* info, size_t, void* data) {
   if (!name || !*name) return 0;
   const char* base = strrchr(name, '/');
   base = base ? base + 1 : name;
-  if (strncmp(base, f->prefix, strlen(f->prefix)) != 0) return 0;
+  if (!f->match(base) && !f->match(soname_of(info))) return 0;
   strncpy(f->path, name, sizeof f->path - 1);
   f->path[sizeof f->path - 1] = '\0';
   f->found = true;
   return 1;
 }
 
-void* loaded_library(const char* prefix, const char* soname) noexcept {
+// RTLD_NOLOAD: we never load CUDA ourselves for a lookup. The path is copied under the
+// loader lock and reopened outside it (dlopen must not run inside dl_iterate_phdr's callback).
+void* loaded_library(bool (*match)(const char*), const char* soname) noexcept {
   if (void* h = dlopen(soname, RTLD_NOLOAD | RTLD_LAZY)) return h;
-  FindLib f{prefix, {}, false};
+  FindLib f{match, {}, false};
   dl_iterate_phdr(find_lib_cb, &f);
   if (!f.found) return nullptr;
   return dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
@@ -111,10 +152,11 @@ void* resolve(Fn f) noexcept {
   bool lib_loaded = false;  // only a function missing from a loaded library is cached as missing
   if (fn_is_runtime(f)) {
     // The program's libcudart: next in the global scope after us, or (torch loads it with
-    // RTLD_LOCAL through its own DT_RPATH) an already-loaded libcudart found by name.
+    // RTLD_LOCAL through its own DT_RPATH; a wheel bundles a renamed copy) an already-loaded
+    // libcudart found by file name or soname.
     p = dl(RTLD_NEXT, kNames[i]);
     if (!p) {
-      if (void* h = loaded_library("libcudart.so", "libcudart.so.13")) {
+      if (void* h = loaded_library(is_cudart_name, "libcudart.so.13")) {
         lib_loaded = true;
         p = dl(h, kNames[i]);
       }
@@ -122,7 +164,7 @@ void* resolve(Fn f) noexcept {
   } else {
     // The driver. It is loaded by whichever runtime the program uses; if nobody loaded it
     // yet, nobody can have a context and the callers handle nullptr.
-    void* h = loaded_library("libcuda.so", "libcuda.so.1");
+    void* h = loaded_library(is_driver_name, "libcuda.so.1");
     lib_loaded = h != nullptr;
     if (h) p = dl(h, kNames[i]);
   }
@@ -134,24 +176,78 @@ void* resolve(Fn f) noexcept {
   return g_real[i].load(std::memory_order_acquire);
 }
 
+namespace {
+// RTLD_NEXT emulation: the objects after the caller's, in load order. The link_map chain is
+// only read under the loader lock, which dl_iterate_phdr holds (a concurrent dlclose frees
+// link_maps; following l_next without the lock could read freed memory). The callback copies
+// the names out and nothing more: dlopen/dlsym take dl_load_lock, and a concurrent dlopen
+// holds that while it waits for the lock dl_iterate_phdr holds (deadlock). Outside the
+// callback each name is reopened with RTLD_NOLOAD, which fails harmlessly for an object
+// unloaded meanwhile. Names are copied in chunks of kNextBytes (no malloc: dlsym runs inside
+// malloc interposers' initialisation), each chunk resuming after the last object copied.
+constexpr std::size_t kNextBytes = 8192;
+
+struct NextObjects {
+  ElfW(Addr) caller_addr;
+  const char* caller_name;   // the caller's l_name (dl_iterate_phdr passes that same pointer)
+  const void* resume_after;  // dlpi_phdr of the last object copied; nullptr: after the caller
+  bool started;
+  bool more;                 // stopped early: the buffer is full
+  const void* last;
+  std::size_t used;
+  char names[kNextBytes];
+};
+
+int next_objects_cb(dl_phdr_info* info, size_t, void* data) {
+  auto* n = static_cast<NextObjects*>(data);
+  if (!n->started) {
+    n->started = n->resume_after ? info->dlpi_phdr == n->resume_after
+                                 : info->dlpi_addr == n->caller_addr && info->dlpi_name == n->caller_name;
+    return 0;
+  }
+  const char* name = info->dlpi_name;
+  if (!name || !*name) return 0;  // the main program comes first, never "next"
+  std::size_t len = strlen(name) + 1;
+  if (len > kNextBytes) return 0;  // longer than any path: cannot be reopened anyway
+  if (n->used + len > kNextBytes) {
+    n->more = true;
+    return 1;
+  }
+  memcpy(n->names + n->used, name, len);
+  n->used += len;
+  n->last = info->dlpi_phdr;
+  return 0;
+}
+}  // namespace
+
 void* lookup_for_caller(void* handle, const char* name, const void* caller) noexcept {
   auto dl = real_dlsym();
   if (!dl) return nullptr;
   if (handle != RTLD_NEXT) return dl(handle, name);
   // RTLD_NEXT means "after the caller's object", but glibc would now compute it relative
-  // to libgpuheap.so. Walk the global link map from the caller's successor instead.
+  // to libgpuheap.so. Search from the caller's successor instead. (Like glibc's own
+  // RTLD_NEXT this covers the objects loaded after the caller, RTLD_LOCAL ones included;
+  // names are reopened from our namespace, as they always were.)
   Dl_info info;
   link_map* lm = nullptr;
   if (!dladdr1(caller, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) || !lm)
     return dl(RTLD_NEXT, name);
-  for (link_map* l = lm->l_next; l; l = l->l_next) {
-    if (!l->l_name || !*l->l_name) continue;  // the main program comes first, never "next"
-    void* h = dlopen(l->l_name, RTLD_NOLOAD | RTLD_LAZY);
-    if (!h) continue;
-    void* p = dl(h, name);
-    dlclose(h);
-    if (p) return p;
-  }
+  // The caller's own link_map cannot go away while the caller is running: reading its
+  // l_addr/l_name here is safe.
+  NextObjects n;
+  n.caller_addr = lm->l_addr, n.caller_name = lm->l_name, n.resume_after = nullptr;
+  do {
+    n.started = n.more = false, n.used = 0, n.last = nullptr;
+    dl_iterate_phdr(next_objects_cb, &n);
+    for (std::size_t at = 0; at < n.used; at += strlen(n.names + at) + 1) {
+      void* h = dlopen(n.names + at, RTLD_NOLOAD | RTLD_LAZY);
+      if (!h) continue;
+      void* p = dl(h, name);
+      dlclose(h);
+      if (p) return p;
+    }
+    n.resume_after = n.last;
+  } while (n.more && n.last);
   return nullptr;
 }
 

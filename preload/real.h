@@ -5,7 +5,8 @@
 // cuGetProcAddress / cudaGetDriverEntryPoint (static cudart, CuPy, JAX, NCCL, PyTorch's
 // expandable segments). Each route hands us the real pointer it resolved, which we keep
 // (first one wins); anything never handed to us is resolved lazily from the loaded
-// libcudart / libcuda by handle, never through RTLD_DEFAULT (that finds our own symbols).
+// libcudart (a wheel's renamed libcudart-<hash>.so copy included: real.cpp) / libcuda by
+// handle, never through RTLD_DEFAULT (that finds our own symbols).
 #pragma once
 
 #include <cuda.h>
