@@ -76,8 +76,9 @@ void warn_trace(const TraceReader& rd, const Model& m) {
     spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(),
                  rd.offset(), rd.records());
   if (!rd.has_end())
-    spdlog::warn("{}: no end record (the process died or is still running); trace ends at ts {}", rd.path(),
-                 m.info.last_ts);
+    spdlog::warn("{}: no end record (the process died or is still running); trace ends at ts {}{}", rd.path(),
+                 m.info.last_ts,
+                 rd.unwritten_tail() ? fmt::format(", byte {} (the rest is space it never wrote)", rd.offset()) : "");
 }
 
 }  // namespace

@@ -140,6 +140,9 @@ int dump_trace(const std::string& path, std::FILE* out) {
   if (rd.cut_mid_record())
     fmt::format_to(std::back_inserter(b), "# truncated: file cut mid-record at byte offset {} after {} records\n",
                    rd.offset(), rd.records());
+  if (rd.unwritten_tail())
+    fmt::format_to(std::back_inserter(b), "# data ends at byte offset {}: the rest of the file was never written\n",
+                   rd.offset());
   if (!rd.has_end())
     fmt::format_to(std::back_inserter(b), "# truncated: no end record after {} records\n", rd.records());
   flush();

@@ -153,7 +153,13 @@ bool TraceReader::next(format::Record& r) {
     }
     // need_more
     if (compressed_ && refill()) continue;
-    cut_ = len_ > pos_;
+    // A zero type byte is where the preload stopped writing (its file space is preallocated
+    // and a frame's type byte is stored last): a killed or still-running process, not a cut.
+    if (len_ > pos_ && buf_[pos_] == 0) {
+      unwritten_tail_ = true;
+    } else {
+      cut_ = len_ > pos_;
+    }
     done_ = true;
     return false;
   }

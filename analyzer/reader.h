@@ -4,6 +4,9 @@
 // Truncation is reported as two distinct facts: `cut_mid_record()` (the file ends inside a
 // frame: everything up to the last whole record is used) and `has_end()` (an `end` record
 // was seen: the process closed the trace cleanly). A trace is truncated when either fails.
+// A file whose data stops at a zero type byte (`unwritten_tail()`: the preload's
+// preallocated space after the last record it wrote, in a killed or still-running process's
+// trace) is not cut mid-record; it only lacks its end record.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,7 @@ class TraceReader {
   bool compressed() const { return compressed_; }
   bool cut_mid_record() const { return cut_; }
   bool has_end() const { return has_end_; }
+  bool unwritten_tail() const { return unwritten_tail_; }
   bool truncated() const { return cut_ || !has_end_; }
   std::uint64_t records() const { return records_; }
   std::uint64_t offset() const;  // stream offset of the next unread byte
@@ -43,7 +47,7 @@ class TraceReader {
   bool refill();  // zstd: decompress more into the window; false at EOF
 
   std::string path_;
-  bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false;
+  bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false, unwritten_tail_ = false;
   std::uint64_t records_ = 0, file_size_ = 0;
   int fd_ = -1;
   // Plain: the mapping. zstd: a window of decompressed bytes [buf_, buf_+len_).

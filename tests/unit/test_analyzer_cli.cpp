@@ -146,6 +146,42 @@ TEST(Cli, EveryCutOffsetIsReadableAsTruncated) {
   EXPECT_NE(d.out.find("# truncated: file cut mid-record at byte offset"), std::string::npos) << d.out;
 }
 
+// A killed (or still running) process's trace: whole records, then the preload's
+// preallocated space it never wrote, zeros except perhaps one record copied but for its type
+// byte (stored last). That is "no end record", not a cut, and every whole record is used.
+TEST(Cli, UnwrittenZeroTailIsNotACut) {
+  auto b = sample();
+  const std::size_t full = b.data.size();
+  const std::size_t whole = full - (format::kFrameHeaderSize + 17);  // without the end record
+  for (bool in_flight : {false, true}) {
+    TraceBuilder t = b;
+    t.data.resize(whole);
+    std::vector<unsigned char> tail(b.data.begin() + static_cast<long>(whole), b.data.end());
+    if (!in_flight) std::fill(tail.begin(), tail.end(), 0);
+    tail[0] = 0;  // the end record copied but its type byte not yet stored
+    t.data.insert(t.data.end(), tail.begin(), tail.end());
+    t.data.resize(t.data.size() + 8192, 0);
+    std::string name = in_flight ? "tail_inflight.gh" : "tail_zero.gh";
+    TraceReader rd(t.write(name));
+    format::Record rec;
+    std::uint64_t n = 0;
+    while (rd.next(rec)) ++n;
+    EXPECT_TRUE(rd.unwritten_tail());
+    EXPECT_FALSE(rd.cut_mid_record());
+    EXPECT_FALSE(rd.has_end());
+    EXPECT_EQ(rd.offset(), whole);
+    auto r = sh("summary --json " + t.write(name));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("the rest is space it never wrote"), std::string::npos) << r.out;
+    auto doc = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(doc["trace"]["cut_mid_record"], false);
+    EXPECT_EQ(doc["trace"]["has_end"], false);
+    EXPECT_EQ(doc["trace"]["records"].get<std::uint64_t>(), n);
+    auto d = sh("dump " + t.write(name));
+    EXPECT_NE(d.out.find("# data ends at byte offset " + std::to_string(whole)), std::string::npos) << d.out;
+  }
+}
+
 TEST(Cli, ZstdCompressedTraceReadsTheSame) {
   auto b = sample();
   std::vector<unsigned char> z(ZSTD_compressBound(b.data.size()));
