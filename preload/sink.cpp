@@ -47,7 +47,6 @@ struct Sink {
   pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  // background thread: window used / exit
   Window cur, next;             // next: prepared ahead, starts at cur.end (or unmapped)
   std::uint64_t off = 0;        // file offset where the next record goes (= bytes in file)
-  std::uint64_t fsize_limit = 0;  // RLIMIT_FSIZE at open (0 = none)
   std::uint64_t flush_ns = 20'000'000;
   int fd = -1;
   char path[4096] = {};
@@ -82,9 +81,15 @@ void set_state(SinkState s) noexcept { g_state.store(static_cast<int>(s), std::m
 // RLIMIT_FSIZE or a full disk leave less (halved down to a page, so the trace uses the
 // space there is). Space is allocated before it is mapped: a store into a mapped page
 // that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno.
-int map_window(int fd, std::uint64_t start, std::uint64_t limit, bool populate, Window* w) noexcept {
+//
+// RLIMIT_FSIZE is read here, for every window: a program may lower it while it runs
+// (setrlimit), and a posix_fallocate past the current limit is answered with SIGXFSZ, whose
+// default action kills the process.
+int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
   std::uint64_t len = kWindowBytes;
-  if (limit) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    std::uint64_t limit = rl.rlim_cur;
     // Checked here rather than left to the kernel, which would also send SIGXFSZ.
     if (start + kPage > limit) return EFBIG;
     if (limit - start < len) len = (limit - start) & ~(kPage - 1);
@@ -149,7 +154,7 @@ bool append_locked(const void* rec, std::size_t n) noexcept {
   if (g.off + n > g.cur.end) {
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
-      int err = map_window(g.fd, g.cur.end, g.fsize_limit, false, &g.next);
+      int err = map_window(g.fd, g.cur.end, false, &g.next);
       if (err) {
         fail_locked(err);
         return false;
@@ -177,11 +182,11 @@ void* thread_main(void*) {
   bool backoff = false;  // preparing failed: retry after a tick, not at once
   while (!g.exit_thread) {
     if (!backoff && !g.next.base && g.cur.base && state() == SinkState::active) {
-      std::uint64_t start = g.cur.end, limit = g.fsize_limit;
+      std::uint64_t start = g.cur.end;
       int fd = g.fd;
       unlock();
       Window w;
-      int err = map_window(fd, start, limit, true, &w);
+      int err = map_window(fd, start, true, &w);
       lock();
       if (!err && !g.next.base && g.cur.end == start && state() == SinkState::active) {
         g.next = w, ++g.windows;
@@ -250,13 +255,11 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t /*m
   g.fd = fd;
   snprintf(g.path, sizeof g.path, "%s", path);
   g.flush_ns = flush_ns ? flush_ns : 20'000'000;
-  rlimit rl{};
-  g.fsize_limit = getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
   g.off = header_bytes;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
-  int err = map_window(fd, 0, g.fsize_limit, true, &g.cur);
+  int err = map_window(fd, 0, true, &g.cur);
   if (err == 0) {
     ++g.windows;
     set_state(SinkState::active);

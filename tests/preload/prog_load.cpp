@@ -7,9 +7,12 @@
 //       runs until killed; each thread publishes (CLOCK_MONOTONIC ns, completed pairs)
 //       into its slot of PROGRESS_FILE (MAP_SHARED) so the test knows, after SIGKILL,
 //       which pairs had completed and when. Prints "ready" once every thread is running.
+// PROG_LOAD_FSIZE_KB=N (environment): once CUDA is initialised (tracing has started), the
+// program lowers its own RLIMIT_FSIZE to N KiB, SIGXFSZ left at its default (terminate).
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +66,12 @@ int main(int argc, char** argv) {
   std::atomic<long> allocs{0}, frees{0}, failures{0};
   std::atomic<int> running{0};
   if (cudaFree(nullptr) != cudaSuccess) return 3;
+  if (const char* kb = std::getenv("PROG_LOAD_FSIZE_KB")) {
+    rlimit rl{};
+    getrlimit(RLIMIT_FSIZE, &rl);
+    rl.rlim_cur = static_cast<rlim_t>(std::atol(kb)) << 10;
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 4;
+  }
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {

@@ -670,6 +670,24 @@ TEST(Reliability, DiskFullMidRun) {
   remove_tree(base.dir);
 }
 
+TEST(Reliability, FileSizeLimitLoweredWhileRunning) {
+  // The program lowers RLIMIT_FSIZE to 1 MiB after tracing started, SIGXFSZ at its default
+  // (terminate). The first 4 MiB window was allocated before; allocating the next one past
+  // the new limit would make the kernel send SIGXFSZ, killing the job. The sink must see
+  // the limit as it is now, warn once and stop.
+  const long events = small_scale() ? 60000 : 100000;  // per thread: > 4 MiB of records in all
+  ProgResult base = run("prog_load", {"4", std::to_string(events)}, {"PROG_LOAD_FSIZE_KB=1024"}, false);
+  ProgResult r = run("prog_load", {"4", std::to_string(events)}, {"PROG_LOAD_FSIZE_KB=1024"});
+  expect_job_unharmed(r, base, "RLIMIT_FSIZE lowered while running");
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u);
+  Scan s = scan(r.traces[0]);
+  expect_readable(s, "RLIMIT_FSIZE lowered");
+  EXPECT_GT(s.all_allocs(), 0u);
+  remove_tree(r.dir);
+  remove_tree(base.dir);
+}
+
 TEST(Reliability, DiskFullOnTmpfs) {
   // A real ENOSPC where mounting is allowed (root in a privileged container).
   std::string mnt = make_dir();
