@@ -53,6 +53,10 @@ struct Sink {
   bool thread_running = false, exit_thread = false;
   pthread_t thread{};
   std::uint64_t records = 0, inline_maps = 0, windows = 0;  // under mu
+  // Only where fallocate(2) is not supported (reserve_space): the file is zero-filled by
+  // hand, under alloc_mu, never below zeroed_upto (space that may already hold records).
+  pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+  std::uint64_t zeroed_upto = 0;
 };
 
 constinit Sink g;
@@ -77,6 +81,36 @@ void unlock() noexcept { t_holds = false, pthread_mutex_unlock(&g.mu); }
 SinkState state() noexcept { return static_cast<SinkState>(g_state.load(std::memory_order_acquire)); }
 void set_state(SinkState s) noexcept { g_state.store(static_cast<int>(s), std::memory_order_release); }
 
+// Gives [start, start+len) disk blocks. fallocate(2) itself, not posix_fallocate: where the
+// filesystem lacks it (NFSv3, some FUSE) glibc's posix_fallocate emulates it by writing a
+// zero byte into each block, and the appender and the background thread may reserve the same
+// window at once, so that emulation could zero bytes of records already copied there. The
+// fallback here writes zeros only past zeroed_upto, which is past every window handed out.
+// 0 or errno.
+int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
+  int rc;
+  do {
+    rc = fallocate(fd, 0, static_cast<off_t>(start), static_cast<off_t>(len)) == 0 ? 0 : errno;
+  } while (rc == EINTR);
+  if (rc != EOPNOTSUPP && rc != ENOSYS) return rc;
+  pthread_mutex_lock(&g.alloc_mu);
+  std::uint64_t end = start + len, from = start > g.zeroed_upto ? start : g.zeroed_upto;
+  rc = 0;
+  static const char zero = 0;
+  // The last byte of each page-sized block from `from` on; the file grows as it goes, so a
+  // failure (ENOSPC) leaves [.., the last block written) allocated and zeroed_upto below it.
+  for (std::uint64_t b = from; b < end && rc == 0; b += kPage) {
+    std::uint64_t at = (b | (kPage - 1)) < end ? (b | (kPage - 1)) : end - 1;
+    ssize_t n;
+    do n = pwrite(fd, &zero, 1, static_cast<off_t>(at));
+    while (n < 0 && errno == EINTR);
+    if (n == 1) g.zeroed_upto = at + 1;
+    else rc = n < 0 ? errno : EIO;
+  }
+  pthread_mutex_unlock(&g.alloc_mu);
+  return rc;
+}
+
 // Allocates and maps the file range starting at `start`: kWindowBytes, less where
 // RLIMIT_FSIZE or a full disk leave less (halved down to a page, so the trace uses the
 // space there is). Space is allocated before it is mapped: a store into a mapped page
@@ -95,7 +129,7 @@ int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
     if (limit - start < len) len = (limit - start) & ~(kPage - 1);
   }
   for (;;) {
-    int rc = posix_fallocate(fd, static_cast<off_t>(start), static_cast<off_t>(len));
+    int rc = reserve_space(fd, start, len);
     if (rc == 0) break;
     if ((rc != ENOSPC && rc != EFBIG) || len <= kPage) return rc;
     len = (len / 2) & ~(kPage - 1);
@@ -257,6 +291,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t /*m
   g.flush_ns = flush_ns ? flush_ns : 20'000'000;
   g.off = header_bytes;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
+  g.zeroed_upto = header_bytes;  // the header is written (write(2)) before any window
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
   int err = map_window(fd, 0, true, &g.cur);
@@ -294,6 +329,10 @@ void sink_flush() noexcept {
 }
 
 void sink_close(format::EndReason reason) noexcept {
+  // exit() from a signal handler that interrupted this thread's own append: the lock is ours
+  // already and the frame half-copied. Waiting would hang the exit; the file keeps what is
+  // whole and its zero tail (read as "no end record").
+  if (t_holds) return;
   lock();
   if (state() == SinkState::active) {
     unsigned char buf[format::kMaxEventRecordSize];
@@ -355,6 +394,8 @@ void sink_fork_child() noexcept {
   pthread_mutex_init(&g.mu, &ma);
   pthread_mutexattr_destroy(&ma);
   init_cond();
+  pthread_mutex_init(&g.alloc_mu, nullptr);
+  g.zeroed_upto = 0;
   t_holds = false;
   // The windows were not inherited (MADV_DONTFORK); munmap covers a kernel that ignored it.
   unmap(&g.cur), unmap(&g.next);

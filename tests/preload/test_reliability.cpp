@@ -7,8 +7,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -299,9 +305,10 @@ std::size_t idx(AllocKind k) { return static_cast<std::size_t>(k); }
 // ---------------------------------------------------------------- load
 
 // THREADS x EVENTS: exact event counts, no deadlock (watchdog), bounded preload memory.
-void load_case(int threads, long events_per_thread) {
+void load_case(int threads, long events_per_thread, std::function<void()> in_child = {}) {
   Opts o;
   o.args = {std::to_string(threads), std::to_string(events_per_thread)};
+  o.in_child = in_child;
   o.timeout_s = 1200;
   // The baseline only provides VmHWM without gpuheap (simcuda's memory is never touched,
   // so it does not grow with the event count); a tenth of the events keeps CI time down.
@@ -346,6 +353,42 @@ TEST(Reliability, Load64Threads) {
 TEST(Reliability, Load64ThreadsFull) {
   if (!full_scale()) GTEST_SKIP() << "64 threads x 1 M events: set GPUHEAP_TEST_SCALE=full";
   load_case(64, 1000000);
+}
+
+// A filesystem without fallocate(2) (NFSv3, some FUSE): a seccomp filter in the child answers
+// fallocate with EOPNOTSUPP. The sink falls back to zero-filling new blocks itself, only past
+// the space it has handed out, while 64 threads cross many 4 MiB windows (the appender and
+// the background thread both prepare windows): every event must still be in the file.
+void deny_fallocate() {
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fallocate, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    _exit(126);
+}
+
+TEST(Reliability, LoadWithoutFallocate) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the seccomp filter is written for x86-64";
+#endif
+  // The probe: fallocate really fails under the filter (else the test would prove nothing).
+  pid_t pid = fork();
+  if (pid == 0) {
+    deny_fallocate();
+    int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);
+    _exit(fd >= 0 && fallocate(fd, 0, 0, 4096) != 0 && errno == EOPNOTSUPP ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "seccomp probe failed: status " << st;
+  load_case(64, small_scale() ? 10000 : 40000, deny_fallocate);
 }
 
 // ---------------------------------------------------------------- kill
