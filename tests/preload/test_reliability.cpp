@@ -383,11 +383,15 @@ TEST(Reliability, LoadWithoutFallocate) {
   if (pid == 0) {
     deny_fallocate();
     int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);
-    _exit(fd >= 0 && fallocate(fd, 0, 0, 4096) != 0 && errno == EOPNOTSUPP ? 0 : 1);
+    if (fd < 0) _exit(125);
+    _exit(fallocate(fd, 0, 0, 4096) != 0 && errno == EOPNOTSUPP ? 0 : 1);
   }
   int st = 0;
   waitpid(pid, &st, 0);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "seccomp probe failed: status " << st;
+  ASSERT_TRUE(WIFEXITED(st)) << "seccomp probe died: status " << st;
+  if (WEXITSTATUS(st) == 126 || WEXITSTATUS(st) == 125)
+    GTEST_SKIP() << "no seccomp filters (or no O_TMPFILE) in this environment";
+  ASSERT_EQ(WEXITSTATUS(st), 0) << "the seccomp filter did not make fallocate fail";
   load_case(64, small_scale() ? 10000 : 40000, deny_fallocate);
 }
 
