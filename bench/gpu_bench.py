@@ -156,8 +156,7 @@ def main():
 
 def _versions():
     v = {}
-    p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    v["commit"] = p.stdout.strip()
+    v["commit"] = gh.commit()
     p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
                        text=True)
     v["gpu"] = p.stdout.strip()

@@ -103,7 +103,7 @@ void append_module(const ModuleInfo& m) {
   auto* buf = static_cast<unsigned char*>(malloc(cap));
   if (!buf) return;
   std::size_t n = format::encode(buf, cap, r);
-  if (n) sink_append(buf, n, /*start_writer=*/false);
+  if (n) sink_append(buf, n, /*start_thread=*/false);
   free(buf);
 }
 

@@ -105,7 +105,7 @@ void append_process_record(const char* host) {
   auto* buf = static_cast<unsigned char*>(malloc(cap));
   if (buf) {
     std::size_t n = format::encode(buf, cap, r);
-    if (n) sink_append(buf, n, /*start_writer=*/false);
+    if (n) sink_append(buf, n, /*start_thread=*/false);
   }
   free(buf);
   free(cmd);

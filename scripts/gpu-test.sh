@@ -4,6 +4,7 @@
 # case and writes the measured values to bench/results/gpu-test-<date>.json.
 #   scripts/gpu-test.sh [--bench] [--only case1,case2]
 #   GPUHEAP_BIN_DIR=dir   use gpuheap binaries from dir instead of build/ (no build then)
+#                         (a COMMIT file there names the commit recorded in the results)
 #   PYTHON=python3        the Python that has torch, cupy, jax, torchvision
 #   --bench               also run bench/gpu_bench.py (step time, allocation latency) afterwards
 set -uo pipefail

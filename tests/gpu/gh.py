@@ -19,6 +19,22 @@ PRELOAD = os.path.join(BIN, "libgpuheap.so")
 CLI = os.path.join(BIN, "gpuheap")
 PY = sys.executable
 
+
+def commit():
+    """The commit the binaries were built from: $GPUHEAP_BIN_DIR/COMMIT when the build was
+    carried to the GPU machine (write it there when carrying: the copy's git HEAD can be stale
+    and once recorded the wrong commit), else this checkout's HEAD."""
+    try:
+        with open(os.path.join(BIN, "COMMIT")) as f:
+            return f.read().strip()
+    except OSError:
+        pass
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
 # Env vars a framework reads to pick its allocator; scrubbed so each run states its own.
 FRAMEWORK_VARS = ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF", "XLA_PYTHON_CLIENT_ALLOCATOR",
                   "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")

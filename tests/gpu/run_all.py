@@ -326,11 +326,7 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
 
 def versions():
     v = {"date": datetime.date.today().isoformat(), "python": sys.version.split()[0]}
-    try:
-        v["commit"] = subprocess.run(["git", "-C", gh.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip()
-    except OSError:
-        pass
+    v["commit"] = gh.commit()
     p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                        capture_output=True, text=True)
     v["gpu"] = p.stdout.strip()
