@@ -250,7 +250,9 @@ GPUHEAP_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGener
   return rc;
 }
 GPUHEAP_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
-  return CUresult(pass_free<Fn::cuMemUnmap>(AllocKind::vmm_map, vp(p), 0, p, n));
+  HookScope scope;
+  if (scope.active() && p) note_unmap(p, n);
+  return drv<Fn::cuMemUnmap>(p, n);
 }
 GPUHEAP_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align, CUdeviceptr want,
                                             unsigned long long flags) {

@@ -182,7 +182,10 @@ void note_map(CUdeviceptr ptr, std::size_t size, CUmemGenericAllocationHandle ha
   record_alloc(AllocKind::vmm_map, e.device, ptr, size, size, 0, 0, e.stack);
 }
 
-void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
+namespace {
+// One free of the registry entry at ptr; returns the bytes it covered (0: none there, which
+// is recorded as a failed free only when `record_missing`).
+std::uint64_t free_entry(AllocKind kind, const void* ptr, std::uint64_t stream, bool record_missing) noexcept {
   Entry e{kind, -1, 0};
   const Family fam = family_of(kind);
   bool found;
@@ -197,18 +200,18 @@ void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
       deferred = h.released = true;
       return false;
     });
-    if (deferred) return;
+    if (deferred) return e.size;
   } else {
     found = registry().take(fam, addr(ptr), &e);
   }
   if (!found) {
-    record_free(kind, -1, addr(ptr), 0, format::kFlagFailed, stream, free_stack());
-    return;
+    if (record_missing) record_free(kind, -1, addr(ptr), 0, format::kFlagFailed, stream, free_stack());
+    return 0;
   }
   uncharge(e);
   std::uint32_t stack = free_stack();
   record_free(e.kind, e.device, addr(ptr), e.size, 0, stream, stack);
-  if (fam != Family::vmm_map || !e.handle) return;
+  if (fam != Family::vmm_map || !e.handle) return e.size;
   Entry h{AllocKind::vmm_physical, -1, 0};
   bool last = false;
   registry().update(Family::vmm_handle, e.handle, [&](Entry& x) {
@@ -217,10 +220,30 @@ void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
     if (last) h = x;
     return last;
   });
-  if (!last) return;
-  uncharge(h);
-  record_free(AllocKind::vmm_physical, h.device, e.handle, h.size, 0, 0, stack);
+  if (last) {
+    uncharge(h);
+    record_free(AllocKind::vmm_physical, h.device, e.handle, h.size, 0, 0, stack);
+  }
+  return e.size;
 }
+}  // namespace
+
+void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
+  free_entry(kind, ptr, stream, true);
+}
+
+void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
+  // One cuMemUnmap may cover several adjacent cuMemMap ranges (the CUDA samples' multi-device
+  // VMM allocator maps one stripe per device and unmaps the whole range in one call): each
+  // mapping in [ptr, ptr + size) is freed, in address order.
+  std::uint64_t done = free_entry(AllocKind::vmm_map, reinterpret_cast<const void*>(ptr), 0, true);
+  while (done && done < size) {
+    std::uint64_t n = free_entry(AllocKind::vmm_map, reinterpret_cast<const void*>(ptr + done), 0, false);
+    if (!n) break;
+    done += n;
+  }
+}
+
 
 namespace {
 void record_dropped_block(void* arg, const PoolBlock& b) noexcept {

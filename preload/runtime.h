@@ -91,6 +91,8 @@ class PassAlloc {
 // handle released while still mapped stays held (and charged) until its last cuMemUnmap:
 // the memory is freed only then (CUDA Driver API, cuMemRelease).
 void note_free(format::AllocKind kind, const void* ptr, std::uint64_t stream) noexcept;
+// cuMemUnmap(ptr, size), before the real call: frees every mapping in the range.
+void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept;
 // cuMemMap succeeded: the mapping refers to `handle`.
 void note_map(CUdeviceptr ptr, std::size_t size, CUmemGenericAllocationHandle handle) noexcept;
 // cuMemPoolCreate succeeded: remember the pool's device.

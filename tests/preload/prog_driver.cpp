@@ -118,6 +118,25 @@ int main() {
   OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap")(va, gran));
   OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemAddressFree")(va, 2 * gran));
   OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(handle));
+
+  // Two handles mapped side by side, released while mapped, then one cuMemUnmap over both
+  // mappings (as the CUDA samples' multi-device VMM allocator frees its stripes): both
+  // mappings and both handles are freed by that one call.
+  auto create = get<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
+      "cuMemCreate");
+  auto map = get<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>("cuMemMap");
+  CUmemGenericAllocationHandle h1, h2;
+  OK(create(&h1, gran, &prop, 0));
+  OK(create(&h2, 2 * gran, &prop, 0));
+  CUdeviceptr va2 = 0;
+  OK(get<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>("cuMemAddressReserve")(
+      &va2, 3 * gran, 0, 0, 0));
+  OK(map(va2, gran, 0, h1, 0));
+  OK(map(va2 + gran, 2 * gran, 0, h2, 0));
+  OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(h1));
+  OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(h2));
+  OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap")(va2, 3 * gran));
+  OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemAddressFree")(va2, 3 * gran));
   OK(get<CUresult (*)(CUstream)>("cuStreamDestroy")(s));
   std::printf("prog_driver: ok (granularity %zu)\n", gran);
   return 0;

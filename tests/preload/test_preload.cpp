@@ -113,13 +113,26 @@ TEST(Preload, DriverApiThroughDlsymAndGetProcAddress) {
   EXPECT_EQ(t.count_frees(AllocKind::pitch), 1u);
   EXPECT_EQ(t.count_allocs(AllocKind::host_pinned), 2u);
   EXPECT_EQ(t.count_frees(AllocKind::host_pinned), 2u);
-  EXPECT_EQ(t.count_allocs(AllocKind::vmm_physical), 1u);
-  EXPECT_EQ(t.count_frees(AllocKind::vmm_physical), 1u);
-  EXPECT_EQ(t.count_allocs(AllocKind::vmm_map), 1u);
-  EXPECT_EQ(t.count_frees(AllocKind::vmm_map), 1u);
-  EXPECT_EQ(t.count_allocs(AllocKind::va_reserve), 1u);
-  EXPECT_EQ(t.count_frees(AllocKind::va_reserve), 1u);
+  // 1 handle mapped and unmapped alone, then 2 handles released while mapped and unmapped by
+  // one cuMemUnmap spanning both mappings: every mapping and handle is freed.
+  EXPECT_EQ(t.count_allocs(AllocKind::vmm_physical), 3u);
+  EXPECT_EQ(t.count_frees(AllocKind::vmm_physical), 3u);
+  EXPECT_EQ(t.count_allocs(AllocKind::vmm_map), 3u);
+  EXPECT_EQ(t.count_frees(AllocKind::vmm_map), 3u);
+  EXPECT_EQ(t.count_allocs(AllocKind::va_reserve), 2u);
+  EXPECT_EQ(t.count_frees(AllocKind::va_reserve), 2u);
   for (auto& f : t.frees) EXPECT_FALSE(f.flags & gpuheap::format::kFlagFailed);
+  // The spanning unmap's frees: both mappings (address order), each handle right after its
+  // last mapping goes, with the sizes that were mapped and created.
+  std::vector<std::pair<AllocKind, std::uint64_t>> vmm;
+  for (auto& f : t.frees)
+    if (f.kind == AllocKind::vmm_map || f.kind == AllocKind::vmm_physical) vmm.emplace_back(f.kind, f.size);
+  ASSERT_EQ(vmm.size(), 6u);
+  const std::uint64_t gran = vmm[0].second;
+  EXPECT_EQ(vmm[2], std::make_pair(AllocKind::vmm_map, gran));
+  EXPECT_EQ(vmm[3], std::make_pair(AllocKind::vmm_physical, gran));
+  EXPECT_EQ(vmm[4], std::make_pair(AllocKind::vmm_map, 2 * gran));
+  EXPECT_EQ(vmm[5], std::make_pair(AllocKind::vmm_physical, 2 * gran));
 }
 
 TEST(Preload, SixteenThreadsExactEventCounts) {
