@@ -28,7 +28,6 @@ namespace {
 // File windows are this long unless the disk or RLIMIT_FSIZE leaves less. A record (at most
 // kMaxPayload + frame header) always fits in the current window plus the next one.
 constexpr std::uint64_t kWindowBytes = 4u << 20;
-constexpr std::uint64_t kPage = 4096;
 static_assert(kWindowBytes >= format::kMaxPayload + format::kFrameHeaderSize);
 
 // File range [start, end) mapped at base (MAP_SHARED, space allocated with posix_fallocate).
@@ -57,9 +56,21 @@ struct Sink {
   // hand, under alloc_mu, never below zeroed_upto (space that may already hold records).
   pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
   std::uint64_t zeroed_upto = 0;
+  // mmap offsets and fallocate granularity: the kernel's page size, read at open (4 KiB on
+  // x86-64, but 16/64 KiB on some aarch64 kernels, where a 4 KiB-aligned window offset is
+  // EINVAL). kWindowBytes is a multiple of every page size Linux uses.
+  std::uint64_t page = 4096;
 };
 
 constinit Sink g;
+
+// Copies s into buf from `at` on, leaving room for the terminating NUL (written); returns
+// the new end. For messages built where snprintf is not allowed (signal handlers).
+std::size_t append_cstr(char* buf, std::size_t cap, std::size_t at, const char* s) noexcept {
+  while (*s && at + 1 < cap) buf[at++] = *s++;
+  if (at < cap) buf[at] = 0;
+  return at;
+}
 constinit std::atomic<int> g_state{static_cast<int>(SinkState::off)};
 constinit std::atomic<std::uint64_t> g_dropped{0};
 constinit std::atomic<bool> g_warned{false};
@@ -99,8 +110,8 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
   static const char zero = 0;
   // The last byte of each page-sized block from `from` on; the file grows as it goes, so a
   // failure (ENOSPC) leaves [.., the last block written) allocated and zeroed_upto below it.
-  for (std::uint64_t b = from; b < end && rc == 0; b += kPage) {
-    std::uint64_t at = (b | (kPage - 1)) < end ? (b | (kPage - 1)) : end - 1;
+  for (std::uint64_t b = from; b < end && rc == 0; b += g.page) {
+    std::uint64_t at = (b | (g.page - 1)) < end ? (b | (g.page - 1)) : end - 1;
     ssize_t n;
     do n = pwrite(fd, &zero, 1, static_cast<off_t>(at));
     while (n < 0 && errno == EINTR);
@@ -125,14 +136,14 @@ int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
   if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     std::uint64_t limit = rl.rlim_cur;
     // Checked here rather than left to the kernel, which would also send SIGXFSZ.
-    if (start + kPage > limit) return EFBIG;
-    if (limit - start < len) len = (limit - start) & ~(kPage - 1);
+    if (start + g.page > limit) return EFBIG;
+    if (limit - start < len) len = (limit - start) & ~(g.page - 1);
   }
   for (;;) {
     int rc = reserve_space(fd, start, len);
     if (rc == 0) break;
-    if ((rc != ENOSPC && rc != EFBIG) || len <= kPage) return rc;
-    len = (len / 2) & ~(kPage - 1);
+    if ((rc != ENOSPC && rc != EFBIG) || len <= g.page) return rc;
+    len = (len / 2) & ~(g.page - 1);
   }
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (p == MAP_FAILED) return errno;
@@ -156,9 +167,14 @@ void fail_locked(int err) noexcept {
   set_state(SinkState::failed);
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
+  // May run inside a signal handler (the end record of a crash): no snprintf, no strerror
+  // (locale, malloc); strerrordesc_np returns a constant string (glibc >= 2.32).
   char msg[4300];
-  snprintf(msg, sizeof msg, "writing trace %s failed (%s); tracing stopped, the program continues",
-           g.path, strerror(err));
+  const char* desc = strerrordesc_np(err);
+  const char* parts[] = {"writing trace ", g.path, " failed (", desc ? desc : "unknown error",
+                         "); tracing stopped, the program continues"};
+  std::size_t at = 0;
+  for (const char* part : parts) at = append_cstr(msg, sizeof msg, at, part);
   sink_warn_once(msg);
 }
 
@@ -287,7 +303,9 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t /*m
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0) close(g.fd);
   g.fd = fd;
-  snprintf(g.path, sizeof g.path, "%s", path);
+  append_cstr(g.path, sizeof g.path, 0, path);
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0 && kWindowBytes % static_cast<std::uint64_t>(page) == 0) g.page = static_cast<std::uint64_t>(page);
   g.flush_ns = flush_ns ? flush_ns : 20'000'000;
   g.off = header_bytes;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
@@ -424,10 +442,12 @@ void sink_count_dropped() noexcept {
 
 void sink_warn_once(const char* msg) noexcept {
   if (g_warned.exchange(true)) return;
+  // Async-signal-safe (a crash handler may get here): plain copies and one write(2).
   char line[4400];
-  int n = snprintf(line, sizeof line, "gpuheap: %s\n", msg);
-  if (n > static_cast<int>(sizeof line) - 1) n = sizeof line - 1;
-  if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n)) < 0) { /* nothing to do */ }
+  std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: ");
+  n = append_cstr(line, sizeof line - 1, n, msg);
+  line[n++] = '\n';
+  if (write(STDERR_FILENO, line, n) < 0) { /* nothing to do */ }
 }
 void sink_reset_warning() noexcept { g_warned.store(false); }
 
