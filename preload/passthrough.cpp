@@ -43,7 +43,7 @@ int device_of_ctx(CUcontext ctx) noexcept {
   ContextState* states[64];
   int n = all_states(states, 64);
   for (int i = 0; i < n; ++i)
-    if (states[i]->ctx == ctx) return states[i]->device;
+    if (states[i]->ctx == ctx && !states[i]->retired.load(std::memory_order_acquire)) return states[i]->device;
   ContextScope scope(ctx);
   return current_device();
 }
@@ -261,6 +261,7 @@ void note_context_destroyed(CUcontext ctx) noexcept {
     if (states[i]->ctx != ctx) continue;
     int dev = states[i]->device;
     states[i]->upstream.forget(states[i]->pool.abandon(record_dropped_block, &dev));
+    states[i]->retired.store(true, std::memory_order_release);
   }
   // Stream-ordered allocations live in memory pools, which a reset does not destroy
   // (CUDA Runtime API, cudaDeviceReset); VMM handles are not tied to a context.

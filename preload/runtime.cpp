@@ -46,22 +46,36 @@ thread_local ThreadCache t_cache{nullptr, nullptr};
 std::atomic<unsigned> g_fork_generation{0};
 thread_local unsigned t_cache_generation = 0;
 
+bool serves(const ContextState* s, CUcontext ctx) noexcept {
+  return s && s->ctx == ctx && !s->retired.load(std::memory_order_acquire);
+}
+
 ContextState* find_or_create(CUcontext ctx) noexcept {
   int n = g_num_states.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     ContextState* s = g_states[i].load(std::memory_order_acquire);
-    if (s && s->ctx == ctx) return s;
+    if (serves(s, ctx)) return s;
   }
   std::lock_guard<std::mutex> lk(g_states_mu);
   n = g_num_states.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     ContextState* s = g_states[i].load(std::memory_order_acquire);
-    if (s && s->ctx == ctx) return s;
+    if (serves(s, ctx)) return s;
   }
-  if (n == kMaxStates) return nullptr;  // absurd number of contexts: pass through
   CUdevice dev = 0;
   auto get_dev = real<Fn::cuCtxGetDevice>();
   if (!get_dev || get_dev(&dev) != CUDA_SUCCESS) return nullptr;
+  // A destroyed context's state (empty pool) serves a new context with its handle on its
+  // device again (also the primary context after a reset), so recreating contexts in a
+  // loop does not use up the table.
+  for (int i = 0; i < n; ++i) {
+    ContextState* s = g_states[i].load(std::memory_order_acquire);
+    if (s && s->ctx == ctx && s->device == static_cast<int>(dev)) {
+      s->retired.store(false, std::memory_order_release);
+      return s;
+    }
+  }
+  if (n == kMaxStates) return nullptr;  // absurd number of contexts: pass through
   PoolConfig cfg;
   cfg.seal_interval_ns = g_settings.seal_ns;
   cfg.unsafe_reuse = g_settings.unsafe_reuse;
@@ -133,7 +147,7 @@ ContextState* current_state() noexcept {
   CUcontext ctx = nullptr;
   if (!get || get(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
   unsigned gen = g_fork_generation.load(std::memory_order_relaxed);
-  if (t_cache.ctx == ctx && t_cache.state && t_cache_generation == gen) return t_cache.state;
+  if (t_cache.ctx == ctx && serves(t_cache.state, ctx) && t_cache_generation == gen) return t_cache.state;
   ContextState* s = find_or_create(ctx);
   t_cache = {ctx, s};
   t_cache_generation = gen;

@@ -3,6 +3,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+
 #include "preload/cuda_upstream.h"
 #include "preload/pool.h"
 
@@ -29,6 +31,10 @@ class TraceObserver final : public PoolObserver {
 struct ContextState {
   CUcontext ctx = nullptr;
   int device = 0;
+  // The context was destroyed (its pool abandoned). The driver hands the same CUcontext
+  // value to a later cuCtxCreate, possibly on another device: lookups by handle skip a
+  // retired state, and only a new context on the same device takes it back.
+  std::atomic<bool> retired{false};
   CudaUpstream upstream;
   TraceObserver observer;
   Pool pool;

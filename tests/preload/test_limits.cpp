@@ -1,9 +1,14 @@
-// GPUHEAP_LIMIT, cudaMemGetInfo inside the cap, OOM records and reports, cache control.
+// GPUHEAP_LIMIT, cudaMemGetInfo inside the cap, OOM records and reports, cache control,
+// context teardown (device reset, cuCtxDestroy).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
 
 #include "tests/preload/run_prog.h"
 #include "tests/preload/trace_file.h"
@@ -201,4 +206,149 @@ TEST(Limits, DeviceResetTraceReplaysCleanly) {
   EXPECT_EQ(text.out.find("warning"), std::string::npos) << text.out;
   CmdRun check = run_cmd(kBuild + "/gpuheap check --max-leaked 0 --max-reserved 12MiB " + trace + " 2>&1");
   EXPECT_EQ(check.status, 0) << check.out;
+}
+
+// cuCtxDestroy (prog_ctx, see its header). The numbers a line of the program's stdout that
+// starts with `tag` carries (decimal or 0x-hex).
+namespace {
+std::vector<std::uint64_t> numbers_after(const std::string& out, const std::string& tag) {
+  std::vector<std::uint64_t> v;
+  std::size_t at = out.find(tag + " ");
+  if (at == std::string::npos) return v;
+  std::size_t end = out.find('\n', at);
+  const char* p = out.c_str() + at + tag.size();
+  const char* e = out.c_str() + (end == std::string::npos ? out.size() : end);
+  while (p < e) {
+    char* next = nullptr;
+    std::uint64_t x = std::strtoull(p, &next, 0);
+    if (next == p) break;
+    v.push_back(x);
+    p = next;
+  }
+  return v;
+}
+
+// The first successful free of `a`'s pointer after it was allocated, or nullptr.
+const format::FreeRecord* free_of(const TraceFile& t, const format::AllocRecord& a) {
+  for (auto& f : t.frees)
+    if (f.ptr == a.ptr && f.ts > a.ts && !(f.flags & format::kFlagFailed)) return &f;
+  return nullptr;
+}
+}  // namespace
+
+// Everything a created context held is freed in the trace by its cuCtxDestroy: pooled blocks
+// (live ones as frees, and their segments), pitch, managed and pinned host memory, each on its
+// device with its size; the pool's segments of that context go too, and nothing else does.
+// The destroyed handle comes back from the next cuCtxCreate on device 1: what is allocated
+// there belongs to device 1. cuCtxDestroy of the primary context is refused by the driver and
+// must leave the primary pool alone. The analyzer sees no leak and no unmatched free.
+TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
+  ASSERT_EQ(run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2"}, /*preload=*/false).status, 0);
+  ProgRun r = run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2"});
+  EXPECT_EQ(r.status, 0) << r.err;  // the trace of the first context is checked even so
+  auto c1 = numbers_after(r.out, "ctx1"), c2 = numbers_after(r.out, "ctx2"), live = numbers_after(r.out, "live");
+  ASSERT_EQ(c1.size(), 3u) << r.out;  // create, destroy called, destroy returned
+  ASSERT_EQ(live.size(), 5u) << r.out;  // a, c, pitched, managed, host: left for the destroy
+  const std::uint64_t stale = live[0];
+  TraceFile t = load_trace(r.traces.at(0));
+  auto in_destroy = [&](std::uint64_t ts) {
+    return (ts >= c1[1] && ts <= c1[2]) || (c2.size() == 3 && ts >= c2[1] && ts <= c2[2]);
+  };
+
+  // The first context: 6 allocations, each freed once, with its device and size; the 5 left
+  // live by the program during cuCtxDestroy, the other one before.
+  std::map<AllocKind, int> kinds;
+  for (auto& a : t.allocs) {
+    if (a.ts < c1[0] || a.ts >= c1[1]) continue;
+    ++kinds[a.kind];
+    EXPECT_EQ(a.device, a.kind == AllocKind::host_pinned ? -1 : 0) << format::alloc_kind_name(a.kind);
+    const format::FreeRecord* f = free_of(t, a);
+    if (!f) {
+      ADD_FAILURE() << "never freed: " << format::alloc_kind_name(a.kind) << std::hex << " " << a.ptr;
+      continue;
+    }
+    EXPECT_EQ(f->device, a.device) << format::alloc_kind_name(a.kind);
+    EXPECT_EQ(f->kind, a.kind);
+    EXPECT_EQ(f->size, a.size) << format::alloc_kind_name(a.kind);
+    const bool left_live = std::find(live.begin(), live.end(), a.ptr) != live.end();
+    EXPECT_EQ(f->ts >= c1[1] && f->ts <= c1[2], left_live) << format::alloc_kind_name(a.kind) << std::hex << " " << a.ptr;
+  }
+  EXPECT_EQ(kinds, (std::map<AllocKind, int>{{AllocKind::device_pooled, 3},
+                                             {AllocKind::managed, 1},
+                                             {AllocKind::host_pinned, 1},
+                                             {AllocKind::pitch, 1}}));
+  // Its pool's three segments (30 MiB, 20 MiB, 2 MiB small) go back with it.
+  std::size_t segs1 = 0;
+  for (auto& s : t.segments) {
+    if (s.ts < c1[0] || s.ts >= c1[1]) continue;
+    ++segs1;
+    EXPECT_EQ(s.device, 0);
+    std::size_t n = 0;
+    for (auto& sf : t.segment_frees) n += sf.ptr == s.ptr && sf.size == s.size && sf.device == 0 && sf.ts >= c1[1] && sf.ts <= c1[2];
+    EXPECT_EQ(n, 1u) << std::hex << s.ptr;
+  }
+  EXPECT_EQ(segs1, 3u);
+  // Segments are freed only by the two destroys (the primary pool keeps its cache to the end).
+  for (auto& sf : t.segment_frees) EXPECT_TRUE(in_destroy(sf.ts)) << std::hex << sf.ptr << " device " << sf.device;
+
+  // The only failed free is the program's cuMemFree of a dead-context pointer, after the destroy.
+  std::size_t failed = 0;
+  for (auto& f : t.frees)
+    if (f.flags & format::kFlagFailed) {
+      ++failed;
+      EXPECT_EQ(f.ptr, stale);
+      EXPECT_GT(f.ts, c1[2]);
+    }
+  EXPECT_EQ(failed, 1u);
+
+  // The recycled handle on device 1: its allocations, frees and segments are device 1's.
+  ASSERT_EQ(c2.size(), 3u) << r.out;
+  std::size_t allocs2 = 0;
+  for (auto& a : t.allocs) {
+    if (a.ts < c2[0] || a.ts >= c2[1]) continue;
+    ++allocs2;
+    EXPECT_EQ(a.device, 1);
+    const format::FreeRecord* f = free_of(t, a);
+    if (!f) {
+      ADD_FAILURE() << "never freed: " << std::hex << a.ptr;
+      continue;
+    }
+    EXPECT_EQ(f->device, 1);
+    EXPECT_LE(f->ts, c2[2]);
+  }
+  EXPECT_EQ(allocs2, 2u);
+  std::size_t segs2 = 0;
+  for (auto& s : t.segments)
+    if (s.ts >= c2[0] && s.ts < c2[1]) {
+      ++segs2;
+      EXPECT_EQ(s.device, 1);
+    }
+  EXPECT_GE(segs2, 1u);
+
+  CmdRun js = run_cmd(kBuild + "/gpuheap summary --json " + r.traces.at(0));
+  ASSERT_EQ(js.status, 0) << js.out;
+  auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["leaked_count"], 0);
+  EXPECT_EQ(j["leaked_bytes"], 0);
+  EXPECT_EQ(j["trace"]["unmatched_frees"], 0);
+  EXPECT_EQ(j["trace"]["unmatched_free_completed"], 0);
+  bool saw_device1 = false;
+  for (const auto& d : j["devices"]) {
+    if (d["device"] != 1) continue;
+    saw_device1 = true;  // all of it went with the second context
+    for (const char* stat : {"active_bytes", "allocated_bytes", "requested_bytes", "reserved_bytes", "segments"})
+      EXPECT_EQ(d[stat]["current"], 0) << stat;
+  }
+  EXPECT_TRUE(saw_device1);
+}
+
+// Under a cap the destroyed context's charge (pool segments and pass-through memory) is given
+// back: the primary context then gets 60 of the 64 MiB, and the recycled handle on device 1 is
+// charged to device 1, not to device 0's full budget.
+TEST(Limits, CtxDestroyGivesTheChargeBack) {
+  ProgRun r = run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2", "GPUHEAP_LIMIT=64MiB"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  TraceFile t = load_trace(r.traces.at(0));
+  EXPECT_TRUE(t.ooms.empty());
+  EXPECT_EQ(r.err.find("out of memory"), std::string::npos) << r.err;
 }

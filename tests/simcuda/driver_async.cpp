@@ -25,7 +25,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream
     pool = &device(dev).default_pool;
   }
   uintptr_t p = 0;
-  CUresult r = alloc_memory(dev, size, Kind::async, pool, false, &p);
+  CUresult r = alloc_memory(dev, nullptr, size, Kind::async, pool, false, &p);
   if (r == CUDA_SUCCESS) *dptr = p;
   return r;
 }

@@ -1,5 +1,5 @@
-// Simulated driver: global state, initialisation, devices, contexts, error strings, counters and
-// the simcuda_* test-control API.
+// Simulated driver: global state, initialisation, devices, error strings, counters and the
+// simcuda_* test-control API (contexts: driver_ctx.cpp).
 #include "driver_internal.h"
 #include "simcuda.h"
 
@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 namespace gpuheap::detail::sim {
 namespace {
@@ -49,6 +48,7 @@ State* make_state() {
     d.ordinal = i;
     d.total = total;
     d.primary.device = i;
+    d.primary.primary = true;
     d.legacy.device = i;
     d.legacy.legacy = true;
     d.default_pool.device = i;
@@ -57,8 +57,6 @@ State* make_state() {
   }
   return s;
 }
-
-thread_local std::vector<CUctx_st*> t_ctx_stack;  // top = current context
 
 struct CounterSlot {
   const char* name;
@@ -84,6 +82,9 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY",
+     "the provided execution affinity is not supported"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
@@ -113,27 +114,8 @@ CUresult check_init() {
   return state().initialized.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-CUctx_st* current_ctx() { return t_ctx_stack.empty() ? nullptr : t_ctx_stack.back(); }
-
-CUresult ctx_device(int* dev) {
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  CUctx_st* c = current_ctx();
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  *dev = c->device;
-  return CUDA_SUCCESS;
-}
-
 bool valid_device(int d) { return d >= 0 && d < state().device_count; }
 Device& device(int ordinal) { return state().devices[ordinal]; }
-
-namespace {
-bool is_primary(CUcontext c) {
-  State& s = state();
-  for (int i = 0; i < s.device_count; ++i)
-    if (c == &s.devices[i].primary) return true;
-  return false;
-}
-}  // namespace
 
 }  // namespace gpuheap::detail::sim
 
@@ -255,99 +237,6 @@ SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUd
     default: v = 0; break;
   }
   *value = v;
-  return CUDA_SUCCESS;
-}
-
-// ---- contexts (primary contexts only; cuCtxCreate is not simulated) ----------------------------
-
-SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  SIM_COUNT("cuDevicePrimaryCtxRetain");
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  device(dev).primary.refs.fetch_add(1);
-  *pctx = &device(dev).primary;
-  return CUDA_SUCCESS;
-}
-
-// The context (and its memory) stays usable when the count reaches 0; the real driver would
-// destroy it. Tests only need the reference counting to be accepted.
-SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  SIM_COUNT("cuDevicePrimaryCtxRelease_v2");
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  int expected = device(dev).primary.refs.load();
-  while (expected > 0 && !device(dev).primary.refs.compare_exchange_weak(expected, expected - 1)) {
-  }
-  return expected > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
-
-// Like cuDevicePrimaryCtxReset: waits for the device, then destroys all its allocations and
-// streams (cudaDeviceReset).
-SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  SIM_COUNT("cuDevicePrimaryCtxReset_v2");
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  sync_device(dev);
-  destroy_device_streams(dev);
-  free_device_allocations(dev);
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
-
-SIM_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *pctx = current_ctx();
-  return CUDA_SUCCESS;
-}
-
-// cuCtxSetCurrent replaces the top of the calling thread's stack (pushes onto an empty one);
-// NULL pops, as documented.
-SIM_API CUresult cuCtxSetCurrent(CUcontext ctx) {
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (ctx != nullptr && !is_primary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx == nullptr) {
-    if (!t_ctx_stack.empty()) t_ctx_stack.pop_back();
-  } else if (t_ctx_stack.empty()) {
-    t_ctx_stack.push_back(ctx);
-  } else {
-    t_ctx_stack.back() = ctx;
-  }
-  return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (ctx == nullptr || !is_primary(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  t_ctx_stack.push_back(ctx);
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
-
-SIM_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
-  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
-  if (t_ctx_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (pctx != nullptr) *pctx = t_ctx_stack.back();
-  t_ctx_stack.pop_back();
-  return CUDA_SUCCESS;
-}
-SIM_API CUresult cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
-
-SIM_API CUresult cuCtxGetDevice(CUdevice* dev) {
-  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int d = 0;
-  if (CUresult r = ctx_device(&d); r != CUDA_SUCCESS) return r;
-  *dev = d;
-  return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuCtxSynchronize() {
-  SIM_COUNT("cuCtxSynchronize");
-  int d = 0;
-  if (CUresult r = ctx_device(&d); r != CUDA_SUCCESS) return r;
-  sync_device(d);
   return CUDA_SUCCESS;
 }
 

@@ -53,15 +53,24 @@ struct Allocation {
   uint64_t id = 0;       // CU_POINTER_ATTRIBUTE_BUFFER_ID
   CUmemoryPool pool = nullptr;
   uint64_t vmm_handle = 0;  // Kind::vmm_map: the physical handle mapped here
+  // The context whose destruction frees it (cuCtxDestroy, cuDevicePrimaryCtxReset); nullptr
+  // for kinds no context owns (stream-ordered, VMM: "cuCtxDestroy() will not destroy memory
+  // allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync()").
+  CUctx_st* ctx = nullptr;
 };
 
 }  // namespace gpuheap::detail::sim
 
 // Opaque handle types of cuda.h are defined here (the runtime shares them: cudaStream_t is
 // CUstream_st*, cudaEvent_t is CUevent_st*, cudaMemPool_t is CUmemPoolHandle_st*).
+// Primary contexts live in their Device; created ones (cuCtxCreate) are never freed but
+// recycled by a later cuCtxCreate, so a stale handle never points to freed memory.
 struct CUctx_st {
   int device = 0;
+  bool primary = false;
+  unsigned flags = 0;
   std::atomic<int> refs{0};
+  std::atomic<bool> destroyed{false};  // cuCtxDestroy ran; until the handle is recycled
 };
 
 struct CUmemPoolHandle_st {
@@ -89,6 +98,7 @@ struct Op {
 
 struct CUstream_st {
   int device = 0;
+  CUctx_st* ctx = nullptr;  // created streams: the context that destroys them
   unsigned flags = 0;
   int priority = 0;
   bool legacy = false;
@@ -132,14 +142,19 @@ struct State {
   std::unordered_set<CUstream_st*> streams;
   std::unordered_set<CUevent_st*> events;
   std::unordered_set<CUmemPoolHandle_st*> pools;
+  std::unordered_set<CUctx_st*> contexts;      // created contexts, live or destroyed
+  std::vector<CUctx_st*> spare_contexts;       // destroyed ones, handed out again LIFO
 };
 
 State& state();  // created on first use, never destroyed (worker threads may outlive main)
 
 // Returns CUDA_ERROR_NOT_INITIALIZED until cuInit succeeded.
 CUresult check_init();
+
+// ---- contexts (driver_ctx.cpp) ----------------------------------------------------------------
 CUctx_st* current_ctx();
-// Current context's device, or CUDA_ERROR_INVALID_CONTEXT (after the init check).
+// Current context's device, or CUDA_ERROR_INVALID_CONTEXT (none current) /
+// CUDA_ERROR_CONTEXT_IS_DESTROYED (destroyed on another thread), after the init check.
 CUresult ctx_device(int* device);
 bool valid_device(int device);
 Device& device(int ordinal);
@@ -154,16 +169,20 @@ uint64_t enqueue(CUstream_st* s, std::function<void()> fn, bool trivial);
 void wait_stream(CUstream_st* s, uint64_t seq);
 void sync_stream(CUstream_st* s);
 void sync_device(int device);
-void destroy_device_streams(int device);  // primary context reset
+void destroy_context_streams(CUctx_st* ctx);  // context reset or destroy
 
 // ---- memory (driver_mem.cpp) ------------------------------------------------------------------
-CUresult alloc_memory(int device, size_t size, Kind kind, CUmemoryPool pool, bool low32, uintptr_t* out);
+// `ctx`: the owning context (Allocation::ctx), nullptr for kinds no context owns.
+CUresult alloc_memory(int device, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32,
+                      uintptr_t* out);
 // Removes the allocation at exactly `base` whose kind is in `kinds`; `out` receives it.
 CUresult take_allocation(uintptr_t base, std::initializer_list<Kind> kinds, Allocation* out);
 void release_allocation(const Allocation& a);  // munmap + uncharge
 bool find_allocation(uintptr_t p, Allocation* out);  // containing range
 bool range_is_known(uintptr_t p, size_t n);
-void free_device_allocations(int device);
+// Frees every allocation `ctx` owns; for a primary context also the device's stream-ordered
+// ones (cudaDeviceReset drops those too).
+void free_context_allocations(CUctx_st* ctx);
 
 // ---- vmm (driver_vmm.cpp) ---------------------------------------------------------------------
 void vmm_unref_handle(uint64_t handle);

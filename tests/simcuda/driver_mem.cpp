@@ -43,12 +43,13 @@ CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) {
 CUresult alloc_in_ctx(uintptr_t* out, size_t size, Kind kind, bool low32) {
   int dev = 0;
   if (CUresult r = ctx_device(&dev); r != CUDA_SUCCESS) return r;
-  return alloc_memory(dev, size, kind, nullptr, low32, out);
+  return alloc_memory(dev, current_ctx(), size, kind, nullptr, low32, out);
 }
 
 }  // namespace
 
-CUresult alloc_memory(int dev, size_t size, Kind kind, CUmemoryPool pool, bool low32, uintptr_t* out) {
+CUresult alloc_memory(int dev, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32,
+                      uintptr_t* out) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   const bool charged = kind != Kind::host;
   if (size > (SIZE_MAX >> 1)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -82,6 +83,7 @@ CUresult alloc_memory(int dev, size_t size, Kind kind, CUmemoryPool pool, bool l
   a.kind = kind;
   a.id = s.next_alloc_id++;
   a.pool = pool;
+  a.ctx = ctx;
   s.allocs[a.base] = a;
   *out = a.base;
   return CUDA_SUCCESS;
@@ -128,13 +130,20 @@ bool range_is_known(uintptr_t p, size_t n) {
   return true;
 }
 
-void free_device_allocations(int dev) {
+void free_context_allocations(CUctx_st* ctx) {
+  // A created context owns exactly what was allocated while it was current. A primary
+  // context reset also drops the device's context-less allocations (stream-ordered ones),
+  // never memory of the device's created contexts nor VMM mappings.
+  auto owned = [ctx](const Allocation& a) {
+    if (a.ctx == ctx) return true;
+    return ctx->primary && a.ctx == nullptr && a.device == ctx->device && a.kind != Kind::vmm_map;
+  };
   std::vector<Allocation> victims;
   {
     State& s = state();
     std::lock_guard lock(s.mem_mu);
     for (auto it = s.allocs.begin(); it != s.allocs.end();) {
-      if (it->second.device == dev && it->second.kind != Kind::vmm_map) {
+      if (owned(it->second)) {
         victims.push_back(it->second);
         it = s.allocs.erase(it);
       } else {
@@ -328,7 +337,9 @@ SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
   if (!find_allocation(p, &a)) return CUDA_ERROR_INVALID_VALUE;  // not a CUDA allocation
   const bool host_visible = a.kind == Kind::host || a.kind == Kind::managed;
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = &device(a.device).primary; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = a.ctx != nullptr ? a.ctx : &device(a.device).primary;
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<CUmemorytype*>(data) = a.kind == Kind::host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       break;

@@ -95,6 +95,7 @@ CUresult create_stream(CUstream* out, unsigned flags, int priority) {
   if (CUresult r = ctx_device(&dev); r != CUDA_SUCCESS) return r;
   auto* s = new CUstream_st();
   s->device = dev;
+  s->ctx = current_ctx();
   s->flags = flags;
   s->priority = std::clamp(priority, -5, 0);  // cuCtxGetStreamPriorityRange: [-5, 0]
   {
@@ -281,12 +282,12 @@ void sync_device(int dev) {
   for (auto& [t, seq] : targets) wait_stream(t, seq);
 }
 
-void destroy_device_streams(int dev) {
+void destroy_context_streams(CUctx_st* ctx) {
   std::vector<CUstream_st*> victims;
   {
     std::lock_guard lock(state().handle_mu);
     for (auto it = state().streams.begin(); it != state().streams.end();) {
-      if ((*it)->device == dev) {
+      if ((*it)->ctx == ctx) {
         victims.push_back(*it);
         it = state().streams.erase(it);
       } else {
