@@ -30,7 +30,7 @@ namespace {
 constexpr std::uint64_t kWindowBytes = 4u << 20;
 static_assert(kWindowBytes >= format::kMaxPayload + format::kFrameHeaderSize);
 
-// File range [start, end) mapped at base (MAP_SHARED, space allocated with posix_fallocate).
+// File range [start, end) mapped at base (MAP_SHARED, space reserved first: reserve_space).
 struct Window {
   unsigned char* base = nullptr;
   std::uint64_t start = 0, end = 0;
@@ -128,7 +128,7 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
 // that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno.
 //
 // RLIMIT_FSIZE is read here, for every window: a program may lower it while it runs
-// (setrlimit), and a posix_fallocate past the current limit is answered with SIGXFSZ, whose
+// (setrlimit), and an fallocate past the current limit is answered with SIGXFSZ, whose
 // default action kills the process.
 int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
   std::uint64_t len = kWindowBytes;
