@@ -188,7 +188,8 @@ nlohmann::json summary_without_leaks(const std::string& trace) {
 TEST(Limits, DeviceResetTraceReplaysCleanly) {
   ProgRun r = run("prog_limit", {"reset"}, {"GPUHEAP_LIMIT=64MiB"});
   ASSERT_EQ(r.status, 0) << r.err;
-  nlohmann::json j = summary_without_leaks(r.traces.at(0));
+  const std::string& trace = r.traces.at(0);
+  nlohmann::json j = summary_without_leaks(trace);
   ASSERT_EQ(j["devices"].size(), 1u);
   const auto& d = j["devices"][0];
   for (const char* stat : {"active_allocs", "active_bytes", "allocated_bytes", "allocations", "requested_bytes",
