@@ -269,13 +269,9 @@ GPUHEAP_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) {
   note_primary_reset(d, false);
   return drv<Fn::cuDevicePrimaryCtxReset>(d);
 }
-// The bookkeeping follows the driver's answer: it refuses a primary context ("Cannot destroy
-// primary context", CUDA_ERROR_INVALID_CONTEXT) and a destroyed one, and their memory is then
-// still live. note_context_destroyed makes no CUDA call on the context, so it can come after.
 GPUHEAP_EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
-  CUresult rc = drv<Fn::cuCtxDestroy_v2>(c);
-  if (rc == CUDA_SUCCESS) note_context_destroyed(c);
-  return rc;
+  note_context_destroy(c);  // before: the call hands the context's memory back to the driver
+  return drv<Fn::cuCtxDestroy_v2>(c);
 }
 GPUHEAP_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* m, const CUmemPoolProps* props) {
   // Not scoped: cudaMemPoolCreate reaches it from inside the runtime; the pool's device is

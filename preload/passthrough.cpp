@@ -104,7 +104,7 @@ void release_pool_caches(int device) noexcept {
   ContextState* states[64];
   int n = all_states(states, 64);
   for (int i = 0; i < n; ++i)
-    if (states[i]->device == device)
+    if (states[i]->device == device && !states[i]->retired.load(std::memory_order_acquire))
       states[i]->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
 }
 
@@ -234,13 +234,30 @@ void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
 
 void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
   // One cuMemUnmap may cover several adjacent cuMemMap ranges (the CUDA samples' multi-device
-  // VMM allocator maps one stripe per device and unmaps the whole range in one call): each
-  // mapping in [ptr, ptr + size) is freed, in address order.
-  std::uint64_t done = free_entry(AllocKind::vmm_map, reinterpret_cast<const void*>(ptr), 0, true);
-  while (done && done < size) {
-    std::uint64_t n = free_entry(AllocKind::vmm_map, reinterpret_cast<const void*>(ptr + done), 0, false);
+  // VMM allocator maps one stripe per device and unmaps the whole range in one call), but
+  // only whole ones: "the range must be the entire contiguous address range that was mapped
+  // to" (CUDA Driver API, cuMemUnmap); anything else is refused (CUDA_ERROR_INVALID_VALUE)
+  // and unmaps nothing. So the range is checked first: exactly tiled by tracked mappings,
+  // each is freed in address order; otherwise one failed free, and nothing changes.
+  const std::uint64_t end = ptr + size;
+  std::uint64_t at = ptr;
+  while (at < end) {
+    std::uint64_t n = 0;
+    registry().update(Family::vmm_map, at, [&](Entry& e) {
+      n = e.size;
+      return false;
+    });
     if (!n) break;
-    done += n;
+    at += n;
+  }
+  if (size == 0 || at != end) {
+    record_free(AllocKind::vmm_map, -1, ptr, 0, format::kFlagFailed, 0, free_stack());
+    return;
+  }
+  for (at = ptr; at < end;) {
+    std::uint64_t n = free_entry(AllocKind::vmm_map, reinterpret_cast<const void*>(at), 0, true);
+    if (!n) break;  // unmapped meanwhile by another thread (the program's race)
+    at += n;
   }
 }
 
@@ -260,8 +277,11 @@ void note_context_destroyed(CUcontext ctx) noexcept {
   for (int i = 0; i < n; ++i) {
     if (states[i]->ctx != ctx) continue;
     int dev = states[i]->device;
-    states[i]->upstream.forget(states[i]->pool.abandon(record_dropped_block, &dev));
+    // Retired first: a thread racing the teardown finds no pool for ctx rather than one
+    // being emptied (it then makes or revives one; a program using a context it is
+    // destroying gets what the driver gives it).
     states[i]->retired.store(true, std::memory_order_release);
+    states[i]->upstream.forget(states[i]->pool.abandon(record_dropped_block, &dev));
   }
   // Stream-ordered allocations live in memory pools, which a reset does not destroy
   // (CUDA Runtime API, cudaDeviceReset); VMM handles are not tied to a context.
@@ -274,6 +294,39 @@ void note_context_destroyed(CUcontext ctx) noexcept {
   stream_registry().remove_context(ctx);
 }
 
+void note_context_destroy(CUcontext ctx) noexcept {
+  if (!ctx) return;
+  HookScope guard;
+  // The device of what gpuheap tracks in ctx; nothing tracked (or destroyed already): no-op.
+  int dev = -1;
+  ContextState* states[64];
+  int n = all_states(states, 64);
+  for (int i = 0; i < n; ++i)
+    if (states[i]->ctx == ctx && !states[i]->retired.load(std::memory_order_acquire)) dev = states[i]->device;
+  if (dev < 0) registry().for_each(Family::pointer, [&](const Entry& e) {
+    if (e.ctx == ctx) dev = e.device;
+  });
+  if (dev < 0) return;
+  // The driver refuses to destroy a primary context ("Cannot destroy primary context",
+  // CUDA_ERROR_INVALID_CONTEXT): its memory stays live. Recognised without creating anything:
+  // only an active primary context is retained (and released) to compare handles.
+  auto get_state = real<Fn::cuDevicePrimaryCtxGetState>();
+  auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
+  auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();
+  unsigned flags = 0;
+  int active = 0;
+  if (get_state && retain && release && get_state(dev, &flags, &active) == CUDA_SUCCESS && active) {
+    CUcontext primary = nullptr;
+    if (retain(&primary, dev) == CUDA_SUCCESS) {
+      release(dev);
+      if (primary == ctx) return;
+    }
+  }
+  // Recorded before the real destroy: once it returns, the driver may hand the addresses
+  // (and the handle) to another thread, whose allocations must come after these frees.
+  note_context_destroyed(ctx);
+}
+
 void note_primary_reset(int device, bool only_if_current) noexcept {
   if (device < 0) device = current_device();
   if (device < 0) return;
@@ -282,7 +335,8 @@ void note_primary_reset(int device, bool only_if_current) noexcept {
   bool tracked = false;
   ContextState* states[64];
   int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i) tracked |= states[i]->device == device;
+  for (int i = 0; i < n; ++i)
+    tracked |= states[i]->device == device && !states[i]->retired.load(std::memory_order_acquire);
   registry().for_each(Family::pointer, [&](const Entry& e) { tracked |= e.device == device && e.ctx; });
   auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
   auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();

@@ -99,7 +99,8 @@ namespace detail {
   X(cuDeviceGetCount, cuDeviceGetCount)                            \
   X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool)          \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)            \
-  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2)
+  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2)    \
+  X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState)
 
 }  // namespace detail
 }  // namespace gpuheap

@@ -174,7 +174,9 @@ std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
   ContextState* states[kMaxStates];
   int n = all_states(states, kMaxStates);
   std::size_t total = 0;
-  for (int i = 0; i < n; ++i) total += states[i]->pool.empty_cache(static_cast<int>(reason));
+  for (int i = 0; i < n; ++i)
+    if (!states[i]->retired.load(std::memory_order_acquire))
+      total += states[i]->pool.empty_cache(static_cast<int>(reason));
   return total;
 }
 

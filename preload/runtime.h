@@ -120,6 +120,9 @@ void note_stream_destroyed(CUstream s) noexcept;
 // resets only the runtime's state). Unscoped: the runtime reaches the driver's reset from
 // inside cudaDeviceReset.
 void note_context_destroyed(CUcontext ctx) noexcept;
+// cuCtxDestroy, before the real call: note_context_destroyed, unless ctx is a primary
+// context (which the driver refuses to destroy) or holds nothing gpuheap tracks.
+void note_context_destroy(CUcontext ctx) noexcept;
 void note_primary_reset(int device, bool only_if_current) noexcept;
 
 // ---- lookups that can hand out driver/runtime functions ----

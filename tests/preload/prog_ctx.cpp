@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #define EXPECT(c)                                                                 \
@@ -74,6 +75,36 @@ int main(int argc, char** argv) {
   auto alloc_host = get<CUresult (*)(void**, size_t)>("cuMemAllocHost");
   EXPECT(create_v2 && create && destroy && get_current && push && get_device && mem_alloc && mem_free &&
          alloc_pitch && alloc_managed && alloc_host);
+
+  if (argc > 1 && std::string(argv[1]) == "cycle") {
+    // `prog_ctx cycle`: 100 contexts created and destroyed in turn on device 0, more than
+    // gpuheap's table of 64 pool states; the handle comes back each time. A worker thread
+    // allocates in each context (a live block, dropped by the destroy) and the main thread
+    // allocates and frees one.
+    auto set_current = get<CUresult (*)(CUcontext)>("cuCtxSetCurrent");
+    EXPECT(set_current != nullptr);
+    CUcontext first = nullptr;
+    int reused = 0;
+    for (int i = 0; i < 100; ++i) {
+      CUcontext ctx = nullptr;
+      OK(create_v2(&ctx, 0, 0));
+      if (i == 0) first = ctx;
+      reused += ctx == first;
+      CUresult worker_rc = CUDA_ERROR_UNKNOWN;
+      std::thread([&] {
+        CUdeviceptr w = 0;
+        worker_rc = set_current(ctx);
+        if (worker_rc == CUDA_SUCCESS) worker_rc = mem_alloc(&w, 2 * MiB);
+      }).join();
+      OK(worker_rc);
+      CUdeviceptr m = 0;
+      OK(mem_alloc(&m, 1 * MiB));
+      OK(mem_free(m));
+      OK(destroy(ctx));
+    }
+    std::printf("cycle reused=%d\n", reused);
+    return 0;
+  }
 
   CUcontext primary = nullptr, cur = nullptr;
   OK(get_current(&primary));

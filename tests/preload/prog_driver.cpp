@@ -135,6 +135,8 @@ int main() {
   OK(map(va2 + gran, 2 * gran, 0, h2, 0));
   OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(h1));
   OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(h2));
+  // Part of the second mapping only: refused, and nothing is unmapped.
+  EXPECT(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap")(va2, 2 * gran) == CUDA_ERROR_INVALID_VALUE);
   OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap")(va2, 3 * gran));
   OK(get<CUresult (*)(CUdeviceptr, size_t)>("cuMemAddressFree")(va2, 3 * gran));
   OK(get<CUresult (*)(CUstream)>("cuStreamDestroy")(s));

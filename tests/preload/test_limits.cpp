@@ -349,6 +349,23 @@ TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
 // Under a cap the destroyed context's charge (pool segments and pass-through memory) is given
 // back: the primary context then gets 60 of the 64 MiB, and the recycled handle on device 1 is
 // charged to device 1, not to device 0's full budget.
+// 100 contexts created and destroyed in turn (the handle reused each time, more contexts than
+// gpuheap's 64 pool states): each is served from its pool — the destroyed context's state
+// comes back for the new one — and each destroy frees what it held.
+TEST(Limits, CtxCreateDestroyCycleKeepsPooling) {
+  ProgRun r = run("prog_ctx", {"cycle"}, {});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("cycle reused=100"), std::string::npos) << r.out;  // simcuda reuses handles
+  TraceFile t = load_trace(r.traces.at(0));
+  EXPECT_TRUE(t.has_end);
+  EXPECT_EQ(t.count_allocs(AllocKind::device_pooled), 200u);
+  EXPECT_EQ(t.count_allocs(AllocKind::device_passthrough), 0u);
+  EXPECT_EQ(t.count_frees(AllocKind::device_pooled), 200u);
+  for (auto& f : t.frees) EXPECT_FALSE(f.flags & format::kFlagFailed);
+  for (auto& a : t.allocs) EXPECT_EQ(a.device, 0);
+  summary_without_leaks(r.traces.at(0));
+}
+
 TEST(Limits, CtxDestroyGivesTheChargeBack) {
   ProgRun r = run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2", "GPUHEAP_LIMIT=64MiB"});
   ASSERT_EQ(r.status, 0) << r.err;

@@ -46,7 +46,7 @@ done
 for s in cuInit cuGetProcAddress cuGetProcAddress_v2 cuMemAlloc cuMemAlloc_v2 cuMemFree_v2 cuMemGetInfo_v2 \
          cuMemAllocAsync cuMemAllocAsync_ptsz cuMemFreeAsync_ptsz cuMemAllocFromPoolAsync_ptsz \
          cuMemAllocPitch_v2 cuStreamDestroy_v2 cuEventDestroy_v2 cuCtxPushCurrent_v2 cuCtxPopCurrent_v2 \
-         cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 \
+         cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuDevicePrimaryCtxGetState \
          cuDeviceTotalMem_v2 cuMemGetAddressRange_v2 cuMemsetD8_v2 cuMemcpyHtoD_v2 cuMemcpyDtoH_v2 \
          cuDevicePrimaryCtxRelease_v2 cuEventRecord_ptsz cuStreamSynchronize_ptsz cuLaunchHostFunc_ptsz \
          cuMemCreate cuMemMap cuMemUnmap cuMemSetAccess cuPointerGetAttribute simcuda_used_bytes; do

@@ -95,6 +95,16 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  SIM_COUNT("cuDevicePrimaryCtxGetState");
+  if (CUresult r = check_init(); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = device(dev).primary.refs.load() > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
 // The context (and its memory) stays usable when the count reaches 0; the real driver would
 // destroy it. Tests only need the reference counting to be accepted.
 SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {

@@ -36,6 +36,7 @@ const Entry kTable[] = {
     E("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
     E("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
     E("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    E("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
     E("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
     E("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
     E("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset),
