@@ -155,6 +155,33 @@ int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
   return 0;
 }
 
+// The errors a trace file can meet, as strerror words them in the C locale; others by number.
+const char* errno_text(int err, char* buf, std::size_t cap) noexcept {
+  switch (err) {
+    case ENOSPC: return "No space left on device";
+    case EFBIG: return "File too large";
+    case EDQUOT: return "Disk quota exceeded";
+    case EIO: return "Input/output error";
+    case EROFS: return "Read-only file system";
+    case ENOMEM: return "Cannot allocate memory";
+    case EINVAL: return "Invalid argument";
+    case EBADF: return "Bad file descriptor";
+    case EACCES: return "Permission denied";
+    case ENODEV: return "No such device";
+    case EOPNOTSUPP: return "Operation not supported";
+    default: break;
+  }
+  char digits[16];
+  int n = 0;
+  unsigned v = err < 0 ? 0u - static_cast<unsigned>(err) : static_cast<unsigned>(err);
+  do digits[n++] = static_cast<char>('0' + v % 10), v /= 10;
+  while (v && n < 16);
+  std::size_t at = append_cstr(buf, cap, 0, "errno ");
+  while (n && at + 1 < cap) buf[at++] = digits[--n];
+  buf[at < cap ? at : cap - 1] = 0;
+  return buf;
+}
+
 void unmap(Window* w) noexcept {
   if (w->base) munmap(w->base, w->end - w->start);
   *w = Window{};
@@ -168,10 +195,10 @@ void fail_locked(int err) noexcept {
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
   // May run inside a signal handler (the end record of a crash): no snprintf, no strerror
-  // (locale, malloc); strerrordesc_np returns a constant string (glibc >= 2.32).
+  // (locale, malloc), and no strerrordesc_np (glibc >= 2.32 only).
   char msg[4300];
-  const char* desc = strerrordesc_np(err);
-  const char* parts[] = {"writing trace ", g.path, " failed (", desc ? desc : "unknown error",
+  char num[24];
+  const char* parts[] = {"writing trace ", g.path, " failed (", errno_text(err, num, sizeof num),
                          "); tracing stopped, the program continues"};
   std::size_t at = 0;
   for (const char* part : parts) at = append_cstr(msg, sizeof msg, at, part);
