@@ -71,7 +71,8 @@ for r in $(seq 1 "$rounds"); do
   start_writer; measure writer_tmpfs "$shm" "$r"; stop_writer
 done
 
-out="bench/results/stall-$(hostname -s)-$(date +%Y%m%d)$([ "$rate" != 0 ] && echo "-rate$rate").json"
+suffix=""; [ "$rate" = 0 ] || suffix="-rate$rate"
+out="bench/results/stall-$(hostname -s)-$(date +%Y%m%d)$suffix.json"
 python3 - "$tmp" "$out" "$rounds" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$ballast" <<'PY'
 import datetime, glob, json, os, platform, statistics, sys
 tmp, out, rounds, commit, ballast = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
