@@ -261,7 +261,6 @@ void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
   }
 }
 
-
 namespace {
 void record_dropped_block(void* arg, const PoolBlock& b) noexcept {
   auto flags = static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) | (b.oversize ? format::kFlagOversize : 0));
@@ -294,6 +293,19 @@ void note_context_destroyed(CUcontext ctx) noexcept {
   stream_registry().remove_context(ctx);
 }
 
+namespace {
+// The device's primary context (retained and released again to learn its handle; retaining
+// an inactive one creates it), or null.
+CUcontext primary_ctx(int device) noexcept {
+  auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
+  auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();
+  CUcontext primary = nullptr;
+  if (!retain || !release || retain(&primary, device) != CUDA_SUCCESS) return nullptr;
+  release(device);
+  return primary;
+}
+}  // namespace
+
 void note_context_destroy(CUcontext ctx) noexcept {
   if (!ctx) return;
   HookScope guard;
@@ -309,19 +321,11 @@ void note_context_destroy(CUcontext ctx) noexcept {
   if (dev < 0) return;
   // The driver refuses to destroy a primary context ("Cannot destroy primary context",
   // CUDA_ERROR_INVALID_CONTEXT): its memory stays live. Recognised without creating anything:
-  // only an active primary context is retained (and released) to compare handles.
+  // only an active primary context is looked up to compare handles.
   auto get_state = real<Fn::cuDevicePrimaryCtxGetState>();
-  auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
-  auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();
   unsigned flags = 0;
   int active = 0;
-  if (get_state && retain && release && get_state(dev, &flags, &active) == CUDA_SUCCESS && active) {
-    CUcontext primary = nullptr;
-    if (retain(&primary, dev) == CUDA_SUCCESS) {
-      release(dev);
-      if (primary == ctx) return;
-    }
-  }
+  if (get_state && get_state(dev, &flags, &active) == CUDA_SUCCESS && active && primary_ctx(dev) == ctx) return;
   // Recorded before the real destroy: once it returns, the driver may hand the addresses
   // (and the handle) to another thread, whose allocations must come after these frees.
   note_context_destroyed(ctx);
@@ -338,12 +342,9 @@ void note_primary_reset(int device, bool only_if_current) noexcept {
   for (int i = 0; i < n; ++i)
     tracked |= states[i]->device == device && !states[i]->retired.load(std::memory_order_acquire);
   registry().for_each(Family::pointer, [&](const Entry& e) { tracked |= e.device == device && e.ctx; });
-  auto retain = real<Fn::cuDevicePrimaryCtxRetain>();
-  auto release = real<Fn::cuDevicePrimaryCtxRelease_v2>();
-  CUcontext primary = nullptr;
-  if (!tracked || !retain || !release || retain(&primary, device) != CUDA_SUCCESS) return;
-  release(device);
-  if (!only_if_current || current_ctx() == primary) note_context_destroyed(primary);
+  if (!tracked) return;
+  CUcontext primary = primary_ctx(device);
+  if (primary && (!only_if_current || current_ctx() == primary)) note_context_destroyed(primary);
 }
 
 }  // namespace detail

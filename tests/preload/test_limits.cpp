@@ -346,9 +346,6 @@ TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
   EXPECT_TRUE(saw_device1);
 }
 
-// Under a cap the destroyed context's charge (pool segments and pass-through memory) is given
-// back: the primary context then gets 60 of the 64 MiB, and the recycled handle on device 1 is
-// charged to device 1, not to device 0's full budget.
 // 100 contexts created and destroyed in turn (the handle reused each time, more contexts than
 // gpuheap's 64 pool states): each is served from its pool — the destroyed context's state
 // comes back for the new one — and each destroy frees what it held.
@@ -366,6 +363,9 @@ TEST(Limits, CtxCreateDestroyCycleKeepsPooling) {
   summary_without_leaks(r.traces.at(0));
 }
 
+// Under a cap the destroyed context's charge (pool segments and pass-through memory) is given
+// back: the primary context then gets 60 of the 64 MiB, and the recycled handle on device 1 is
+// charged to device 1, not to device 0's full budget.
 TEST(Limits, CtxDestroyGivesTheChargeBack) {
   ProgRun r = run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2", "GPUHEAP_LIMIT=64MiB"});
   ASSERT_EQ(r.status, 0) << r.err;
