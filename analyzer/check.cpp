@@ -27,7 +27,7 @@ std::string top_site(const Analysis& a, int device, bool all_frames) {
   if (!bd || bd->peak_consumers.empty()) return "no live allocation recorded";
   StackResolver res(*best, all_frames);
   std::vector<SiteRow> rows;
-  for (const auto& s : bd->peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
+  for (const auto& s : bd->peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
   auto merged = merge_sites(rows, res);
   const auto& fr = res.frames(merged[0].stack);
   return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
@@ -41,7 +41,7 @@ std::string top_leak(const Analysis& a, bool all_frames) {
   if (!best) return "no leak";
   StackResolver res(*best, all_frames);
   std::vector<SiteRow> rows;
-  for (const auto& l : best->leaks) rows.push_back({l.stack, l.bytes, l.count});
+  for (const auto& l : best->leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
   auto merged = merge_sites(rows, res);
   const auto& fr = res.frames(merged[0].stack);
   return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
@@ -73,8 +73,11 @@ CheckMeasures measure(const Analysis& a) {
 }
 
 CheckMeasures measure_baseline(const nlohmann::json& doc) {
-  if (!doc.is_object() || doc.value("schema", "") != "gpuheap.summary/1")
-    throw InputError("baseline is not a gpuheap summary --json document (schema gpuheap.summary/1)");
+  // /1 documents count leaked_bytes in block bytes (a little above the requested bytes /2
+  // counts); their peaks mean the same. Both are accepted as baselines.
+  const std::string schema = doc.is_object() ? doc.value("schema", "") : "";
+  if (schema != "gpuheap.summary/2" && schema != "gpuheap.summary/1")
+    throw InputError("baseline is not a gpuheap summary --json document (schema gpuheap.summary/2 or /1)");
   CheckMeasures m;
   const nlohmann::json* devs = nullptr;
   const nlohmann::json* leaked = nullptr;
@@ -101,8 +104,26 @@ CheckMeasures measure_baseline(const nlohmann::json& doc) {
   return m;
 }
 
+std::string incompleteness(const TraceInfo& in) {
+  if (!in.has_end && in.cut_mid_record) return "no end record, and the file is cut mid-record";
+  if (!in.has_end) return "no end record: the process was killed or is still running";
+  return "the file is cut mid-record";
+}
+
 CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
   CheckResult r;
+  bool incomplete = false;
+  for (const auto& t : a.traces) {
+    if (!t->info.truncated) continue;
+    incomplete = true;
+    if (opt.allow_truncated)
+      r.notes.push_back(fmt::format("{} is incomplete ({}); checking what it holds (--allow-truncated)", t->info.path,
+                                    incompleteness(t->info)));
+    else
+      r.violations.push_back(fmt::format("{} is incomplete ({}), so its numbers cannot be trusted; "
+                                         "pass --allow-truncated to check what it holds",
+                                         t->info.path, incompleteness(t->info)));
+  }
   auto cur = measure(a);
   struct Item {
     const char* name;
@@ -157,6 +178,7 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
       }
     }
   }
+  if (incomplete && !opt.allow_truncated) r.passed.clear();
   return r;
 }
 

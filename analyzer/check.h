@@ -17,6 +17,7 @@ struct CheckOptions {
   std::string baseline;          // a `summary --json` document of an earlier run
   double tolerance_pct = 5.0;    // allowed growth over the baseline
   bool all_frames = false;
+  bool allow_truncated = false;  // check a trace without an end record (or cut) anyway
 };
 
 // The four measured quantities, as `check` and baselines see them: the largest per-device
@@ -30,9 +31,13 @@ CheckMeasures measure(const Analysis& a);
 // document is not one.
 CheckMeasures measure_baseline(const nlohmann::json& doc);
 
+// A trace that is not whole (no end record: killed or still running; or cut mid-record)
+// fails the check unless allow_truncated: its peaks and leaks describe only what was
+// written, so a limit that "held" on it says nothing. Then no limit is reported as passed.
 struct CheckResult {
   std::vector<std::string> violations;  // one line each
-  std::vector<std::string> passed;      // one line per limit that held
+  std::vector<std::string> passed;      // one line per limit that held (empty when incomplete and not allowed)
+  std::vector<std::string> notes;       // incomplete traces accepted with allow_truncated
 };
 CheckResult run_check(const Analysis& a, const CheckOptions& opt);
 

@@ -51,7 +51,7 @@ int real_main(int argc, char** argv) {
   SummaryOptions sopt;
   int top = 10;
   auto* summary = app.add_subcommand("summary", "Memory summary of one or more traces");
-  summary->add_flag("--json", json, "One JSON document (schema gpuheap.summary/1)");
+  summary->add_flag("--json", json, "One JSON document (schema gpuheap.summary/2)");
   summary->add_option("--device", sopt.device, "Only this device");
   summary->add_option("--top", top, "Entries per list (default 10)")->check(CLI::PositiveNumber);
   summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
@@ -69,6 +69,8 @@ int real_main(int argc, char** argv) {
   check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
       ->check(CLI::NonNegativeNumber);
   check->add_flag("--all-frames", copt.all_frames, "Keep gpuheap/CUDA-internal frames in site names");
+  check->add_flag("--allow-truncated", copt.allow_truncated,
+                  "Check a trace without an end record (killed or still running) instead of failing");
 
   std::string diff_a, diff_b;
   bool diff_all = false;
@@ -118,6 +120,7 @@ int real_main(int argc, char** argv) {
       throw UsageError("check: give at least one --max-* limit or --baseline");
     auto a = analyze(traces);
     auto r = run_check(a, copt);
+    for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
     for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());
     for (const auto& v : r.violations) std::printf("gpuheap check: FAIL: %s\n", v.c_str());
     return r.violations.empty() ? 0 : 1;

@@ -157,6 +157,7 @@ void Model::feed(const format::Record& r) {
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;
       touch_ts(r.end.ts);
+      complete_pending();
       break;
   }
 }
@@ -257,8 +258,8 @@ void Model::add_acc(DeviceState& d, const Live& e) {
   } else {
     acc = &d.acc_wild.get(e.stack);
   }
-  if (acc->epoch != d.epoch) *acc = {d.epoch, 0, 0};
-  acc->bytes += e.size, acc->count++;
+  if (acc->epoch != d.epoch) *acc = {d.epoch, 0, 0, 0};
+  acc->bytes += e.requested, acc->allocated += e.size, acc->count++;
 }
 
 void Model::on_alloc(const format::AllocRecord& a) {
@@ -279,8 +280,8 @@ void Model::on_alloc(const format::AllocRecord& a) {
   *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
             static_cast<std::uint8_t>(a.flags & ~kPending)};
   auto& st = site(a.stack);
-  st.allocs++, st.alloc_bytes += size;
-  st.live_bytes += static_cast<std::int64_t>(size), st.live_count++;
+  st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
+  st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;
   if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
   thread_last_.get(a.tid) = e->seq;
 
@@ -303,6 +304,13 @@ void Model::on_alloc(const format::AllocRecord& a) {
       pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
     }
     sample(d, a.ts);
+    if (d.stat[kAllocatedBytes][0].current > d.frag_peak_allocated) {
+      // A new peak of allocated memory: the moment whose pool layout the fragmentation
+      // section describes. Remember it; what leaves the layout from here on is logged.
+      d.frag_peak_allocated = d.stat[kAllocatedBytes][0].current;
+      d.frag_seq = e->seq, d.frag_ts = a.ts, d.frag_open = true;
+      d.frag_log.clear();
+    }
   } else {
     auto& u = d.kinds[static_cast<int>(a.kind)];
     u.used = true;
@@ -312,10 +320,13 @@ void Model::on_alloc(const format::AllocRecord& a) {
   }
   if (format::holds_device_memory(a.kind)) {
     d.held += s;
-    if (d.held > d.peak_held) {
+    d.held_requested += static_cast<std::int64_t>(a.requested);
+    if (d.held_requested > d.peak_held) {
       // New peak: everything live now is the peak set. Frees of allocations with
       // seq <= peak_seq are accumulated per site from here on (epoch invalidates older ones).
-      d.peak_held = d.held, d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
+      // Requested bytes decide the moment, so it does not move with the pool's block choice.
+      d.peak_held = d.held_requested, d.peak_held_allocated = d.held;
+      d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
     }
   }
 }
@@ -328,13 +339,14 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
   if (!pending(e)) {
     auto s = static_cast<std::int64_t>(e.size);
     auto& st = site(e.stack);
-    st.live_bytes -= s, st.live_count--;
+    st.live_bytes -= static_cast<std::int64_t>(e.requested), st.live_count--;
     if (auto* last = thread_last_.find(e.tid); last && *last == e.seq) {
       st.temporaries++;
-      st.temporary_bytes += e.size;
+      st.temporary_bytes += e.requested, st.temporary_allocated += e.size;
     }
     if (format::holds_device_memory(kind)) {
       d.held -= s;
+      d.held_requested -= static_cast<std::int64_t>(e.requested);
       if (e.seq <= d.peak_seq) add_acc(d, e);
     }
     if (table_kind(kind)) {
@@ -370,8 +382,12 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto s = static_cast<std::int64_t>(e.size);
   pool_stats(d, pool, kActiveBytes, -s);
   pool_stats(d, pool, kActiveAllocs, -1);
+  const auto di = e.dev;
+  const auto seq = e.seq, size = e.size;
+  const bool in_layout = e.seg != kNoSeg;
   seg_add_block(k, e, -1);  // pooled: the key is the address
   live_.erase(k);
+  if (in_layout) frag_gone(di, seq, k, size, false);
 }
 
 void Model::on_free(const format::FreeRecord& f) {
@@ -402,13 +418,6 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
   touch_ts(r.ts);
   auto di = dev_index(r.device);
   auto& d = devices[di];
-  // Fragmentation "at peak reserved" is the layout at the last moment of the peak plateau:
-  // taken when reserved is about to drop after a new peak, or at the end. One O(live)
-  // snapshot per new peak level that is later left, instead of one per segment_alloc.
-  if (is_free && d.frag_pending) {
-    d.frag_peak_reserved = snapshot(di, r.ts);
-    d.frag_pending = false;
-  }
   bool small = r.flags & format::kFlagSmallPool;
   bool oversize = r.flags & format::kFlagOversize;
   int pool = small ? kSmallPool : kLargePool;
@@ -423,14 +432,15 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       slot = static_cast<std::uint32_t>(segs_.size());
       segs_.emplace_back();
     }
-    segs_[slot] = Segment{r.ptr, r.size, 0, 0, 0, 0, 0, di, small, oversize, true};
+    // A segment's birth takes a sequence number too, so the layout at an earlier moment
+    // (frag_seq) can tell the segments that existed then from later ones.
+    segs_[slot] = Segment{r.ptr, r.size, ++seq_, 0, 0, 0, 0, 0, di, small, oversize, true};
     auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
     seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
     seg_slots_.insert(seg_slots_.begin() + at, slot);
     pool_stats(d, pool, kReservedBytes, s);
     pool_stats(d, pool, kSegments, 1);
     if (oversize) pool_stats(d, pool, kOversizeSegments, 1);
-    if (d.stat[kReservedBytes][0].current >= d.stat[kReservedBytes][0].peak) d.frag_pending = true;
   } else {
     auto slot = find_segment(r.ptr);
     if (slot == kNoSeg || segs_[slot].ptr != r.ptr) return;  // segment from before tracing
@@ -439,6 +449,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       // Blocks still active in a released segment: the writer lost their frees. Detach them.
       live_.for_each_mut([&](std::uint64_t k, Live& e) {
         if (e.seg != slot) return;
+        frag_gone(e.dev, e.seq, k, e.size, false);
         e.seg = kNoSeg;
         for (int end = 0; end < 2; ++end) {
           std::uint64_t at = end ? k + e.size : k;
@@ -457,6 +468,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     pool_stats(d, pool, kSegments, -1);
     if (sg.oversize) pool_stats(d, pool, kOversizeSegments, -1);
     sg.alive = false;
+    frag_gone(di, sg.born, sg.ptr, sg.size, true);
     auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
     while (seg_slots_[at] != slot) ++at;  // equal starts (a zero-size duplicate): erase this one
     seg_starts_.erase(seg_starts_.begin() + at);
@@ -483,7 +495,7 @@ void Model::on_oom(const format::OomRecord& o) {
   live_.for_each([&](std::uint64_t, const Live& e) {
     if (e.dev != di || pending(e) || !format::holds_device_memory(static_cast<AllocKind>(e.kind))) return;
     auto& s = by.get(e.stack);
-    s.stack = e.stack, s.bytes += e.size, s.count++;
+    s.stack = e.stack, s.bytes += e.requested, s.allocated += e.size, s.count++;
   });
   by.for_each([&](std::uint64_t, const SiteBytes& s) { oi.top_live.push_back(s); });
   sort_sites(oi.top_live);

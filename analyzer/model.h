@@ -19,9 +19,12 @@
 
 namespace gpuheap {
 
+// Per-site byte counts are what the program asked for (`bytes`, requested): the same for
+// the same program every run. `allocated` is the rounded block bytes beside them, which
+// depend on which cached block the pool happened to find (fence timing).
 struct SiteBytes {
   std::uint32_t stack = 0;
-  std::uint64_t bytes = 0, count = 0;
+  std::uint64_t bytes = 0, allocated = 0, count = 0;
 };
 
 // Usage of a kind the pool does not serve (async, managed, vmm, host pinned, ...).
@@ -59,19 +62,36 @@ struct DeviceState {
   std::uint64_t num_ooms = 0, num_alloc_retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
 
   // "Held" device memory (allocated pooled/pass-through/pitch + async + managed + vmm
-  // physical): the quantity whose peak defines the peak consumers.
-  std::int64_t held = 0, peak_held = 0;
+  // physical). `held` counts block bytes (what a cap is charged); `held_requested` the
+  // requested bytes of the same allocations, whose peak defines the peak consumers (so the
+  // moment and the bytes do not move with the pool's block choice). peak_held is that peak,
+  // peak_held_allocated the block bytes held at the same moment.
+  std::int64_t held = 0, held_requested = 0, peak_held = 0, peak_held_allocated = 0;
   std::uint64_t peak_held_ts = 0, peak_seq = 0;
   std::uint32_t epoch = 0;
   std::vector<SiteBytes> peak_consumers;  // at finish, largest first
 
-  Fragmentation frag_peak_reserved;
-  bool frag_pending = false;
+  // Pool layout at the peak of allocated memory (the moment the layout matters; a reserved
+  // plateau can outlast it by hours). The layout is not kept per event: at a new peak the
+  // moment is remembered (frag_seq: blocks and segments born up to it were there) and,
+  // while it stays the peak (frag_open), what has left the layout since (completed blocks,
+  // released segments) is logged, so the layout at the peak = the live map and segments
+  // born by frag_seq, plus the log; finish() rebuilds it once. The log holds only what was
+  // there at the peak, so it never outgrows the live map at the peak (O(1) per event).
+  Fragmentation frag_peak;
+  bool frag_open = false;
+  std::int64_t frag_peak_allocated = 0;
+  std::uint64_t frag_seq = 0, frag_ts = 0;
+  struct Gone {
+    std::uint64_t ptr = 0, size = 0;
+    bool is_segment = false;
+  };
+  std::vector<Gone> frag_log;
   Timeline timeline;
 
   struct Acc {
     std::uint32_t epoch = 0;
-    std::uint64_t bytes = 0, count = 0;
+    std::uint64_t bytes = 0, allocated = 0, count = 0;
   };
   // stack -> allocations live at the peak and freed since: indexed by stack id (ids are dense)
   // on the per-event path; `acc_wild` holds ids beyond the stacks seen (corrupt traces).
@@ -79,8 +99,10 @@ struct DeviceState {
   detail::FlatMap<Acc> acc_wild;
 };
 
+// Bytes are requested bytes; *_allocated the block bytes of the same allocations.
 struct Site {
-  std::uint64_t allocs = 0, alloc_bytes = 0, temporaries = 0, temporary_bytes = 0;
+  std::uint64_t allocs = 0, alloc_bytes = 0, alloc_allocated = 0;
+  std::uint64_t temporaries = 0, temporary_bytes = 0, temporary_allocated = 0;
   std::int64_t live_bytes = 0, live_count = 0, max_live_bytes = 0;
 };
 
@@ -114,7 +136,7 @@ struct OwnedModule {
 
 struct Leak {
   std::uint32_t stack = 0;
-  std::uint64_t bytes = 0, count = 0;
+  std::uint64_t bytes = 0, allocated = 0, count = 0;  // requested, block bytes
 };
 
 class Model {
@@ -148,8 +170,9 @@ class Model {
   std::vector<OwnedModule> modules;
   std::map<std::uint32_t, std::string> threads;
   std::vector<OomInfo> ooms;
-  std::vector<Leak> leaks;  // by site, largest first
-  std::uint64_t leaked_bytes = 0, leaked_count = 0;
+  std::vector<Leak> leaks;  // by site, largest (requested) first
+  // Requested bytes live at the end (what check --max-leaked gates), and their block bytes.
+  std::uint64_t leaked_bytes = 0, leaked_allocated_bytes = 0, leaked_count = 0;
   SizeHistogram requests;  // pooled / pass-through requested sizes
 
   static constexpr std::size_t kMaxOomDetails = 64;
@@ -168,7 +191,7 @@ class Model {
   };
   static constexpr std::uint8_t kPending = 0x80;  // pooled: freed, waiting for free_completed
   struct Segment {
-    std::uint64_t ptr = 0, size = 0, active_bytes = 0;
+    std::uint64_t ptr = 0, size = 0, born = 0, active_bytes = 0;
     std::uint32_t active_blocks = 0, touches = 0;
     std::int64_t contrib_bytes = 0, contrib_count = 0;
     std::uint16_t dev = 0;
@@ -197,6 +220,12 @@ class Model {
   void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta);
   void sample(DeviceState& d, std::uint64_t ts);
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
+  // Layout of the blocks and segments born by max_seq that are still there, plus `gone`.
+  Fragmentation layout(std::uint16_t dev_idx, std::uint64_t max_seq,
+                       const std::vector<DeviceState::Gone>& gone) const;
+  Fragmentation peak_layout(std::uint16_t dev_idx) const;
+  void frag_gone(std::uint16_t dev_idx, std::uint64_t seq, std::uint64_t ptr, std::uint64_t size, bool segment);
+  void complete_pending();
   void finish_fragmentation(Fragmentation& f) const;
 
   void add_acc(DeviceState& d, const Live& e);

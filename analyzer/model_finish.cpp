@@ -20,55 +20,86 @@ void sort_sites(std::vector<SiteBytes>& v) {
 
 }  // namespace
 
-// Pool layout of one device now: free pieces of every segment (gaps between active blocks).
+// Pool layout of one device: free pieces of every segment (gaps between active blocks).
 // The replay keeps no ordered block list per segment (per-event cost); the layout is
-// rebuilt here from the live map: O(live log live) per snapshot, and snapshots are taken
-// only when a peak-reserved plateau ends, at OOM records and at the end.
-Fragmentation Model::snapshot(std::uint16_t di, std::uint64_t ts) const {
+// rebuilt here from the live map: O(live log live) per rebuild. Rebuilds happen at OOM
+// records and at finish.
+Fragmentation Model::layout(std::uint16_t di, std::uint64_t max_seq, const std::vector<DeviceState::Gone>& gone) const {
   Fragmentation f;
   f.valid = true;
-  f.ts = ts;
+  struct Span {
+    std::uint64_t ptr, size;
+    bool operator<(const Span& o) const { return ptr != o.ptr ? ptr < o.ptr : size < o.size; }
+  };
+  std::vector<Span> segs, blocks;
+  for (std::uint32_t slot : seg_slots_) {
+    const auto& sg = segs_[slot];
+    if (sg.dev == di && sg.born <= max_seq) segs.push_back({sg.ptr, sg.size});
+  }
+  live_.for_each([&](std::uint64_t k, const Live& e) {  // pooled: key = ptr
+    if (e.seg != kNoSeg && e.seq <= max_seq && segs_[e.seg].dev == di) blocks.push_back({k, e.size});
+  });
+  for (const auto& g : gone) (g.is_segment ? segs : blocks).push_back({g.ptr, g.size});
+  std::sort(segs.begin(), segs.end());
+  std::sort(blocks.begin(), blocks.end());
   auto piece = [&](std::uint64_t n) {
     if (n == 0) return;
     f.free_bytes += n, f.free_pieces++;
     f.largest_free = std::max(f.largest_free, n);
     f.piece_sizes.push_back(n);
   };
-  struct Block {
-    std::uint32_t seg;
-    std::uint64_t ptr, size;
-  };
-  std::vector<Block> blocks;
-  live_.for_each([&](std::uint64_t k, const Live& e) {
-    if (e.seg != kNoSeg && segs_[e.seg].dev == di) blocks.push_back({e.seg, k, e.size});  // pooled: key = ptr
-  });
-  std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) {
-    return a.seg != b.seg ? a.seg < b.seg : a.ptr < b.ptr;
-  });
-  std::size_t i = 0;
-  for (std::uint32_t slot : seg_slots_) {
-    const auto& s = segs_[slot];
-    if (s.dev != di) continue;
-    f.reserved += s.size;
-    f.active += s.active_bytes;
-    std::uint64_t cur = s.ptr, end = s.ptr + s.size;
-    // Blocks sorted by slot; live segments' slots are visited in address order, so find
-    // this slot's run with a binary search rather than assuming the order.
-    auto it = std::lower_bound(blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks.end(), slot,
-                               [](const Block& b, std::uint32_t v) { return b.seg < v; });
-    if (it == blocks.end() || it->seg != slot)
-      it = std::lower_bound(blocks.begin(), blocks.end(), slot,
-                            [](const Block& b, std::uint32_t v) { return b.seg < v; });
-    for (; it != blocks.end() && it->seg == slot; ++it) {
+  for (const auto& sg : segs) {
+    f.reserved += sg.size;
+    std::uint64_t cur = sg.ptr, end = sg.ptr + sg.size;
+    // A block was admitted to a segment only if it fits inside it (on_alloc).
+    auto it = std::lower_bound(blocks.begin(), blocks.end(), Span{sg.ptr, 0});
+    for (; it != blocks.end() && it->ptr < end; ++it) {
+      f.active += it->size;
       if (it->ptr > cur) piece(it->ptr - cur);
       cur = std::max(cur, it->ptr + it->size);
     }
-    i = static_cast<std::size_t>(it - blocks.begin());
     if (end > cur) piece(end - cur);
   }
-  const auto& d = devices[di];
-  f.allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].current);
   return f;
+}
+
+// The layout now (OOM records).
+Fragmentation Model::snapshot(std::uint16_t di, std::uint64_t ts) const {
+  static const std::vector<DeviceState::Gone> none;
+  Fragmentation f = layout(di, ~std::uint64_t{0}, none);
+  f.ts = ts;
+  f.allocated = static_cast<std::uint64_t>(devices[di].stat[kAllocatedBytes][0].current);
+  return f;
+}
+
+// The layout at the device's peak of allocated memory (see DeviceState::frag_seq).
+Fragmentation Model::peak_layout(std::uint16_t di) const {
+  const auto& d = devices[di];
+  Fragmentation f = layout(di, d.frag_seq, d.frag_log);
+  f.ts = d.frag_ts;
+  f.allocated = static_cast<std::uint64_t>(d.frag_peak_allocated);
+  f.valid = f.reserved > 0;  // a peak of pass-through memory only: no pool layout to describe
+  return f;
+}
+
+void Model::frag_gone(std::uint16_t di, std::uint64_t seq, std::uint64_t ptr, std::uint64_t size, bool segment) {
+  auto& d = devices[di];
+  if (d.frag_open && seq <= d.frag_seq) d.frag_log.push_back({ptr, size, segment});
+}
+
+// The end record is written as the process exits: no stream has work left, so every free
+// waiting for its stream (pending) is complete. Without this, blocks freed after the last
+// allocation stay "active" at the end (Active > Allocated) and inflate the layout.
+void Model::complete_pending() {
+  std::vector<std::uint64_t> keys;
+  live_.for_each([&](std::uint64_t k, const Live& e) {
+    if (pending(e)) keys.push_back(k);
+  });
+  // In address order: the counters (e.g. non-releasable bytes' total) depend on the order,
+  // and it must not be the hash map's.
+  std::sort(keys.begin(), keys.end());
+  for (auto k : keys)
+    if (Live* e = live_.find(k)) complete(k, *e);
 }
 
 void Model::finish_fragmentation(Fragmentation& f) const {
@@ -91,9 +122,10 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   info.records = records;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto& d = devices[i];
-    if (d.frag_pending) d.frag_peak_reserved = snapshot(static_cast<std::uint16_t>(i), info.last_ts);
-    d.frag_pending = false;
-    finish_fragmentation(d.frag_peak_reserved);
+    if (d.frag_open) d.frag_peak = peak_layout(static_cast<std::uint16_t>(i));
+    d.frag_open = false;
+    d.frag_log = {};
+    finish_fragmentation(d.frag_peak);
   }
   for (auto& o : ooms) finish_fragmentation(o.frag);
 
@@ -106,11 +138,11 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     const auto& d = devices[e.dev];
     if (format::holds_device_memory(kind) && e.seq <= d.peak_seq) {
       auto& s = peak[e.dev].get(e.stack);
-      s.stack = e.stack, s.bytes += e.size, s.count++;
+      s.stack = e.stack, s.bytes += e.requested, s.allocated += e.size, s.count++;
     }
     auto& l = leak_by.get(e.stack);
-    l.stack = e.stack, l.bytes += e.size, l.count++;
-    if (leak_counted(kind)) leaked_bytes += e.size;
+    l.stack = e.stack, l.bytes += e.requested, l.allocated += e.size, l.count++;
+    if (leak_counted(kind)) leaked_bytes += e.requested, leaked_allocated_bytes += e.size;
     leaked_count++;
   });
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -118,7 +150,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     auto add = [&](std::uint64_t stack, const DeviceState::Acc& a) {
       if (a.epoch != d.epoch || a.count == 0) return;
       auto& s = peak[i].get(stack);
-      s.stack = static_cast<std::uint32_t>(stack), s.bytes += a.bytes, s.count += a.count;
+      s.stack = static_cast<std::uint32_t>(stack), s.bytes += a.bytes, s.allocated += a.allocated, s.count += a.count;
     };
     for (std::size_t st = 0; st < d.acc.size(); ++st) add(st, d.acc[st]);
     d.acc_wild.for_each(add);

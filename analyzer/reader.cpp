@@ -68,10 +68,15 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
       throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})",
                                      path, version, format::kFormatVersion));
     case format::HeaderStatus::short_file:
-      // A file cut inside its 16-byte header: a trace that recorded nothing.
-      cut_ = len_ > 0;
-      done_ = true;
-      break;
+      // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
+      // before writing, a wrong path). Every command refuses it rather than report on it.
+      if (compressed_)
+        throw NotATraceError(fmt::format("{}: not a gpuheap trace (its zstd stream decompresses to {} bytes, "
+                                         "shorter than the {}-byte header)",
+                                         path, len_, format::kFileHeaderSize));
+      throw NotATraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
+                                     : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
+                                                   path, len_, format::kFileHeaderSize));
   }
 }
 
@@ -131,6 +136,9 @@ bool TraceReader::next(format::Record& r) {
     std::size_t consumed = 0;
     auto st = format::decode_frame(buf_ + pos_, len_ - pos_, r, &consumed);
     if (st == format::FrameStatus::ok) {
+      if (records_ == 0 && r.type != format::RecordType::process)
+        throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record (type {})",
+                                         path_, static_cast<int>(r.type)));
       pos_ += consumed;
       if (map_ && pos_ - released_ > (64u << 20)) {
         // Drop pages already read so RSS stays bounded by the window, not the file. Views
@@ -161,6 +169,11 @@ bool TraceReader::next(format::Record& r) {
       cut_ = len_ > pos_;
     }
     done_ = true;
+    if (records_ == 0) {
+      // A header and nothing whole after it: no process record, so nothing to report on.
+      throw NotATraceError(fmt::format("{}: not a gpuheap trace: no process record after the header ({})", path_,
+                                       cut_ ? "the file is cut inside it" : "the process wrote nothing"));
+    }
     return false;
   }
 }

@@ -7,6 +7,10 @@
 // A file whose data stops at a zero type byte (`unwritten_tail()`: the preload's
 // preallocated space after the last record it wrote, in a killed or still-running process's
 // trace) is not cut mid-record; it only lacks its end record.
+//
+// A file is a trace only with a whole header followed by a process record: an empty file,
+// one cut inside its header, or one whose first record is missing or of another type is
+// refused with NotATraceError (every command exits 2 on it rather than report on nothing).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,7 @@ namespace gpuheap {
 
 class TraceReader {
  public:
-  // Throws NotATraceError / VersionError / InputError (unreadable).
+  // Throws NotATraceError (no header) / VersionError / InputError (unreadable).
   explicit TraceReader(const std::string& path);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
@@ -27,7 +31,8 @@ class TraceReader {
 
   // Decodes the next record into r (string/ip views stay valid until the next call).
   // Returns false at the end of the data, or after the `end` record. Throws
-  // CorruptTraceError naming the byte offset (in the decompressed stream) of a bad frame.
+  // CorruptTraceError naming the byte offset (in the decompressed stream) of a bad frame,
+  // NotATraceError when the first record is not a process record (or there is none).
   bool next(format::Record& r);
 
   const std::string& path() const { return path_; }

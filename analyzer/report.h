@@ -1,5 +1,5 @@
 // Reports over an Analysis: text summary (torch.cuda.memory_summary()-shaped tables),
-// JSON summary (schema gpuheap.summary/1, docs/summary-json.md), diff.
+// JSON summary (schema gpuheap.summary/2, docs/summary-json.md), diff.
 #pragma once
 
 #include <memory>
@@ -38,10 +38,11 @@ class StackResolver {
   std::unordered_map<std::uint32_t, std::string> keys_;
 };
 
-// A site after merging stack ids that symbolize to the same frames.
+// A site after merging stack ids that symbolize to the same frames. bytes: requested (what
+// the program asked for); allocated: the pool's block bytes for the same allocations.
 struct SiteRow {
   std::uint32_t stack = 0;  // representative stack id
-  std::uint64_t bytes = 0, count = 0;
+  std::uint64_t bytes = 0, count = 0, allocated = 0;
 };
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
 

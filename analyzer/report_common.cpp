@@ -53,6 +53,7 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
     } else {
       out[it->second].bytes += r.bytes;
       out[it->second].count += r.count;
+      out[it->second].allocated += r.allocated;
     }
   }
   std::sort(out.begin(), out.end(), [by_count](const SiteRow& a, const SiteRow& b) {

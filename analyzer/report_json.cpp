@@ -1,4 +1,4 @@
-// JSON summary, schema "gpuheap.summary/1" (docs/summary-json.md).
+// JSON summary, schema "gpuheap.summary/2" (docs/summary-json.md).
 #include <fmt/format.h>
 
 #include "analyzer/report.h"
@@ -32,7 +32,8 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, std::size_t
   json arr = json::array();
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
     const auto& frames = res.frames(rows[i].stack);
-    json j = {{"bytes", rows[i].bytes}, {"count", rows[i].count}, {"stack", stack_json(frames)},
+    json j = {{"bytes", rows[i].bytes},          {"allocated_bytes", rows[i].allocated},
+              {"count", rows[i].count},          {"stack", stack_json(frames)},
               {"stack_id", rows[i].stack}, {"library", library_label(frames)}};
     if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(rows[i].bytes) / pct_of;
     arr.push_back(std::move(j));
@@ -44,7 +45,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
   StackResolver res(m, opt.all_frames);
   json doc;
-  doc["schema"] = "gpuheap.summary/1";
+  doc["schema"] = "gpuheap.summary/2";
   doc["trace"] = {{"path", in.path},
                   {"pid", in.pid},
                   {"ppid", in.ppid},
@@ -71,13 +72,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
       {kOversizeSegments, "oversize_segments"},
   };
   json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array();
-  for (const auto& d : m.devices) {
-    if (opt.device >= 0 && d.device != opt.device) continue;
-    json j = {{"device", d.device}, {"name", d.name}, {"total_memory", d.total_memory}};
-    for (auto [metric, name] : kMetrics) j[name] = metric_json(d, metric);
-    j["num_ooms"] = d.num_ooms;
-    j["num_alloc_retries"] = d.num_alloc_retries;
-    j["empty_cache"] = {{"calls", d.empty_cache_calls}, {"released", d.empty_cache_released}};
+  auto kinds_json = [](const DeviceState& d) {
     json kinds = json::object();
     for (int k = 0; k < format::kNumAllocKinds; ++k) {
       const auto& u = d.kinds[k];
@@ -86,12 +81,27 @@ json process_json(const Model& m, const SummaryOptions& opt) {
           {"current", u.current}, {"peak", u.peak}, {"total", u.total},
           {"count", u.count},     {"peak_count", u.peak_count}, {"total_count", u.total_count}};
     }
-    j["other_kinds"] = kinds;
-    j["peak_held"] = {{"bytes", d.peak_held}, {"ts_ns", rel(d.peak_held_ts, in)}};
+    return kinds;
+  };
+  // Pinned host memory has no device (the trace's device -1): its own object, so that
+  // devices[] holds GPUs only and devices[0] is the first GPU.
+  doc["host"] = {{"other_kinds", json::object()}};
+  for (const auto& d : m.devices)
+    if (d.device < 0) doc["host"]["other_kinds"] = kinds_json(d);
+  for (const auto& d : m.devices) {
+    if (d.device < 0 || (opt.device >= 0 && d.device != opt.device)) continue;
+    json j = {{"device", d.device}, {"name", d.name}, {"total_memory", d.total_memory}};
+    for (auto [metric, name] : kMetrics) j[name] = metric_json(d, metric);
+    j["num_ooms"] = d.num_ooms;
+    j["num_alloc_retries"] = d.num_alloc_retries;
+    j["empty_cache"] = {{"calls", d.empty_cache_calls}, {"released", d.empty_cache_released}};
+    j["other_kinds"] = kinds_json(d);
+    j["peak_held"] = {{"bytes", d.peak_held}, {"allocated_bytes", d.peak_held_allocated},
+                      {"ts_ns", rel(d.peak_held_ts, in)}};
     devs.push_back(std::move(j));
 
     std::vector<SiteRow> rows;
-    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
+    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     auto merged = merge_sites(rows, res);
     for (auto& e : site_list(merged, res, opt.top, static_cast<double>(d.peak_held))) {
       e["device"] = d.device;
@@ -101,10 +111,10 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     for (const auto& l : peak_by_library(merged, res))
       libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
     devs.back()["peak_by_library"] = std::move(libs);
-    if (d.frag_peak_reserved.valid) {
-      auto f = frag_json(d.frag_peak_reserved, in);
+    if (d.frag_peak.valid) {
+      auto f = frag_json(d.frag_peak, in);
       f["device"] = d.device;
-      f["at"] = "peak_reserved";
+      f["at"] = "peak_allocated";
       frag.push_back(std::move(f));
     }
     json pts = json::array();
@@ -121,14 +131,15 @@ json process_json(const Model& m, const SummaryOptions& opt) {
   std::vector<SiteRow> by_count, temps, leaks;
   for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
     const auto& s = m.sites[id];
-    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs});
-    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries});
+    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs, s.alloc_allocated});
+    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
   }
-  for (const auto& l : m.leaks) leaks.push_back({l.stack, l.bytes, l.count});
+  for (const auto& l : m.leaks) leaks.push_back({l.stack, l.bytes, l.count, l.allocated});
   doc["most_allocations"] = site_list(merge_sites(by_count, res, true), res, opt.top);
   doc["temporary"] = site_list(merge_sites(temps, res, true), res, opt.top);
   doc["leaks"] = site_list(merge_sites(leaks, res), res, opt.top);
   doc["leaked_bytes"] = m.leaked_bytes;
+  doc["leaked_allocated_bytes"] = m.leaked_allocated_bytes;
   doc["leaked_count"] = m.leaked_count;
   doc["fragmentation"] = std::move(frag);
   json ooms = json::array();
@@ -136,7 +147,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     if (opt.device >= 0 && o.rec.device != opt.device) continue;
     const auto& r = o.rec;
     std::vector<SiteRow> rows;
-    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count});
+    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     const OomAdvice adv = oom_advice(o);
     ooms.push_back({{"device", r.device},
                     {"ts_ns", rel(r.ts, in)},
@@ -169,7 +180,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt) {
   if (a.traces.size() == 1) return process_json(*a.traces[0], opt);
   json doc;
-  doc["schema"] = "gpuheap.summary/1";
+  doc["schema"] = "gpuheap.summary/2";
   doc["processes"] = json::array();
   std::uint64_t leaked = 0;
   for (const auto& t : a.traces) {
@@ -180,7 +191,7 @@ nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt) {
   }
   json devs = json::array(), tl = json::array();
   for (const auto& md : a.merged) {
-    if (opt.device >= 0 && md.device != opt.device) continue;
+    if (md.device < 0 || (opt.device >= 0 && md.device != opt.device)) continue;
     devs.push_back({{"device", md.device},
                     {"requested_bytes", stat_json(md.requested)},
                     {"allocated_bytes", stat_json(md.allocated)},

@@ -32,6 +32,12 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
 
 void kinds_table(std::string& out, const DeviceState& d);
 
+// "REQUESTED requested  ALLOCATED allocated": what the program asked for (the same every
+// run of a deterministic program), then the pool's block bytes beside it.
+std::string both_bytes(std::uint64_t requested, std::uint64_t allocated) {
+  return fmt::format("{:>10} requested {:>10} allocated", human_bytes(requested), human_bytes(allocated));
+}
+
 // Records with no device (device < 0: host allocations) get only the non-pooled rows.
 bool host_only(const DeviceState& d) { return d.device < 0 && d.stat[kAllocatedBytes][0].allocated == 0 &&
                                               d.stat[kReservedBytes][0].allocated == 0; }
@@ -156,15 +162,16 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
     if (d.peak_held <= 0) continue;
-    out += fmt::format("Peak memory consumers, device {}: peak {} at {} after start\n", d.device,
-                       human_bytes(static_cast<std::uint64_t>(d.peak_held)),
+    out += fmt::format("Peak memory consumers, device {}: peak {} requested ({} allocated) at {} after start\n",
+                       d.device, human_bytes(static_cast<std::uint64_t>(d.peak_held)),
+                       human_bytes(static_cast<std::uint64_t>(d.peak_held_allocated)),
                        human_duration_ns(d.peak_held_ts - std::min(d.peak_held_ts, in.mono_ns)));
     std::vector<SiteRow> rows;
-    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count});
+    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     auto merged = merge_sites(rows, res);
     for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
       const auto& r = merged[i];
-      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} [{}]\n", i + 1, human_bytes(r.bytes),
+      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} [{}]\n", i + 1, both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
                          r.count == 1 ? "" : "s", library_label(res.frames(r.stack)));
       append_stack(out, res, r.stack, opt);
@@ -183,15 +190,16 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   std::vector<SiteRow> by_count, temps;
   for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
     const auto& s = m.sites[id];
-    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs});
-    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries});
+    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs, s.alloc_allocated});
+    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
   }
   auto list = [&](const char* title, const std::vector<SiteRow>& rows, const char* what) {
     if (rows.empty()) return;
     out += fmt::format("{}\n", title);
     auto merged = merge_sites(rows, res, true);
     for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
-      out += fmt::format("  #{:<2} {} {} ({} in total)\n", i + 1, merged[i].count, what, human_bytes(merged[i].bytes));
+      out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total)\n", i + 1, merged[i].count, what,
+                         human_bytes(merged[i].bytes), human_bytes(merged[i].allocated));
       append_stack(out, res, merged[i].stack, opt);
     }
     out += "\n";
@@ -200,14 +208,15 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   list("Most temporary allocations (freed before the thread's next allocation)", temps, "temporary allocations");
 
   if (!m.leaks.empty()) {
-    out += fmt::format("Leaks (live at the end of the trace{}): {} in {} allocations\n",
+    out += fmt::format("Leaks (live at the end of the trace{}): {} requested ({} allocated) in {} allocations\n",
                        in.truncated ? "; truncated trace, so the process may have freed them later" : "",
-                       human_bytes(m.leaked_bytes), m.leaked_count);
+                       human_bytes(m.leaked_bytes), human_bytes(m.leaked_allocated_bytes), m.leaked_count);
     std::vector<SiteRow> rows;
-    for (const auto& l : m.leaks) rows.push_back({l.stack, l.bytes, l.count});
+    for (const auto& l : m.leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
     auto merged = merge_sites(rows, res);
     for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
-      out += fmt::format("  #{:<2} {} in {} allocation{}\n", i + 1, human_bytes(merged[i].bytes), merged[i].count,
+      out += fmt::format("  #{:<2} {} in {} allocation{}\n", i + 1, both_bytes(merged[i].bytes, merged[i].allocated),
+                         merged[i].count,
                          merged[i].count == 1 ? "" : "s");
       append_stack(out, res, merged[i].stack, opt);
     }
@@ -218,9 +227,9 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
 
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
-    const auto& f = d.frag_peak_reserved;
+    const auto& f = d.frag_peak;
     if (!f.valid) continue;
-    out += fmt::format("Fragmentation at peak reserved, device {} ({} after start):\n", d.device,
+    out += fmt::format("Fragmentation at peak allocated, device {} ({} after start):\n", d.device,
                        human_duration_ns(f.ts - std::min(f.ts, in.mono_ns)));
     frag_text(out, f, "  ");
     out += "\n";
@@ -247,9 +256,10 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     append_stack(out, res, r.stack, opt);
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";
     std::vector<SiteRow> rows;
-    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count});
+    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     for (const auto& s : merge_sites(rows, res)) {
-      out += fmt::format("    {} in {} allocation{}\n", human_bytes(s.bytes), s.count, s.count == 1 ? "" : "s");
+      out += fmt::format("    {} in {} allocation{}\n", both_bytes(s.bytes, s.allocated), s.count,
+                         s.count == 1 ? "" : "s");
       append_stack(out, res, s.stack, opt);
     }
     out += "\n";

@@ -78,6 +78,13 @@ bool hidden_function(std::string_view fn) {
   return fn.starts_with("cudart::") || fn.starts_with("__cudart");
 }
 
+// The C runtime's frames outside main (and a thread's start routine's callers): the same
+// in every stack, so they say nothing about the allocation (heaptrack hides them too).
+bool startup_function(std::string_view fn) {
+  return fn == "_start" || fn == "__libc_start_main" || fn == "__libc_start_call_main" ||
+         fn == "__libc_start_main_impl" || fn == "start_thread" || fn == "clone" || fn == "clone3";
+}
+
 bool is_function_scope(Dwarf_Die* die) {
   int tag = dwarf_tag(die);
   return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
@@ -507,8 +514,12 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
   if (!all_frames) {
     std::vector<Frame> visible;
     visible.reserve(out.size());
-    for (auto& f : out)
-      if (!f.hidden) visible.push_back(f);
+    for (auto& f : out) {
+      if (f.hidden || detail::startup_function(f.function)) continue;
+      visible.push_back(f);
+      // The stack stops at main: what called it is the C runtime's startup.
+      if (f.function == "main" && !f.inlined) break;
+    }
     if (!visible.empty()) return visible;
   }
   return out;

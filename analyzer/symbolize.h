@@ -41,8 +41,9 @@ class Symbolizer {
   // first). Results are cached per ip.
   // Frames in gpuheap's own library, libcudart*, libcuda.so*, and static cudart code
   // (functions in the `cudart::` namespace or named __cudart*) are marked hidden; with
-  // all_frames=false they are dropped from the result, except that a stack that would become
-  // empty keeps its frames.
+  // all_frames=false they are dropped from the result, and so are the C runtime's startup
+  // frames (_start, __libc_start_main, __libc_start_call_main, start_thread, clone): the
+  // stack stops at `main`. A stack that would become empty keeps its frames.
   std::vector<Frame> symbolize(const std::vector<std::uint64_t>& ips, bool all_frames = false);
 
   // "function (file:line)" / "function (module+0xoff)" / "0xip" — one frame, for text reports.

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "analyzer/error.h"
+#include "format/trace.h"
 #include "tests/fuzz/hostile.h"
 #include "tests/fuzz/pipeline.h"
 
@@ -19,7 +20,9 @@ struct Sink {
   ~Sink() { std::fclose(f); }
 };
 
-// Every prefix of a real trace is readable: a report of the whole records before the cut.
+// Every prefix of a real trace that holds its process record is readable: a report of the
+// whole records before the cut. A shorter prefix (no header, or a header without a whole
+// process record) is not a trace, and is refused as such (NotATraceError).
 void check_all_prefixes(const std::string& name) {
   auto data = read_file(kCorpus + "/" + name);
   ASSERT_GT(data.size(), 100u);
@@ -29,17 +32,35 @@ void check_all_prefixes(const std::string& name) {
   bool compressed = name.ends_with(".zst");
   std::string path = RawTrace::dir() + "/prefix-" + name;
   std::uint64_t last_records = 0;
+  std::size_t process_end = 0;  // plain traces: where the process record ends
+  if (!compressed) {
+    format::Record first;
+    std::size_t len = 0;
+    ASSERT_EQ(format::decode_frame(data.data() + format::kFileHeaderSize, data.size() - format::kFileHeaderSize, first,
+                                   &len),
+              format::FrameStatus::ok);
+    ASSERT_EQ(first.type, format::RecordType::process);
+    process_end = format::kFileHeaderSize + len;
+  }
+  bool readable_seen = false;
   double worst = 0;
   for (std::size_t n = 0; n < data.size(); ++n) {
     write_file(path, data.data(), n);
     auto t0 = std::chrono::steady_clock::now();
     PipelineResult r;
-    if (compressed && n > 0 && n < 4) {
-      // Fewer bytes than the zstd magic: neither zstd nor a gpuheap header prefix.
-      EXPECT_THROW(run_pipeline(path, sink.f), NotATraceError) << n;
+    try {
+      r = run_pipeline(path, sink.f);
+    } catch (const NotATraceError& e) {
+      // Refused: only while the prefix holds no whole process record (for zstd: until its
+      // first block with the process record decompresses), never after a readable prefix.
+      EXPECT_FALSE(readable_seen) << name << " cut at " << n << ": " << e.what();
+      if (!compressed) EXPECT_LT(n, process_end) << name << " cut at " << n << ": " << e.what();
       continue;
+    } catch (const std::exception& e) {
+      FAIL() << name << " cut at " << n << ": " << e.what();
     }
-    ASSERT_NO_THROW(r = run_pipeline(path, sink.f)) << name << " cut at " << n;
+    if (!compressed) EXPECT_GE(n, process_end) << name << " cut at " << n << " is read though it has no process";
+    readable_seen = true;
     worst = std::max(worst, seconds_since(t0));
     // (A zstd file cut in its trailing checksum still yields every record: not truncated.)
     if (n > 0 && !(compressed && r.records == full.records)) {
@@ -50,6 +71,7 @@ void check_all_prefixes(const std::string& name) {
     EXPECT_GT(r.json_bytes, 0u);
     last_records = r.records;
   }
+  EXPECT_TRUE(readable_seen) << name;
   EXPECT_LT(worst, 2.0) << "slowest prefix took " << worst << " s";
 }
 
@@ -100,16 +122,27 @@ TEST(BadInput, RandomByteFlipsFixedSeed) {
 }
 
 // The same answers through the CLI binary: exit 0 + a warning for a cut file, exit 2 and
-// one line on stderr for garbage.
+// one line on stderr for garbage and for a file cut before its process record.
 TEST(BadInputCli, TruncatedTraceIsReportedWithAWarning) {
   auto data = read_file(kCorpus + "/mini_train.trace");
-  for (std::size_t cut : {std::size_t{5}, std::size_t{16}, std::size_t{21}, data.size() / 2, data.size() - 1}) {
+  for (std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{21}, data.size() / 2,
+                          data.size() - 1}) {
     std::string path = RawTrace::dir() + "/cli-cut-" + std::to_string(cut) + ".trace";
     write_file(path, data.data(), cut);
-    for (const char* cmd : {"summary", "summary --json", "dump"}) {
+    const bool whole_process = cut > 100;  // mini_train's process record ends well before
+    for (const char* cmd : {"summary", "summary --json", "dump", "check --max-leaked 0 --max-reserved 1"}) {
       auto r = run_cli(std::string(GPUHEAP_CLI) + " " + cmd + " " + path);
-      EXPECT_EQ(r.status, 0) << cmd << " cut " << cut << ": " << r.err;
-      if (cut > 16 && std::string(cmd) != "dump") {
+      const bool check = std::string(cmd).starts_with("check");
+      if (!whole_process) {
+        EXPECT_EQ(r.status, 2) << cmd << " cut " << cut << ": " << r.err;
+        EXPECT_NE(r.err.find(path + ": not a gpuheap trace"), std::string::npos) << r.err;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        EXPECT_EQ(r.out.find("ok"), std::string::npos) << r.out;
+        continue;
+      }
+      EXPECT_EQ(r.status, check ? 1 : 0) << cmd << " cut " << cut << ": " << r.err;
+      if (check) EXPECT_NE(r.out.find("is incomplete"), std::string::npos) << r.out;
+      if (std::string(cmd) != "dump") {
         EXPECT_NE(r.err.find("no end record"), std::string::npos) << r.err;
       }
     }

@@ -61,7 +61,9 @@ TEST(GoldenPooled, RequestedAllocatedReserved) {
   EXPECT_EQ(d["active_allocs"]["peak"], 4);
   EXPECT_EQ(drop_pools(d["oversize_allocations"]), stat(0, 0, 0, 0));
   EXPECT_EQ(d["num_ooms"], 0);
-  EXPECT_EQ(d["peak_held"]["bytes"], kAllocPeak);
+  // The peak consumers' moment: peak requested bytes held, the blocks beside them.
+  EXPECT_EQ(d["peak_held"]["bytes"], kReqPeak);
+  EXPECT_EQ(d["peak_held"]["allocated_bytes"], kAllocPeak);
 }
 
 // Non-releasable (inactive split) memory: free pieces of segments that have an active block.
@@ -127,10 +129,11 @@ TEST(GoldenKinds, NonPooledRows) {
   Prog p = run_prog("kinds");
   ASSERT_EQ(p.run.status, 0) << p.run.err;
   json j = summary_json({p.trace()});
-  const json* dev0 = nullptr;
-  const json* host = nullptr;
-  for (const auto& d : j["devices"]) (d["device"] == 0 ? dev0 : host) = &d;
-  ASSERT_TRUE(dev0 && host);
+  // devices[] holds GPUs only; pinned host memory is the top-level `host`.
+  ASSERT_EQ(j["devices"].size(), 1u);
+  const json* dev0 = &j["devices"][0];
+  const json* host = &j["host"];
+  ASSERT_EQ((*dev0)["device"], 0);
   auto kind = [](std::int64_t cur, std::int64_t peak, std::int64_t total, std::int64_t n, std::int64_t pn,
                  std::int64_t tn) {
     return json{{"current", cur}, {"peak", peak}, {"total", total}, {"count", n}, {"peak_count", pn}, {"total_count", tn}};
@@ -142,7 +145,6 @@ TEST(GoldenKinds, NonPooledRows) {
   EXPECT_EQ(k["vmm_map"], kind(2 * MiB, 6 * MiB, 6 * MiB, 1, 2, 2));
   EXPECT_EQ(k["va_reserve"], kind(8 * MiB, 8 * MiB, 8 * MiB, 1, 1, 1));
   EXPECT_FALSE(k.contains("host"));
-  EXPECT_EQ((*host)["device"], -1);
   EXPECT_EQ((*host)["other_kinds"]["host"], kind(6000, 6000, 6000, 1, 1, 1));
   // None of it is pool memory.
   EXPECT_EQ(drop_pools((*dev0)["allocated_bytes"]), stat(0, 0, 0, 0));
@@ -150,8 +152,10 @@ TEST(GoldenKinds, NonPooledRows) {
   // Held device memory peaks with both VMM handles and the async block: 6 MiB + 8192.
   EXPECT_EQ((*dev0)["peak_held"]["bytes"], 6 * MiB + 8192);
   // Leaks: the live async block, the mapping, the VA range, the handle, the pinned host block;
-  // leaked_bytes leaves out VA reservations and mappings (address space, not memory).
+  // leaked_bytes leaves out VA reservations and mappings (address space, not memory). These
+  // kinds are not rounded by the pool: requested = allocated.
   EXPECT_EQ(j["leaked_bytes"], 8192 + 2 * MiB + 6000);
+  EXPECT_EQ(j["leaked_allocated_bytes"], 8192 + 2 * MiB + 6000);
 
   std::string t = summary_text({p.trace()});
   auto expect_row = [&](const std::string& r) { EXPECT_NE(t.find(r + "\n"), std::string::npos) << "missing row:\n" << r << "\nin\n" << t; };
@@ -176,7 +180,7 @@ const json& sites_json() {
   static json j = summary_json({sites().trace()});
   return j;
 }
-constexpr std::int64_t kLeakBlock = 300032;  // 300000 rounded up to 512
+constexpr std::int64_t kLeak = 300000, kLeakBlock = 300032;  // requested; rounded up to 512
 
 void expect_site(const json& site, const std::string& function, int line) {
   ASSERT_FALSE(site["stack"].empty()) << site.dump();
@@ -190,10 +194,12 @@ TEST(GoldenSites, LeakNamesFunctionAndLine) {
   ASSERT_EQ(sites().run.status, 0) << sites().run.err;
   ASSERT_TRUE(sites().lines.count("leak"));
   const json& j = sites_json();
-  EXPECT_EQ(j["leaked_bytes"], 2 * kLeakBlock);
+  EXPECT_EQ(j["leaked_bytes"], 2 * kLeak);  // what the program asked for
+  EXPECT_EQ(j["leaked_allocated_bytes"], 2 * kLeakBlock);
   EXPECT_EQ(j["leaked_count"], 2);
   ASSERT_EQ(j["leaks"].size(), 1u);
-  EXPECT_EQ(j["leaks"][0]["bytes"], 2 * kLeakBlock);
+  EXPECT_EQ(j["leaks"][0]["bytes"], 2 * kLeak);
+  EXPECT_EQ(j["leaks"][0]["allocated_bytes"], 2 * kLeakBlock);
   EXPECT_EQ(j["leaks"][0]["count"], 2);
   expect_site(j["leaks"][0], "leaky_function", sites().lines.at("leak"));
   std::string t = summary_text({sites().trace()});
@@ -224,11 +230,13 @@ TEST(GoldenSites, MostAllocationsAndTemporaries) {
   ASSERT_EQ(most.size(), 4u);
   const std::pair<const char*, std::int64_t> order[] = {
       {"many_small", 7}, {"make_temporaries", 5}, {"leaky_function", 2}, {"peak_function", 1}};
-  const std::int64_t bytes[] = {7 * 512, 5 * 4096, 2 * kLeakBlock, 12 * MiB};
+  const std::int64_t bytes[] = {7 * 512, 5 * 4096, 2 * kLeak, 12 * MiB};
+  const std::int64_t blocks[] = {7 * 512, 5 * 4096, 2 * kLeakBlock, 12 * MiB};
   const char* names[] = {"many", "temporary", "leak", "peak"};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(most[i]["count"], order[i].second);
     EXPECT_EQ(most[i]["bytes"], bytes[i]);
+    EXPECT_EQ(most[i]["allocated_bytes"], blocks[i]);
     expect_site(most[i], order[i].first, sites().lines.at(names[i]));
   }
   // Temporaries: freed before the thread's next allocation. The 4096 B loop and the 12 MiB
@@ -255,7 +263,7 @@ TEST(GoldenCheck, ExitCodesPerLimit) {
   } cases[] = {{"--max-requested", kReqPeak, pt},
                {"--max-allocated", kAllocPeak, pt},
                {"--max-reserved", kReserved, pt},
-               {"--max-leaked", 2 * kLeakBlock, st}};
+               {"--max-leaked", 2 * kLeak, st}};
   for (const auto& c : cases) {
     auto ok = check({c.trace, c.opt, n(c.value)});
     EXPECT_EQ(ok.status, 0) << c.opt << "\n" << ok.out << ok.err;

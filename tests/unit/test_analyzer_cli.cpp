@@ -111,16 +111,29 @@ TEST(Cli, BadInputExitsTwoWithOneLine) {
   EXPECT_EQ(r.code, 2);
 }
 
+// Every cut after the process record is a truncated trace; every cut before its end is not
+// a trace at all (nothing says what process it was), which every command refuses.
 TEST(Cli, EveryCutOffsetIsReadableAsTruncated) {
   auto b = sample();
   AnalyzeOptions o;
   o.progress = false;
   o.warn_truncated = false;
   std::size_t full = b.data.size();
+  format::Record first;
+  std::size_t process_len = 0;
+  ASSERT_EQ(format::decode_frame(b.data.data() + format::kFileHeaderSize, full - format::kFileHeaderSize, first,
+                                 &process_len),
+            format::FrameStatus::ok);
+  ASSERT_EQ(first.type, format::RecordType::process);
+  const std::size_t process_end = format::kFileHeaderSize + process_len;
   for (std::size_t cut = 0; cut < full; ++cut) {
     TraceBuilder t = b;
     t.data.resize(cut);
     Analysis a;
+    if (cut < process_end) {
+      EXPECT_THROW(a = analyze({t.write("cut.gh")}, o), NotATraceError) << cut;
+      continue;
+    }
     ASSERT_NO_THROW(a = analyze({t.write("cut.gh")}, o)) << cut;
     EXPECT_TRUE(a.traces[0]->info.truncated) << cut;
   }
@@ -194,12 +207,23 @@ TEST(Cli, ZstdCompressedTraceReadsTheSame) {
   auto a = nlohmann::json::parse(plain.out), c = nlohmann::json::parse(comp.out);
   EXPECT_EQ(a["devices"], c["devices"]);
   EXPECT_EQ(a["leaks"], c["leaks"]);
-  // A compressed stream cut short is a truncated trace, not an error.
-  std::ofstream(path + ".cut", std::ios::binary).write(reinterpret_cast<const char*>(z.data()),
-                                                       static_cast<std::streamsize>(z.size() - 7));
+  // A compressed stream cut short is a truncated trace, not an error, when what it still
+  // holds is a trace: two frames (as a streaming writer flushes them), the second cut.
+  const std::size_t half = b.data.size() / 2;
+  std::vector<unsigned char> z2(ZSTD_compressBound(b.data.size()) + 64);
+  std::size_t n1 = ZSTD_compress(z2.data(), z2.size(), b.data.data(), half, 3);
+  std::size_t n2 = ZSTD_compress(z2.data() + n1, z2.size() - n1, b.data.data() + half, b.data.size() - half, 3);
+  std::ofstream(path + ".cut", std::ios::binary).write(reinterpret_cast<const char*>(z2.data()),
+                                                       static_cast<std::streamsize>(n1 + n2 - 7));
   auto cut = sh("summary " + path + ".cut");
   EXPECT_EQ(cut.code, 0) << cut.out;
   EXPECT_NE(cut.out.find("truncated: yes"), std::string::npos);
+  // Cut inside its first block: nothing decompresses, so it is not a trace (exit 2, one line).
+  std::ofstream(path + ".cut1", std::ios::binary).write(reinterpret_cast<const char*>(z.data()),
+                                                        static_cast<std::streamsize>(z.size() - 7));
+  auto cut1 = sh("summary " + path + ".cut1");
+  EXPECT_EQ(cut1.code, 2) << cut1.out;
+  EXPECT_NE(cut1.out.find("not a gpuheap trace (its zstd stream"), std::string::npos) << cut1.out;
 }
 
 TEST(Cli, CheckExitCodes) {
@@ -209,7 +233,9 @@ TEST(Cli, CheckExitCodes) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("FAIL: peak allocated bytes"), std::string::npos) << r.out;
   EXPECT_EQ(sh("check " + path + " --max-leaked 5KiB --max-reserved 2MiB --max-requested 2000").code, 0);
-  EXPECT_EQ(sh("check " + path + " --max-leaked 5119").code, 1);
+  // Leaks gate on requested bytes (1000 + 4096), not the blocks (1024 + 4096).
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5096").code, 0);
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5095").code, 1);
   EXPECT_EQ(sh("check " + path + " --max-reserved 2MB").code, 1);  // 2,000,000 < 2 MiB
   EXPECT_EQ(sh("check " + path + " --max-requested 1999").code, 1);
   EXPECT_EQ(sh("check " + path + " --max-allocated 12QB").code, 2);
@@ -220,6 +246,69 @@ TEST(Cli, CheckExitCodes) {
   EXPECT_EQ(sh("check " + path + " --baseline " + base).code, 0);
   EXPECT_EQ(sh("check " + path + " --baseline " + base + " --tolerance 0").code, 0);
   EXPECT_EQ(sh("check " + path + " --baseline /nonexistent.json").code, 2);
+}
+
+// A job that crashed before writing anything (or a wrong path) must not turn CI green.
+TEST(Cli, WhatIsNotATraceIsRefusedByEveryCommand) {
+  const std::string dir = TraceBuilder::dir();
+  auto write_bytes = [&](const std::string& name, const std::vector<unsigned char>& bytes) {
+    std::string p = dir + "/" + name;
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                             static_cast<std::streamsize>(bytes.size()));
+    return p;
+  };
+  TraceBuilder b;  // header, process, device records
+  std::vector<unsigned char> header(b.data.begin(), b.data.begin() + format::kFileHeaderSize);
+  std::vector<unsigned char> no_process = header;
+  {
+    unsigned char buf[256];
+    auto n = format::encode(buf, sizeof buf, format::DeviceRecord{0, 1ull << 30, "GPU"});
+    no_process.insert(no_process.end(), buf, buf + n);
+  }
+  std::vector<unsigned char> cut_process(b.data.begin(), b.data.begin() + format::kFileHeaderSize + 5);
+  const std::pair<const char*, std::vector<unsigned char>> cases[] = {
+      {"empty.gh", {}},
+      {"four.gh", {'G', 'P', 'U', 'H'}},
+      {"header_only.gh", header},
+      {"header_zero_tail.gh", [&] { auto v = header; v.resize(v.size() + 4096, 0); return v; }()},
+      {"no_process.gh", no_process},
+      {"cut_process.gh", cut_process},
+  };
+  for (const auto& [name, bytes] : cases) {
+    auto p = write_bytes(name, bytes);
+    for (const std::string& cmd : std::vector<std::string>{"check --max-leaked 0 --max-reserved 1 ", "check --allow-truncated --max-leaked 0 ",
+                                  "summary ", "summary --json ", "dump ", "diff " + p + " "}) {
+      auto r = sh(cmd + p);
+      EXPECT_EQ(r.code, 2) << cmd << name << "\n" << r.out;
+      EXPECT_NE(r.out.find(p + ": not a gpuheap trace"), std::string::npos) << cmd << name << "\n" << r.out;
+      EXPECT_EQ(r.out.find("ok"), std::string::npos) << cmd << name << "\n" << r.out;
+      EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << cmd << name << "\n" << r.out;
+    }
+  }
+}
+
+// A trace without an end record (killed, or still running): summary reads it, check fails it
+// unless --allow-truncated, and then says what it accepted.
+TEST(Cli, CheckFailsAnIncompleteTraceUnlessAllowed) {
+  auto b = sample();
+  TraceBuilder noend = b;
+  noend.data.resize(b.data.size() - (format::kFrameHeaderSize + 17));
+  auto path = noend.write("check_noend.gh");
+  auto s = sh("summary " + path);
+  EXPECT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("truncated: yes"), std::string::npos) << s.out;
+  auto r = sh("check --max-leaked 1GiB --max-reserved 1GiB " + path);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("FAIL: " + path + " is incomplete (no end record"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ok:"), std::string::npos) << r.out;
+  r = sh("check --allow-truncated --max-leaked 1GiB --max-reserved 1GiB " + path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: " + path + " is incomplete"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+  // A limit that does not hold still fails with --allow-truncated.
+  EXPECT_EQ(sh("check --allow-truncated --max-leaked 1 " + path).code, 1);
+  // The whole trace passes without the flag.
+  EXPECT_EQ(sh("check --max-leaked 1GiB " + b.write("check_whole.gh")).code, 0);
 }
 
 TEST(Cli, Diff) {

@@ -51,9 +51,8 @@ TEST(Model, FreeCompletedMovesActive) {
   b.alloc(kSeg + 1024, 2000, 2048, 1, AllocKind::device_pooled, format::kFlagSmallPool);
   b.alloc(kSeg + 4096, 300, 512, 2, AllocKind::device_pooled, format::kFlagSmallPool);
   b.free(kSeg + 1024);  // B freed: leaves allocated, stays active until free_completed
-  b.end();
   {
-    auto a = analyze_one(b, "fc1.gh");
+    auto a = analyze_one(b, "fc1.gh");  // no end record: the process may still be running
     const auto& d = dev0(a);
     EXPECT_EQ(all(d, kAllocatedBytes).current, 1536);
     EXPECT_EQ(all(d, kRequestedBytes).current, 1300);
@@ -63,7 +62,18 @@ TEST(Model, FreeCompletedMovesActive) {
     EXPECT_EQ(all(d, kInactiveSplitBytes).current, seg - 3584);
     EXPECT_EQ(all(d, kInactiveSplit).current, 2);
   }
-  b.data.resize(b.data.size() - (format::kFrameHeaderSize + 17));  // drop end
+  {
+    // The end record: the process exited, no stream has work left, so B's free is complete.
+    TraceBuilder ended = b;
+    ended.end();
+    auto a = analyze_one(ended, "fc1_end.gh");
+    const auto& d = dev0(a);
+    EXPECT_EQ(all(d, kActiveBytes).current, 1536);
+    EXPECT_EQ(all(d, kActiveBytes).current, all(d, kAllocatedBytes).current);
+    EXPECT_EQ(all(d, kActiveAllocs).current, 2);
+    EXPECT_EQ(all(d, kInactiveSplitBytes).current, seg - 1536);
+    EXPECT_EQ(a.traces[0]->info.unmatched_free_completed, 0u);
+  }
   b.completed(kSeg + 1024);
   b.end();
   {
@@ -161,8 +171,10 @@ TEST(Model, NonPooledKinds) {
   // None of them is pool memory.
   EXPECT_EQ(all(d, kAllocatedBytes).peak, 0);
   EXPECT_EQ(all(d, kReservedBytes).peak, 0);
-  // Leaks count memory, not address space: async 2048 + managed 8192 + vmm 2 MiB + host 4096.
-  EXPECT_EQ(a.traces[0]->leaked_bytes, 2048u + 8192 + 2 * MiB + 4096);
+  // Leaks count memory, not address space: requested async 100 + managed 200 + vmm 2 MiB +
+  // host 300; in blocks async 2048 + managed 8192 + vmm 2 MiB + host 4096.
+  EXPECT_EQ(a.traces[0]->leaked_bytes, 100u + 200 + 2 * MiB + 300);
+  EXPECT_EQ(a.traces[0]->leaked_allocated_bytes, 2048u + 8192 + 2 * MiB + 4096);
   EXPECT_EQ(a.traces[0]->info.unmatched_frees, 0u);
 }
 
@@ -247,7 +259,10 @@ TEST(Model, Temporaries) {
   EXPECT_EQ(s[3].temporaries, 1u);
   EXPECT_EQ(s[4].temporaries, 0u);
   EXPECT_EQ(s[2].allocs, 2u);
-  EXPECT_EQ(s[2].alloc_bytes, 1024u);
+  EXPECT_EQ(s[2].alloc_bytes, 20u);  // requested
+  EXPECT_EQ(s[2].alloc_allocated, 1024u);
+  EXPECT_EQ(s[1].temporary_bytes, 10u);
+  EXPECT_EQ(s[1].temporary_allocated, 512u);
 }
 
 TEST(Model, OomSection) {
@@ -277,9 +292,11 @@ TEST(Model, OomSection) {
   EXPECT_EQ(m.ooms[0].top_live[0].bytes, 15 * MiB);
 }
 
-TEST(Model, FragmentationAtPeakReserved) {
+TEST(Model, FragmentationAtPeakAllocated) {
   TraceBuilder b;
-  // Two requests of 1 MiB-ish make the median; pieces: 512 KiB (unusable) and 2 MiB.
+  // At the peak (after the third alloc, 2.5 MiB allocated) the pieces are a 512 KiB hole
+  // (unusable for the 1 MiB median request) and the 1 MiB tail; what happens later (a
+  // free, a bogus segment release) does not change that moment's layout.
   b.segment(kSeg, 4 * MiB, false);
   b.alloc(kSeg, MiB, MiB, 1);
   b.alloc(kSeg + MiB + 512 * 1024, MiB / 2, MiB / 2, 1);  // leaves a 512 KiB hole before it
@@ -289,11 +306,13 @@ TEST(Model, FragmentationAtPeakReserved) {
   b.segment(kSeg, 4 * MiB, false, true);  // bogus release with blocks still active: detached
   b.end();
   auto a = analyze_one(b, "frag.gh");
-  const auto& f = dev0(a).frag_peak_reserved;
+  const auto& f = dev0(a).frag_peak;
   ASSERT_TRUE(f.valid);
   EXPECT_EQ(f.reserved, 4 * MiB);
-  EXPECT_EQ(f.free_bytes, 4 * MiB - (MiB + MiB / 2));
-  EXPECT_EQ(f.largest_free, 2 * MiB);
+  EXPECT_EQ(f.allocated, 2 * MiB + MiB / 2);
+  EXPECT_EQ(f.active, 2 * MiB + MiB / 2);
+  EXPECT_EQ(f.free_bytes, 4 * MiB - (2 * MiB + MiB / 2));
+  EXPECT_EQ(f.largest_free, MiB);
   EXPECT_EQ(f.free_pieces, 2u);
   EXPECT_EQ(f.median_request, MiB);  // requests 1 MiB, 512 KiB, 1 MiB
   EXPECT_EQ(f.unusable_bytes, 512u * 1024);

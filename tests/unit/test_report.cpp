@@ -81,17 +81,23 @@ TEST(Report, TextSummaryRowsAndValues) {
     EXPECT_EQ(e - p, 75u) << table.substr(p, e - p);
     p = e + 1;
   }
-  EXPECT_NE(t.find("Peak memory consumers, device 0: peak 5.00 MiB"), std::string::npos) << t;
-  EXPECT_NE(t.find("#1  5.00 MiB (100.0% of peak) in 2 allocations"), std::string::npos) << t;
-  EXPECT_NE(t.find("Leaks (live at the end of the trace): 3.00 MiB in 3 allocations"), std::string::npos) << t;
-  EXPECT_NE(t.find("Fragmentation at peak reserved, device 0"), std::string::npos) << t;
+  // Requested bytes first, the pool's block bytes beside them.
+  EXPECT_NE(t.find("Peak memory consumers, device 0: peak 5.00 MiB requested (5.00 MiB allocated)"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("#1    5.00 MiB requested   5.00 MiB allocated (100.0% of peak) in 2 allocations"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("Leaks (live at the end of the trace): 3.00 MiB requested (3.00 MiB allocated) in 3 allocations"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("#2    4.98 KiB requested   5.00 KiB allocated in 2 allocations"), std::string::npos) << t;
+  EXPECT_NE(t.find("#2  2 allocations (4.98 KiB requested, 5.00 KiB allocated in total)"), std::string::npos) << t;
+  EXPECT_NE(t.find("Fragmentation at peak allocated, device 0"), std::string::npos) << t;
 }
 
 TEST(Report, JsonRequiredKeys) {
   auto a = analyze_one(sample_trace(), "rep.gh");
   SummaryOptions o;
   auto j = summary_json(a, o);
-  EXPECT_EQ(j["schema"], "gpuheap.summary/1");
+  EXPECT_EQ(j["schema"], "gpuheap.summary/2");
   for (const char* k : {"trace", "leaks", "leaked_bytes", "peak_consumers", "most_allocations", "temporary",
                         "fragmentation", "ooms", "timeline", "devices"})
     EXPECT_TRUE(j.contains(k)) << k;
@@ -109,7 +115,18 @@ TEST(Report, JsonRequiredKeys) {
   EXPECT_EQ(d["segments"]["current"], 1);
   EXPECT_EQ(j["trace"]["command"], nlohmann::json({"python", "train.py"}));
   EXPECT_EQ(j["trace"]["truncated"], false);
-  EXPECT_EQ(j["leaked_bytes"], 3 * MiB + 1024 + 4096);
+  EXPECT_EQ(j["leaked_bytes"], 3 * MiB + 1000 + 4096);  // requested
+  EXPECT_EQ(j["leaked_allocated_bytes"], 3 * MiB + 1024 + 4096);
+  ASSERT_EQ(j["leaks"].size(), 2u);
+  EXPECT_EQ(j["leaks"][1]["bytes"], 1000 + 4096);
+  EXPECT_EQ(j["leaks"][1]["allocated_bytes"], 1024 + 4096);
+  EXPECT_EQ(j["devices"].size(), 1u);  // the GPU only
+  EXPECT_TRUE(j["host"]["other_kinds"].empty());
+  EXPECT_EQ(j["devices"][0]["peak_held"]["bytes"], 5 * MiB + 1000);
+  EXPECT_EQ(j["devices"][0]["peak_held"]["allocated_bytes"], 5 * MiB + 1024);
+  ASSERT_EQ(j["fragmentation"].size(), 1u);
+  EXPECT_EQ(j["fragmentation"][0]["at"], "peak_allocated");
+  EXPECT_EQ(j["fragmentation"][0]["allocated"], 5 * MiB + 1024);
   ASSERT_FALSE(j["peak_consumers"].empty());
   EXPECT_EQ(j["peak_consumers"][0]["bytes"], 5 * MiB);
   EXPECT_EQ(j["peak_consumers"][0]["count"], 2);

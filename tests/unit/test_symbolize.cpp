@@ -80,6 +80,12 @@ class SymbolizeTest : public ::testing::Test {
       if (f.function.find(needle) != std::string::npos) return &f;
     return nullptr;
   }
+  // Frames up to and including main: what the default (not --all-frames) view keeps.
+  static std::size_t frames_to_main(const std::vector<Frame>& fs) {
+    for (std::size_t i = 0; i < fs.size(); ++i)
+      if (fs[i].function == "main" && !fs[i].inlined) return i + 1;
+    return fs.size();
+  }
   std::vector<OwnedModule> mods_;
   const OwnedModule* exe_ = nullptr;
 };
@@ -167,7 +173,7 @@ TEST_F(SymbolizeTest, FramesInGpuheapNamedModuleAreHidden) {
   EXPECT_EQ(find_fn(visible, "symtest_inline_entry"), nullptr);
   EXPECT_EQ(find_fn(visible, "inlined_leaf"), nullptr);
   EXPECT_NE(find_fn(visible, "capture_cb"), nullptr);
-  EXPECT_EQ(visible.size(), all.size() - 2);
+  EXPECT_EQ(visible.size(), frames_to_main(all) - 2);
   for (const auto& f : visible) EXPECT_FALSE(f.hidden) << f.function;
 
   // A stack made only of hidden frames keeps them rather than becoming empty.
@@ -195,8 +201,28 @@ TEST_F(SymbolizeTest, StaticCudartFunctionsAreHidden) {
   auto visible = s.symbolize(ips, false);
   EXPECT_EQ(find_fn(visible, "cudart::"), nullptr);
   EXPECT_EQ(find_fn(visible, "__cudart"), nullptr);
-  EXPECT_EQ(visible.size(), all.size() - 2);
+  EXPECT_EQ(visible.size(), frames_to_main(all) - 2);
   EXPECT_NE(find_fn(visible, "StaticCudartFunctionsAreHidden"), nullptr);
+}
+
+// The C runtime's startup frames (_start, __libc_start_main, __libc_start_call_main) are
+// the same in every stack: the visible stack stops at main; --all-frames keeps them.
+TEST_F(SymbolizeTest, StacksStopAtMain) {
+  auto ips = __cudartFakeEntry();
+  Symbolizer s;
+  add_all(s, mods_);
+  auto all = s.symbolize(ips, true);
+  const std::size_t to_main = frames_to_main(all);
+  ASSERT_LT(to_main, all.size()) << "no frames recorded beyond main";
+  auto visible = s.symbolize(ips, false);
+  ASSERT_FALSE(visible.empty());
+  EXPECT_EQ(visible.back().function, "main");
+  for (const char* fn : {"_start", "__libc_start_main", "__libc_start_call_main"})
+    EXPECT_EQ(find_fn(visible, fn), nullptr) << fn;
+  bool startup_in_all = false;
+  for (std::size_t i = to_main; i < all.size(); ++i)
+    startup_in_all |= all[i].function == "_start" || all[i].function.starts_with("__libc_start");
+  EXPECT_TRUE(startup_in_all) << "expected libc startup frames outside main with --all-frames";
 }
 
 TEST_F(SymbolizeTest, BuildIdMismatchFallsBackToModuleOffsetAndWarnsOnce) {
