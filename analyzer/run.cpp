@@ -1,5 +1,6 @@
 // `gpuheap run`: start a command with libgpuheap.so preloaded and report where its traces
-// went (each traced process appends its trace path to GPUHEAP_PATH_FILE).
+// went (each traced process appends its trace path to GPUHEAP_PATH_FILE when it creates
+// the file, at its first event).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,12 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
+#include "analyzer/reader.h"
 
 extern char** environ;
 
@@ -27,6 +30,25 @@ namespace {
 bool is_file(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Whether a listed trace is worth naming: it exists and holds more than its opening records
+// (the preload creates a file at the first event, but the disk may have filled right then, or
+// the file may have been removed since). A file that cannot be read as a trace is named: the
+// user should see it, and `gpuheap summary` says what is wrong with it.
+bool holds_events(const std::string& path) {
+  if (!is_file(path)) return false;
+  try {
+    TraceReader in(path);
+    format::Record r;
+    while (in.next(r)) {
+      using T = format::RecordType;
+      if (r.type != T::process && r.type != T::module && r.type != T::module_unload && r.type != T::end) return true;
+    }
+    return false;
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 void prepend_env(const char* name, const std::string& value, char sep) {
@@ -130,8 +152,10 @@ int run_traced(const RunOptions& opt) {
 
   std::ifstream in(path_file);
   std::string line;
+  std::set<std::string> seen;
   while (std::getline(in, line))
-    if (!line.empty()) std::fprintf(stderr, "gpuheap: trace written to %s\n", line.c_str());
+    if (!line.empty() && seen.insert(line).second && holds_events(line))
+      std::fprintf(stderr, "gpuheap: trace written to %s\n", line.c_str());
   ::unlink(path_file.c_str());
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

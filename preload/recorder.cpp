@@ -39,6 +39,10 @@ constinit std::atomic<std::uint64_t> g_dev_bits[kMaxTrackedDevices / 64];  // an
 constinit std::atomic<DeviceInfoFn> g_devinfo{nullptr};
 constinit std::atomic<std::uint32_t> g_file_gen{1};  // bumps per file: threads re-announce themselves
 constinit bool g_hooks_registered = false;           // atexit/atfork, once per process (g_ctl_mu)
+// Read with the rest of the configuration, not at the first event: by then other threads
+// may be calling setenv, and getenv is not safe against that.
+constinit bool g_quiet = false;
+constinit char g_path_file[4096] = {};
 thread_local std::uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 thread_local std::uint32_t t_thread_gen __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -61,6 +65,10 @@ void read_config() {
   g_cfg.flush_ns = static_cast<std::uint64_t>(env_long("GPUHEAP_FLUSH_MS", 20, 1, 60'000)) * 1'000'000u;
   g_cfg.max_buffer_bytes = static_cast<std::size_t>(env_long("GPUHEAP_BUFFER_MB", 256, 2, 1 << 20)) << 20;
   g_cfg.output = getenv("GPUHEAP_OUTPUT");
+  g_quiet = env_is("GPUHEAP_QUIET", "1");
+  const char* pf = getenv("GPUHEAP_PATH_FILE");
+  bool fits = pf && strlen(pf) < sizeof g_path_file;  // a cut name would be another file
+  snprintf(g_path_file, sizeof g_path_file, "%s", fits ? pf : "");
   stacks_configure(g_cfg.stacks, g_cfg.max_depth);
 }
 
@@ -85,7 +93,9 @@ std::size_t read_proc(const char* path, char* buf, std::size_t cap) {
   return n;
 }
 
-void append_process_record(const char* host) {
+// The encoded `process` record of the calling process as it is now (malloc'd; nullptr when
+// out of memory: the file then starts with its modules, as a cut trace would).
+unsigned char* encode_process_record(const char* host, std::size_t* len) {
   constexpr std::size_t kCmdCap = 64 << 10;
   char* cmd = static_cast<char*>(malloc(kCmdCap));
   char exe[4096];
@@ -103,25 +113,61 @@ void append_process_record(const char* host) {
   r.version = GPUHEAP_VERSION, r.exe = exe;
   std::size_t cap = 64 + strlen(host) + cmd_len + strlen(GPUHEAP_VERSION) + strlen(exe);
   auto* buf = static_cast<unsigned char*>(malloc(cap));
-  if (buf) {
-    std::size_t n = format::encode(buf, cap, r);
-    if (n) sink_append(buf, n, /*start_thread=*/false);
-  }
-  free(buf);
+  *len = buf ? format::encode(buf, cap, r) : 0;
   free(cmd);
+  if (*len == 0) free(buf);
+  return *len ? buf : nullptr;
+}
+
+// The file is created at the process's first event (open_file_locked), not when tracing
+// starts: processes that never record one (compiler subprocesses, DataLoader workers,
+// wrappers that only exec) must leave no file behind. What an eager open would have
+// written is worked out at start, so the trace is the same: the path resolved against the
+// working directory of that moment, and the `process` record with the start time and the
+// command line as they were then. A forked child prepares its own at its first event, as
+// before. Under g_ctl_mu.
+struct Opening {
+  long pid = 0;          // the process this was prepared for
+  bool path_ok = false;  // false: GPUHEAP_OUTPUT expands to a path that is too long
+  char path[4096] = {};  // absolute unless getcwd failed
+  unsigned char* process = nullptr;  // encoded `process` record (malloc'd) or nullptr
+  std::size_t process_len = 0;
+};
+constinit Opening g_open;
+constinit std::atomic<bool> g_have_file{false};  // this tracing session created its file
+
+void prepare_open_locked() {
+  free(g_open.process);
+  g_open.process = nullptr, g_open.process_len = 0;
+  g_open.pid = getpid();
+  char host[256], prog[256], rel[4096];
+  OutpathVars vars;
+  current_outpath_vars(&vars, host, sizeof host, prog, sizeof prog);
+  g_open.path_ok = expand_output_pattern(g_cfg.output, vars, rel, sizeof rel) >= 0;
+  if (g_open.path_ok) {
+    snprintf(g_open.path, sizeof g_open.path, "%s", rel);
+    // Absolute path, so `gpuheap run` (another cwd) can find the file.
+    char cwd[2048];
+    const char* r = strncmp(rel, "./", 2) == 0 ? rel + 2 : rel;
+    if (rel[0] != '/' && getcwd(cwd, sizeof cwd) &&
+        snprintf(g_open.path, sizeof g_open.path, "%s/%s", cwd, r) >= static_cast<int>(sizeof g_open.path)) {
+      snprintf(g_open.path, sizeof g_open.path, "%s", rel);
+    }
+  }
+  g_open.process = encode_process_record(host, &g_open.process_len);
 }
 
 void announce_path(const char* path) {
   char line[4200];
-  if (!env_is("GPUHEAP_QUIET", "1")) {
+  if (!g_quiet) {
     int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
     if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n) < sizeof line ? n : sizeof line - 1) < 0) {
     }
   }
   // `gpuheap run` learns every traced process's file from this list (one line each;
   // a single O_APPEND write keeps concurrent processes' lines whole).
-  if (const char* pf = getenv("GPUHEAP_PATH_FILE"); pf && *pf) {
-    int fd = open(pf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (g_path_file[0]) {
+    int fd = open(g_path_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) {
       int n = snprintf(line, sizeof line, "%s\n", path);
       if (n > 0 && static_cast<std::size_t>(n) < sizeof line && write(fd, line, static_cast<std::size_t>(n)) < 0) {
@@ -131,25 +177,17 @@ void announce_path(const char* path) {
   }
 }
 
-// Creates the file for this process and writes the opening records. g_ctl_mu held.
+// Creates the file for this process and writes the opening records; called at the first
+// event (ensure_active). g_ctl_mu held.
 bool open_file_locked() {
-  char host[256], prog[256], rel[4096], path[4096];
-  OutpathVars vars;
-  current_outpath_vars(&vars, host, sizeof host, prog, sizeof prog);
-  if (expand_output_pattern(g_cfg.output, vars, rel, sizeof rel) < 0) {
+  if (g_open.pid != getpid()) prepare_open_locked();  // a forked child: its own pid, clocks, path
+  if (!g_open.path_ok) {
     sink_set_state(SinkState::failed);
     sink_warn_once("GPUHEAP_OUTPUT expands to a path that is too long; tracing disabled");
     return false;
   }
-  // Absolute path, so `gpuheap run` (another cwd) can find the file.
-  if (rel[0] != '/') {
-    char cwd[2048];
-    const char* r = strncmp(rel, "./", 2) == 0 ? rel + 2 : rel;
-    if (getcwd(cwd, sizeof cwd) && snprintf(path, sizeof path, "%s/%s", cwd, r) < static_cast<int>(sizeof path)) {
-      snprintf(rel, sizeof rel, "%s", path);
-    }
-  }
-  int fd = create_trace_file(rel, path, sizeof path);
+  char path[4096];
+  int fd = create_trace_file(g_open.path, path, sizeof path);
   if (fd < 0) {
     sink_set_state(SinkState::failed);
     warn_errno("cannot create trace file", path, -fd);
@@ -160,6 +198,7 @@ bool open_file_locked() {
   if (write(fd, header, sizeof header) != static_cast<ssize_t>(sizeof header)) {
     int err = errno ? errno : ENOSPC;
     close(fd);
+    unlink(path);  // holds nothing (at most part of the header)
     sink_set_state(SinkState::failed);
     warn_errno("cannot write trace file", path, err);
     return false;
@@ -168,28 +207,40 @@ bool open_file_locked() {
   modules_reset();
   for (auto& b : g_dev_bits) b.store(0);
   g_file_gen.fetch_add(1);
+  // State `opening` until sink_publish: the records below come first in the file.
   sink_open(fd, path, g_cfg.flush_ns, g_cfg.max_buffer_bytes, sizeof header);
-  append_process_record(host);
+  if (sink_state() != SinkState::opening) {  // no space even for the first window: warned
+    sink_publish();
+    unlink(path);  // holds nothing but the header
+    return false;
+  }
+  g_have_file.store(true);
+  if (g_open.process) sink_append(g_open.process, g_open.process_len, /*start_thread=*/false);
+  free(g_open.process);
+  g_open.process = nullptr, g_open.process_len = 0;
+  // The modules loaded now, also those dlopen'ed since the start (frames of the first
+  // event's stack need them; later ones are added before each new stack, unwind.cpp).
   modules_sync();
-  // The opening records go out now: a process that ends in _exit(2) (a forked worker,
-  // Python's os._exit) runs no exit handler, and its file must still start with `process`.
-  sink_flush();
+  // Already in the file: a process that ends in _exit(2) (a forked worker, Python's
+  // os._exit) runs no exit handler, and its file must still start with `process`.
+  sink_publish();
   announce_path(path);
-  return true;
+  return sink_state() == SinkState::active;
 }
 
-bool activate_child() {
+bool activate() {
   pthread_mutex_lock(&g_ctl_mu);
-  if (sink_state() == SinkState::pending_child) open_file_locked();
+  if (sink_state() == SinkState::pending) open_file_locked();
   pthread_mutex_unlock(&g_ctl_mu);
   return sink_state() == SinkState::active;
 }
 
-// Fast path: one atomic load. A forked child opens its file on first use.
+// Fast path: one atomic load. The first event of a process (or of a forked child) creates
+// its file; a thread that arrives while another is creating it waits for it (g_ctl_mu).
 inline bool ensure_active(bool count_drop) {
   SinkState s = sink_state();
   if (s == SinkState::active) [[likely]] return true;
-  if (s == SinkState::pending_child) return activate_child();
+  if ((s == SinkState::pending || s == SinkState::opening) && activate()) return true;
   if (count_drop) sink_count_dropped();
   return false;
 }
@@ -241,9 +292,11 @@ void fork_child() {
   stacks_fork_child();
   for (auto& b : g_dev_bits) b.store(0);
   g_file_gen.fetch_add(1);
+  g_have_file.store(false);
   bool follow = !env_is("GPUHEAP_FOLLOW_FORK", "0");
-  bool tracing = s == SinkState::active || s == SinkState::pending_child;
-  sink_set_state(tracing && follow ? SinkState::pending_child : SinkState::off);
+  bool tracing = s == SinkState::active || s == SinkState::pending;
+  // Like the parent at its start: the child's file is created at its first event.
+  sink_set_state(tracing && follow ? SinkState::pending : SinkState::off);
 }
 
 }  // namespace
@@ -262,7 +315,7 @@ std::uint32_t current_tid() noexcept {
 bool recorder_start() noexcept {
   pthread_mutex_lock(&g_ctl_mu);
   SinkState s = sink_state();
-  bool ok = s == SinkState::active || s == SinkState::pending_child;
+  bool ok = s == SinkState::active || s == SinkState::pending;
   if (!ok) {
     if (getauxval(AT_SECURE) != 0) {  // setuid/setgid: never write files on its behalf
       sink_set_state(SinkState::off);
@@ -277,7 +330,10 @@ bool recorder_start() noexcept {
       }
       signals_install(on_fatal_signal);
       sink_reset_warning();
-      ok = open_file_locked();
+      prepare_open_locked();
+      g_have_file.store(false);
+      sink_set_state(SinkState::pending);  // the file comes with the first event
+      ok = true;
     }
   }
   pthread_mutex_unlock(&g_ctl_mu);
@@ -286,20 +342,20 @@ bool recorder_start() noexcept {
 
 bool recorder_active() noexcept {
   SinkState s = sink_state();
-  return s == SinkState::active || s == SinkState::pending_child;
+  return s == SinkState::active || s == SinkState::pending || s == SinkState::opening;
 }
 
 void recorder_stop(format::EndReason reason) noexcept {
   pthread_mutex_lock(&g_ctl_mu);
   SinkState s = sink_state();
-  if (s == SinkState::pending_child) sink_set_state(SinkState::stopped);
+  if (s == SinkState::pending) sink_set_state(SinkState::stopped);  // no event: no file
   else if (s == SinkState::active || s == SinkState::failed) sink_close(reason);
   pthread_mutex_unlock(&g_ctl_mu);
 }
 
 void recorder_flush() noexcept { sink_flush(); }
 
-const char* recorder_path() noexcept { return sink_path(); }
+const char* recorder_path() noexcept { return g_have_file.load() ? sink_path() : ""; }
 
 __attribute__((noinline)) std::uint32_t capture_stack(int skip) noexcept {
   if (!stacks_enabled() || !ensure_active(false)) return 0;
@@ -332,8 +388,10 @@ void ensure_device(int device) noexcept {
   pthread_mutex_unlock(&g_dev_mu);
 }
 
+// Loading a library is not an event: before the first one there is no file, and its
+// opening records list every module loaded by then.
 void note_modules_changed() noexcept {
-  if (ensure_active(false)) modules_sync();
+  if (sink_state() == SinkState::active) modules_sync();
 }
 
 void record(const format::AllocRecord& r) noexcept {

@@ -7,13 +7,17 @@
 //    trace file's mapped pages (sink.h): once record_*() returns, the record is in the file.
 //  - capture_stack() unwinds the calling thread (libunwind), interns the stack (each
 //    distinct stack written once, before first use) and returns its id (0 = none/disabled).
-//  - The first record is `process`; devices are announced with ensure_device() before the
-//    first event naming them; loaded modules are written at start and after each dlopen.
+//  - The file is created at the process's first event (the first capture_stack,
+//    ensure_device or record_*() while tracing), not at start: a process that records none
+//    (it only forks, execs or computes on the CPU) leaves no file and announces none. Its
+//    first records are `process` (pid, clocks and command line as at start) and the
+//    modules loaded by then; devices are announced with ensure_device() before the first
+//    event naming them; modules loaded later are written before the first stack using them.
 //  - At exit (atexit), on fatal signals (SIGSEGV/SIGABRT/SIGBUS/SIGTERM; chained to the
 //    previous handler, re-armed if the program replaces it) and on stop, an `end` record
 //    closes the file.
-//  - After fork, the child either opens its own file (pattern re-expanded with the new pid)
-//    or stops tracing; it never writes into the parent's file.
+//  - After fork, the child either opens its own file at its own first event (pattern
+//    re-expanded with the new pid) or stops tracing; it never writes into the parent's file.
 #pragma once
 
 #include <cstddef>
@@ -32,22 +36,25 @@ struct RecorderConfig {
   const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
   std::size_t max_buffer_bytes = 256u << 20;  // GPUHEAP_BUFFER_MB: unused since nothing is buffered
 };
-// Other environment read at start: GPUHEAP_QUIET=1 (no "tracing to" line), GPUHEAP_PATH_FILE
-// (append the trace path to this file), GPUHEAP_FOLLOW_FORK=0 (forked children not traced).
-// The environment is re-read by each recorder_start() that opens a new file.
+// Other environment read at start: GPUHEAP_QUIET=1 (no "tracing to" line when the file is
+// created), GPUHEAP_PATH_FILE (append the trace path to this file when it is created),
+// GPUHEAP_FOLLOW_FORK=0 (forked children not traced; read at fork). The environment is
+// re-read by each recorder_start() that starts a new tracing session.
 
 std::uint64_t now_ns() noexcept;      // CLOCK_MONOTONIC
 std::uint32_t current_tid() noexcept; // gettid(), cached per thread
 
-// Starts the recorder (idempotent, thread-safe). Returns false if tracing is off or failed.
+// Starts the recorder (idempotent, thread-safe); the file waits for the first event.
+// Returns false if tracing is off (setuid). A file that cannot be created is warned about
+// (once) at the first event, which then turns tracing off.
 bool recorder_start() noexcept;
-bool recorder_active() noexcept;
+bool recorder_active() noexcept;  // tracing, whether or not the file exists yet
 // Flush and write `end`; further records are dropped. Called from the atexit handler.
 void recorder_stop(format::EndReason reason) noexcept;
 // Returns when everything recorded so far is in the file (tests, gpuheap_flush): an append
 // in progress on another thread is waited for.
 void recorder_flush() noexcept;
-// Path of the current trace file ("" if none).
+// Path of the current trace file ("" if none, e.g. before the first event).
 const char* recorder_path() noexcept;
 
 // `skip` frames of gpuheap itself are dropped from the top: with skip = 0 the innermost ip

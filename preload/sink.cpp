@@ -77,6 +77,8 @@ constinit std::atomic<bool> g_warned{false};
 constinit pthread_once_t g_cond_once = PTHREAD_ONCE_INIT;
 // Whether this thread holds the sink lock: the signal handler must not wait for itself.
 thread_local bool t_holds __attribute__((tls_model("initial-exec"))) = false;
+// Whether this thread opened the file and is writing its opening records (state `opening`).
+thread_local bool t_opener __attribute__((tls_model("initial-exec"))) = false;
 
 void init_cond() noexcept {
   pthread_condattr_t ca;
@@ -91,6 +93,9 @@ void unlock() noexcept { t_holds = false, pthread_mutex_unlock(&g.mu); }
 
 SinkState state() noexcept { return static_cast<SinkState>(g_state.load(std::memory_order_acquire)); }
 void set_state(SinkState s) noexcept { g_state.store(static_cast<int>(s), std::memory_order_release); }
+// Whether an append from this thread goes in: anyone's while active, only the opener's while
+// the opening records are written.
+bool accepting(SinkState s) noexcept { return s == SinkState::active || (s == SinkState::opening && t_opener); }
 
 // Gives [start, start+len) disk blocks. fallocate(2) itself, not posix_fallocate: where the
 // filesystem lacks it (NFSv3, some FUSE) glibc's posix_fallocate emulates it by writing a
@@ -227,7 +232,7 @@ void rotate_locked() noexcept {
 }
 
 bool append_locked(const void* rec, std::size_t n) noexcept {
-  if (state() != SinkState::active) return false;
+  if (!accepting(state())) return false;
   if (g.off + n > g.cur.end) {
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
@@ -340,25 +345,29 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t /*m
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
   int err = map_window(fd, 0, true, &g.cur);
-  if (err == 0) {
-    ++g.windows;
-    set_state(SinkState::active);
-  } else {
-    set_state(SinkState::active);  // so fail_locked reports it like any later failure
-    fail_locked(err);
-  }
+  t_opener = true;
+  set_state(SinkState::opening);
+  if (err == 0) ++g.windows;
+  else fail_locked(err);  // reported like any later failure
+  unlock();
+}
+
+void sink_publish() noexcept {
+  lock();
+  if (state() == SinkState::opening) set_state(SinkState::active);
+  t_opener = false;
   unlock();
 }
 
 const char* sink_path() noexcept { return g.path; }
 
 bool sink_append(const void* rec, std::size_t n, bool start_thread) noexcept {
-  if (state() != SinkState::active || n > format::kMaxPayload + format::kFrameHeaderSize || n == 0) {
+  if (!accepting(state()) || n > format::kMaxPayload + format::kFrameHeaderSize || n == 0) {
     sink_count_dropped();
     return false;
   }
   lock();
-  if (start_thread && !g.thread_running && state() == SinkState::active) start_thread_locked();
+  if (start_thread && !g.thread_running && accepting(state())) start_thread_locked();
   bool ok = append_locked(rec, n);
   unlock();
   if (!ok) sink_count_dropped();
@@ -441,7 +450,7 @@ void sink_fork_child() noexcept {
   init_cond();
   pthread_mutex_init(&g.alloc_mu, nullptr);
   g.zeroed_upto = 0;
-  t_holds = false;
+  t_holds = false, t_opener = false;
   // The windows were not inherited (MADV_DONTFORK); munmap covers a kernel that ignored it.
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0) close(g.fd);

@@ -28,11 +28,14 @@ namespace gpuheap {
 namespace detail {
 
 enum class SinkState : int {
-  off = 0,            // never started, or tracing refused
-  active = 1,         // accepting records
-  pending_child = 2,  // forked child that will open its own file on first use
-  stopped = 3,        // `end` written (or stop requested)
-  failed = 4,         // I/O error: tracing given up
+  off = 0,      // never started, or tracing refused
+  active = 1,   // accepting records
+  pending = 2,  // tracing, but no file yet: it is created at the process's first event
+                // (recorder.cpp), so processes that never record one leave no file
+  stopped = 3,  // `end` written (or stop requested)
+  failed = 4,   // I/O error: tracing given up
+  opening = 5,  // file created, its opening records being written by the thread that
+                // created it (sink_open); every other thread's append is refused
 };
 
 struct SinkCounters {
@@ -44,12 +47,17 @@ struct SinkCounters {
 };
 
 SinkState sink_state() noexcept;
-void sink_set_state(SinkState s) noexcept;  // off/pending_child transitions (recorder.cpp)
+void sink_set_state(SinkState s) noexcept;  // off/pending/failed transitions (recorder.cpp)
 
-// Adopts `fd` (opened read-write, file header already written, `header_bytes` long) and
-// starts accepting. `max_bytes` (GPUHEAP_BUFFER_MB) is no longer used: nothing is buffered.
+// Adopts `fd` (opened read-write, file header already written, `header_bytes` long) in state
+// `opening`: only the calling thread may append (the `process` and `module` records) until
+// it calls sink_publish(), so no other thread's event can come before `process`. On a
+// failure to map the first window the state is `failed` (warned) and nothing was appended.
+// `max_bytes` (GPUHEAP_BUFFER_MB) is no longer used: nothing is buffered.
 void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t max_bytes,
                std::size_t header_bytes) noexcept;
+// opening -> active: every thread may append from now on.
+void sink_publish() noexcept;
 const char* sink_path() noexcept;
 
 // Appends one framed record. `start_thread`: start the background thread if not running

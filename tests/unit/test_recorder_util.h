@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -84,6 +86,31 @@ inline void use_dir(const TempDir& dir, const char* name = "t.%p.trace") {
   unsetenv("GPUHEAP_PATH_FILE");
   unsetenv("GPUHEAP_FOLLOW_FORK");
 }
+
+// Redirects fd 2 into a file while alive; text() returns what was written.
+struct CaptureStderr {
+  std::string file;
+  int saved;
+  explicit CaptureStderr(const TempDir& dir) : file(dir.path + "/stderr.txt") {
+    fflush(stderr);
+    saved = dup(2);
+    int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2), close(fd);
+  }
+  ~CaptureStderr() { restore(); }
+  void restore() {
+    if (saved < 0) return;
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    saved = -1;
+  }
+  std::string text() const {
+    std::ifstream in(file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+};
 
 inline f::AllocRecord alloc_rec(std::uint64_t ptr, std::uint32_t stack = 0) {
   f::AllocRecord a;
