@@ -15,6 +15,12 @@ class NotATraceError : public InputError {
  public:
   using InputError::InputError;
 };
+// Not a trace because it holds nothing: empty, cut inside its header, or a header with no
+// whole process record after it (as opposed to garbage, e.g. a bad magic).
+class EmptyTraceError : public NotATraceError {
+ public:
+  using NotATraceError::NotATraceError;
+};
 class VersionError : public InputError {
  public:
   using InputError::InputError;

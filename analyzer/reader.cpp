@@ -71,10 +71,10 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
       // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
       // before writing, a wrong path). Every command refuses it rather than report on it.
       if (compressed_)
-        throw NotATraceError(fmt::format("{}: not a gpuheap trace (its zstd stream decompresses to {} bytes, "
+        throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream decompresses to {} bytes, "
                                          "shorter than the {}-byte header)",
                                          path, len_, format::kFileHeaderSize));
-      throw NotATraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
+      throw EmptyTraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
                                      : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
                                                    path, len_, format::kFileHeaderSize));
   }
@@ -171,7 +171,7 @@ bool TraceReader::next(format::Record& r) {
     done_ = true;
     if (records_ == 0) {
       // A header and nothing whole after it: no process record, so nothing to report on.
-      throw NotATraceError(fmt::format("{}: not a gpuheap trace: no process record after the header ({})", path_,
+      throw EmptyTraceError(fmt::format("{}: not a gpuheap trace: no process record after the header ({})", path_,
                                        cut_ ? "the file is cut inside it" : "the process wrote nothing"));
     }
     return false;

@@ -46,6 +46,8 @@ bool holds_events(const std::string& path) {
       if (r.type != T::process && r.type != T::module && r.type != T::module_unload && r.type != T::end) return true;
     }
     return false;
+  } catch (const EmptyTraceError&) {
+    return false;  // a header at most: nothing to name
   } catch (const std::exception&) {
     return true;
   }

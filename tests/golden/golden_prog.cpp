@@ -6,9 +6,11 @@
 //   golden_prog sites    temporaries, many small allocations, one peak allocation, a leak
 //   golden_prog frag     under GPUHEAP_LIMIT=40MiB: fragmentation OOM, then a cap OOM
 //   golden_prog real     under SIMCUDA_TOTAL_MEMORY=32M: an OOM the live data really causes
+//   golden_prog churn    20,000 random-size (fixed seed) allocs/frees, then 7 leaks of k x 2 MiB
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -164,6 +166,36 @@ int real() {
   return 0;
 }
 
+// The same requests every run; which cached block serves each depends on when the pool's
+// fences complete (the default seal timing), so block bytes differ from run to run while
+// requested bytes must not. Leaks: 1+2+...+7 = 28 x 2 MiB = 58,720,256 bytes requested.
+int churn() {
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  void* live[64] = {};
+  for (int i = 0; i < 20000; ++i) {
+    auto& slot = live[next() % 64];
+    if (slot) {
+      CHECK(cudaFree(slot) == cudaSuccess);
+      slot = nullptr;
+    } else {
+      // Mostly small, sometimes a few MiB: both pools, splits and reuse of larger blocks.
+      std::size_t n = next() % 4 == 0 ? 1 + next() % (6 * MiB) : 1 + next() % (64 * 1024);
+      CHECK(cudaMalloc(&slot, n) == cudaSuccess);
+    }
+  }
+  for (auto& p : live)
+    if (p) CHECK(cudaFree(p) == cudaSuccess);
+  for (int k = 1; k <= 7; ++k) {
+    void* p = nullptr;
+    line("churn_leak", __LINE__); CHECK(cudaMalloc(&p, k * 2 * MiB) == cudaSuccess);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +207,7 @@ int main(int argc, char** argv) {
   else if (!std::strcmp(mode, "sites")) rc = sites();
   else if (!std::strcmp(mode, "frag")) rc = frag();
   else if (!std::strcmp(mode, "real")) rc = real();
+  else if (!std::strcmp(mode, "churn")) rc = churn();
   std::fflush(stdout);
   return rc;
 }
