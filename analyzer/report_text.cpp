@@ -298,7 +298,7 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt) {
 
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b) {
   std::string out = fmt::format("gpuheap diff: A = {}\n              B = {}\n", a.info.path, b.info.path);
-  out += "Per-site change (B - A) in peak held bytes and total allocated bytes, largest first\n";
+  out += "Per-site change (B - A) in peak held and total requested bytes, largest first\n";
   if (rows.empty()) out += "  no differences\n";
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
     const auto& r = rows[i];
