@@ -97,23 +97,30 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   if (readers.size() == 1) {
     auto& rd = *readers[0];
     auto& m = *out.traces[0];
-    // Events are decoded kWindow records ahead of the replay, and their hash slots
-    // prefetched as they are decoded: each event's cache misses are in flight while the
-    // ones before it are replayed. Records holding views into the reader's buffer (stacks,
-    // modules...) drain the window and are fed at once.
+    // Events are decoded kWindow records ahead of the replay (in place, into small
+    // EventRecords), and their hash slots prefetched as they are decoded: each event's cache
+    // misses are in flight while the ones before it are replayed. Other records (stacks,
+    // modules, segments...) drain the window and are fed at once: those holding views into
+    // the reader's buffer must be fed before the next read.
     constexpr std::size_t kWindow = 16;  // power of two
-    std::vector<format::Record> ring(kWindow);
+    std::vector<format::EventRecord> ring(kWindow);
+    format::Record slow;
     std::size_t head = 0, tail = 0;  // records [tail, head) are decoded, not yet fed
     std::uint64_t n = 0;
     for (;;) {
-      auto& r = ring[head & (kWindow - 1)];
-      if (!rd.next(r)) break;
-      if (Model::batchable(r.type)) {
-        m.prefetch(r);
+      auto& e = ring[head & (kWindow - 1)];
+      auto got = rd.next_any(e, slow);
+      if (got == TraceReader::Got::none) break;
+      if (got == TraceReader::Got::event && Model::batchable(e.type)) {
+        m.prefetch(e);
+        // Second stage, half a window later: the live entry that the first stage asked for
+        // has arrived, and tells where the rest of that event's misses are.
+        if (head - tail >= kWindow / 2) m.prefetch_more(ring[(head - kWindow / 2) & (kWindow - 1)]);
         if (++head - tail == kWindow) m.feed(ring[tail++ & (kWindow - 1)]);
       } else {
         while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
-        m.feed(r);
+        if (got == TraceReader::Got::event) m.feed(e);
+        else m.feed(slow);
       }
       if ((++n & 0xFFFFF) == 0) progress.update(rd.file_pos(), total);
     }
