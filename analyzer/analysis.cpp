@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "analyzer/progress.h"
 #include "analyzer/reader.h"
 
 namespace gpuheap {
@@ -44,33 +45,6 @@ int record_device(const format::Record& r) {
   }
 }
 
-class Progress {
- public:
-  explicit Progress(bool enabled) : enabled_(enabled && ::isatty(2)) { t0_ = clock::now(); }
-  ~Progress() {
-    if (shown_) std::fprintf(stderr, "\r%60s\r", "");
-  }
-  void update(std::uint64_t done, std::uint64_t total) {
-    if (!enabled_ || total == 0) return;
-    auto el = clock::now() - t0_;
-    if (el < std::chrono::seconds(1)) return;
-    int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
-    if (pct == last_) return;
-    last_ = pct;
-    shown_ = true;
-    int bar = pct * 40 / 100;
-    std::fprintf(stderr, "\rgpuheap: reading [%.*s%*s] %3d%%", bar, "########################################",
-                 40 - bar, "", pct);
-    std::fflush(stderr);
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  bool enabled_, shown_ = false;
-  int last_ = -1;
-  clock::time_point t0_;
-};
-
 void warn_trace(const TraceReader& rd, const Model& m) {
   if (rd.cut_mid_record())
     spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(),
@@ -92,30 +66,37 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   }
   std::uint64_t total = 0;
   for (auto& r : readers) total += r->file_size();
-  Progress progress(opt.progress);
+  Progress progress(paths.size() == 1 ? paths[0] : fmt::format("{} traces", paths.size()), total, opt.progress);
 
   if (readers.size() == 1) {
     auto& rd = *readers[0];
     auto& m = *out.traces[0];
-    // Events are decoded kWindow records ahead of the replay, and their hash slots
-    // prefetched as they are decoded: each event's cache misses are in flight while the
-    // ones before it are replayed. Records holding views into the reader's buffer (stacks,
-    // modules...) drain the window and are fed at once.
+    // Events are decoded kWindow records ahead of the replay (in place, into small
+    // EventRecords), and their hash slots prefetched as they are decoded: each event's cache
+    // misses are in flight while the ones before it are replayed. Other records (stacks,
+    // modules, segments...) drain the window and are fed at once: those holding views into
+    // the reader's buffer must be fed before the next read.
     constexpr std::size_t kWindow = 16;  // power of two
-    std::vector<format::Record> ring(kWindow);
+    std::vector<format::EventRecord> ring(kWindow);
+    format::Record slow;
     std::size_t head = 0, tail = 0;  // records [tail, head) are decoded, not yet fed
     std::uint64_t n = 0;
     for (;;) {
-      auto& r = ring[head & (kWindow - 1)];
-      if (!rd.next(r)) break;
-      if (Model::batchable(r.type)) {
-        m.prefetch(r);
+      auto& e = ring[head & (kWindow - 1)];
+      auto got = rd.next_any(e, slow);
+      if (got == TraceReader::Got::none) break;
+      if (got == TraceReader::Got::event && Model::batchable(e.type)) {
+        m.prefetch(e);
+        // Second stage, half a window later: the live entry that the first stage asked for
+        // has arrived, and tells where the rest of that event's misses are.
+        if (head - tail >= kWindow / 2) m.prefetch_more(ring[(head - kWindow / 2) & (kWindow - 1)]);
         if (++head - tail == kWindow) m.feed(ring[tail++ & (kWindow - 1)]);
       } else {
         while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
-        m.feed(r);
+        if (got == TraceReader::Got::event) m.feed(e);
+        else m.feed(slow);
       }
-      if ((++n & 0xFFFFF) == 0) progress.update(rd.file_pos(), total);
+      if ((++n & (Progress::kCheckEvery - 1)) == 0) progress.update(rd.file_pos(), n);
     }
     while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
   } else {
@@ -196,13 +177,14 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
         }
       }
       pull(best);
-      if ((++n & 0xFFFFF) == 0) {
+      if ((++n & (Progress::kCheckEvery - 1)) == 0 && progress.active()) {
         std::uint64_t done = 0;
         for (auto& r : readers) done += r->file_pos();
-        progress.update(done, total);
+        progress.update(done, n);
       }
     }
   }
+  progress.finish();  // before any warning, so that none lands on the progress line
   for (std::size_t i = 0; i < readers.size(); ++i) {
     auto& rd = *readers[i];
     auto& m = *out.traces[i];

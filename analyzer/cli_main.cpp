@@ -45,6 +45,9 @@ int real_main(int argc, char** argv) {
   std::string dump_path;
   auto* dump = app.add_subcommand("dump", "Print every record of a trace as text");
   dump->add_option("trace", dump_path)->required();
+  bool quiet = false;
+  const char* quiet_help = "No progress line on stderr (it is shown only on a terminal, after 1 s)";
+  dump->add_flag("-q,--quiet", quiet, quiet_help);
 
   std::vector<std::string> traces;
   bool json = false;
@@ -56,6 +59,7 @@ int real_main(int argc, char** argv) {
   summary->add_option("--top", top, "Entries per list (default 10)")->check(CLI::PositiveNumber);
   summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
   summary->add_option("traces", traces, "TRACE...")->required();
+  summary->add_flag("-q,--quiet", quiet, quiet_help);
 
   CheckOptions copt;
   std::string max_req, max_alloc, max_res, max_leak;
@@ -71,6 +75,7 @@ int real_main(int argc, char** argv) {
   check->add_flag("--all-frames", copt.all_frames, "Keep gpuheap/CUDA-internal frames in site names");
   check->add_flag("--allow-truncated", copt.allow_truncated,
                   "Check a trace without an end record (killed or still running) instead of failing");
+  check->add_flag("-q,--quiet", quiet, quiet_help);
 
   std::string diff_a, diff_b;
   bool diff_all = false;
@@ -80,6 +85,7 @@ int real_main(int argc, char** argv) {
   diff->add_option("B", diff_b)->required();
   diff->add_option("--top", diff_top, "Rows shown (default 20)")->check(CLI::PositiveNumber);
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
+  diff->add_flag("-q,--quiet", quiet, quiet_help);
 
   try {
     app.parse(argc, argv);
@@ -98,10 +104,12 @@ int real_main(int argc, char** argv) {
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }
-  if (*dump) return dump_trace(dump_path, stdout);
+  AnalyzeOptions aopt;
+  aopt.progress = !quiet;
+  if (*dump) return dump_trace(dump_path, stdout, !quiet);
   if (*summary) {
     sopt.top = static_cast<std::size_t>(top);
-    auto a = analyze(traces);
+    auto a = analyze(traces, aopt);
     if (json) {
       // Trace strings (paths, command lines, names) are arbitrary bytes: invalid UTF-8 is
       // replaced by U+FFFD rather than making dump() throw; everything else is escaped.
@@ -118,7 +126,7 @@ int real_main(int argc, char** argv) {
     copt.max_leaked = size_opt(max_leak);
     if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && copt.baseline.empty())
       throw UsageError("check: give at least one --max-* limit or --baseline");
-    auto a = analyze(traces);
+    auto a = analyze(traces, aopt);
     auto r = run_check(a, copt);
     for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
     for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());
@@ -126,7 +134,6 @@ int real_main(int argc, char** argv) {
     return r.violations.empty() ? 0 : 1;
   }
   if (*diff) {
-    AnalyzeOptions aopt;
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);
     auto rows = diff_sites(*a.traces[0], *b.traces[0], diff_all);

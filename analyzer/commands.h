@@ -8,8 +8,9 @@
 namespace gpuheap {
 
 // Writes every record of the trace as one text line to `out`; returns the exit status.
-// Throws InputError for unreadable / invalid input.
-int dump_trace(const std::string& path, std::FILE* out);
+// Throws InputError for unreadable / invalid input. `progress`: the progress line on stderr
+// (progress.h; only on a terminal, after a second).
+int dump_trace(const std::string& path, std::FILE* out, bool progress = true);
 
 struct RunOptions {
   std::string output;           // GPUHEAP_OUTPUT pattern ("" = preload's default)

@@ -1,9 +1,12 @@
+#include <unistd.h>
+
 #include <cinttypes>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "analyzer/commands.h"
+#include "analyzer/progress.h"
 #include "analyzer/reader.h"
 
 namespace gpuheap {
@@ -54,8 +57,10 @@ std::string flags(std::uint8_t f) {
 
 }  // namespace
 
-int dump_trace(const std::string& path, std::FILE* out) {
+int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
   TraceReader rd(path);
+  // Not while the dump itself goes to a terminal: the line would land among its lines.
+  Progress progress(path, rd.file_size(), progress_on && !::isatty(::fileno(out)));
   format::Record r;
   fmt::memory_buffer b;
   auto flush = [&] {
@@ -136,7 +141,9 @@ int dump_trace(const std::string& path, std::FILE* out) {
         break;
     }
     if (b.size() > (1u << 16)) flush();
+    if ((rd.records() & (Progress::kCheckEvery - 1)) == 0) progress.update(rd.file_pos(), rd.records());
   }
+  progress.finish();
   if (rd.cut_mid_record())
     fmt::format_to(std::back_inserter(b), "# truncated: file cut mid-record at byte offset {} after {} records\n",
                    rd.offset(), rd.records());

@@ -16,10 +16,6 @@
 namespace gpuheap {
 namespace detail {
 
-// Keys and values live in separate arrays: probing reads only the dense key array (8 keys
-// per cache line, small enough to stay in L2 for tens of thousands of entries) and touches
-// the value once, on a hit. Unsuccessful lookups (the segment neighbour checks) never touch
-// values. The load factor stays at or below 1/2 so that probe runs stay short.
 // Storage for trivially copyable elements; arrays of 2 MiB or more are 2 MiB aligned and
 // asked to use transparent huge pages: the live map is probed at random, and with 4 KiB
 // pages nearly every probe of a large table is also a TLB miss.
@@ -36,7 +32,9 @@ class HugeArray {
       p_.reset(static_cast<T*>(std::aligned_alloc(kHuge, bytes)));
       if (p_) ::madvise(p_.get(), bytes, MADV_HUGEPAGE);
     } else {
-      p_.reset(static_cast<T*>(std::malloc(bytes ? bytes : 1)));
+      // Cache-line aligned: FlatMap's slots must not straddle lines.
+      bytes = (bytes + 63) & ~std::size_t{63};
+      p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes ? bytes : 64)));
     }
     if (!p_) throw std::bad_alloc();
     for (std::size_t i = 0; i < n; ++i) new (&p_[i]) T(fill);
@@ -67,19 +65,23 @@ class FlatMap {
   V* find(std::uint64_t k) {
     if (k == kEmpty) return has_sentinel_ ? &sentinel_ : nullptr;
     for (std::size_t i = slot(k);; i = (i + 1) & mask_) {
-      if (keys_[i] == k) return &vals_[i];
-      if (keys_[i] == kEmpty) return nullptr;
+      auto& s = slots_[i];
+      if (s.key == k) return &s.val;
+      if (s.key == kEmpty) return nullptr;
     }
   }
   const V* find(std::uint64_t k) const { return const_cast<FlatMap*>(this)->find(k); }
 
   // Starts loading the slot where k lives (or would go): replay prefetches the next few
-  // events' slots so their cache misses overlap instead of serializing. `value` also loads
-  // the value (for keys that are expected to be present).
+  // events' slots so their cache misses overlap instead of serializing. A slot holds the
+  // key and its value in one cache line (values of up to 56 bytes); `value` (the key is
+  // expected to be present) also loads the following slot when slots are whole lines.
   void prefetch(std::uint64_t k, bool value = true) const {
     std::size_t i = slot(k);
-    __builtin_prefetch(&keys_[i]);
-    if (value) __builtin_prefetch(&vals_[i]);
+    __builtin_prefetch(&slots_[i]);
+    // Slots of a whole line: the next one (where the probe run, or a deletion's backward
+    // shift, continues) is another line.
+    if (value && sizeof(Slot) >= 64) __builtin_prefetch(&slots_[(i + 1) & mask_]);
   }
 
   // Inserts a default V when absent; `inserted` tells which.
@@ -92,17 +94,19 @@ class FlatMap {
     if ((size_ + 1) * 2 > cap()) rehash(cap() * 2);
     std::size_t i = slot(k);
     for (;; i = (i + 1) & mask_) {
-      if (keys_[i] == k) {
+      auto& s = slots_[i];
+      if (s.key == k) {
         if (inserted) *inserted = false;
-        return vals_[i];
+        return s.val;
       }
-      if (keys_[i] == kEmpty) break;
+      if (s.key == kEmpty) break;
     }
-    keys_[i] = k;
-    vals_[i] = V{};
+    auto& s = slots_[i];
+    s.key = k;
+    s.val = V{};
     ++size_;
     if (inserted) *inserted = true;
-    return vals_[i];
+    return s.val;
   }
 
   bool erase(std::uint64_t k) {
@@ -113,22 +117,21 @@ class FlatMap {
     }
     std::size_t i = slot(k);
     for (;; i = (i + 1) & mask_) {
-      if (keys_[i] == k) break;
-      if (keys_[i] == kEmpty) return false;
+      if (slots_[i].key == k) break;
+      if (slots_[i].key == kEmpty) return false;
     }
     // Backward-shift: move later entries of the probe run into the hole.
     std::size_t hole = i;
-    for (std::size_t j = (i + 1) & mask_; keys_[j] != kEmpty; j = (j + 1) & mask_) {
-      std::size_t home = slot(keys_[j]);
+    for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
+      std::size_t home = slot(slots_[j].key);
       // Entry j may fill the hole if its home is not in (hole, j] (cyclically).
       bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
       if (movable) {
-        keys_[hole] = keys_[j];
-        vals_[hole] = std::move(vals_[j]);
+        slots_[hole] = slots_[j];
         hole = j;
       }
     }
-    keys_[hole] = kEmpty;
+    slots_[hole].key = kEmpty;
     --size_;
     return true;
   }
@@ -136,44 +139,57 @@ class FlatMap {
   // f may change values, not keys, and must not insert or erase.
   template <class F>
   void for_each_mut(F&& f) {
-    for (std::size_t i = 0; i < keys_.size(); ++i)
-      if (keys_[i] != kEmpty) f(keys_[i], vals_[i]);
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].key != kEmpty) f(slots_[i].key, slots_[i].val);
     if (has_sentinel_) f(kEmpty, sentinel_);
   }
 
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i < keys_.size(); ++i)
-      if (keys_[i] != kEmpty) f(keys_[i], vals_[i]);
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].key != kEmpty) f(slots_[i].key, slots_[i].val);
     if (has_sentinel_) f(kEmpty, sentinel_);
   }
 
  private:
-  std::size_t cap() const { return keys_.size(); }
+  // Key and value side by side, the slot padded to a power of two (16, 32 or 64 bytes) so
+  // that no slot straddles a cache line: a hit costs one line, not one for the key array and
+  // one for the value array. Probe runs stay short (load factor at most 1/2), so scanning
+  // whole slots instead of a dense key array costs little on misses. Slot positions (hash,
+  // probing, growth) are what they were with separate arrays, so iteration order is too.
+  static constexpr std::size_t kSlotAlign = sizeof(std::uint64_t) + sizeof(V) <= 16   ? 16
+                                            : sizeof(std::uint64_t) + sizeof(V) <= 32 ? 32
+                                                                                      : 64;
+  struct alignas(kSlotAlign) Slot {
+    std::uint64_t key;
+    V val;
+  };
+  static_assert(std::is_trivially_copyable_v<V>);
+
+  std::size_t cap() const { return slots_.size(); }
   std::size_t slot(std::uint64_t k) const {
-    // murmur3's fmix64: device pointers are multiples of large powers of two and share
-    // their high bits; plain multiplicative hashing clusters them under linear probing.
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return static_cast<std::size_t>(k) & mask_;
+    // Fibonacci hashing: the top bits of k * 2^64/phi. Device pointers are multiples of
+    // large powers of two and share their high bits; the product's top bits depend on every
+    // bit of the key, so strided addresses spread evenly (the low bits of a plain product
+    // would cluster them under linear probing). Two instructions, against fmix64's seven:
+    // the replay hashes several times per event (probes, and every entry that a deletion's
+    // backward shift looks at). Iteration order is not part of the interface (every
+    // consumer sorts what it collects).
+    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
   }
   void rehash(std::size_t n) {
-    HugeArray<std::uint64_t> old_keys(n, kEmpty);
-    HugeArray<V> old_vals(n, V{});
-    old_keys.swap(keys_);
-    old_vals.swap(vals_);
+    HugeArray<Slot> old(n, Slot{kEmpty, V{}});
+    old.swap(slots_);
     mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));  // n is a power of two >= 2
     size_ = 0;
-    for (std::size_t i = 0; i < old_keys.size(); ++i)
-      if (old_keys[i] != kEmpty) get(old_keys[i]) = std::move(old_vals[i]);
+    for (std::size_t i = 0; i < old.size(); ++i)
+      if (old[i].key != kEmpty) get(old[i].key) = old[i].val;
   }
 
-  HugeArray<std::uint64_t> keys_;
-  HugeArray<V> vals_;
+  HugeArray<Slot> slots_;
   std::size_t size_ = 0, mask_ = 0;
+  unsigned shift_ = 63;
   V sentinel_{};
   bool has_sentinel_ = false;
 };

@@ -87,11 +87,6 @@ void Model::touch_ts(std::uint64_t ts) {
   if (ts > info.last_ts) info.last_ts = ts;
 }
 
-void Model::pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
-  d.stat[m][kAllPools].add(delta);
-  d.stat[m][pool].add(delta);
-}
-
 void Model::sample(DeviceState& d, std::uint64_t ts) {
   d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
                     d.stat[kReservedBytes][0].current);

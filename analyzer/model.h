@@ -150,6 +150,13 @@ class Model {
   // Starts loading the hash slots that feed(r) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::Record& r) const;
+  // The replay's fast path (model_events.cpp): the same as feed() / prefetch() of the
+  // equivalent Record, for records that TraceReader::next_any decoded in place.
+  void feed(const format::EventRecord& e);
+  void prefetch(const format::EventRecord& e) const;
+  // A second prefetch stage, some records after prefetch(e): loads what the live entry
+  // (by then in cache) says the event will touch.
+  void prefetch_more(const format::EventRecord& e) const;
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;
@@ -217,7 +224,11 @@ class Model {
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
   std::uint32_t find_segment(std::uint64_t ptr) const;
-  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta);
+  // Inline: called up to a dozen times per event.
+  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
+    d.stat[m][kAllPools].add(delta);
+    d.stat[m][pool].add(delta);
+  }
   void sample(DeviceState& d, std::uint64_t ts);
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
   // Layout of the blocks and segments born by max_seq that are still there, plus `gone`.

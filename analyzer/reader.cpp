@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -18,13 +19,18 @@ namespace gpuheap {
 
 namespace {
 constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+// Decompressed data is produced kOutChunk at a time into a fixed window (no reallocation,
+// no zero-filling): small enough that what was just decompressed is still in L2 when the
+// records are decoded, large enough that the per-refill cost is noise.
 constexpr std::size_t kInChunk = 1u << 20;
-constexpr std::size_t kOutChunk = 4u << 20;
+constexpr std::size_t kOutChunk = 512u << 10;
+constexpr std::size_t kWindowCap = kOutChunk + format::kFrameHeaderSize + format::kMaxPayload;
 }  // namespace
 
 struct TraceReader::Zstd {
   ZSTD_DCtx* ctx = nullptr;
-  std::vector<unsigned char> in, out;
+  std::vector<unsigned char> in;
+  std::unique_ptr<unsigned char[]> out{new unsigned char[kWindowCap]};  // uninitialized
   ZSTD_inBuffer ib{nullptr, 0, 0};
   std::uint64_t file_read = 0;
   bool eof = false;
@@ -91,14 +97,18 @@ std::uint64_t TraceReader::file_pos() const { return compressed_ ? z_->file_read
 
 bool TraceReader::refill() {
   auto& z = *z_;
-  // Keep the unconsumed tail (a partial frame) at the front of the window.
+  // The unconsumed tail moves to the front of the window. It is a partial frame (at most
+  // kFrameHeaderSize + kMaxPayload bytes), or zeros after the data (the preload's unwritten
+  // space): then the window may be full, nothing more is decoded, and the caller finds the
+  // zero type byte exactly as it would after decompressing the rest.
   std::size_t keep = len_ - pos_;
-  std::vector<unsigned char> next;
-  next.reserve(keep + kOutChunk);
-  next.insert(next.end(), buf_ + pos_, buf_ + len_);
+  if (keep && pos_) std::memmove(z.out.get(), buf_ + pos_, keep);
   base_offset_ += pos_;
+  buf_ = z.out.get();
+  len_ = keep;
+  pos_ = 0;
   std::size_t produced = 0;
-  while (produced < kOutChunk / 2) {
+  while (produced < kOutChunk / 2 && len_ < kWindowCap) {
     if (z.ib.pos == z.ib.size) {
       if (z.eof) break;
       ssize_t n = ::read(fd_, z.in.data(), z.in.size());
@@ -110,11 +120,9 @@ bool TraceReader::refill() {
       z.file_read += static_cast<std::uint64_t>(n);
       z.ib = {z.in.data(), static_cast<std::size_t>(n), 0};
     }
-    std::size_t old = next.size();
-    next.resize(old + kOutChunk);
-    ZSTD_outBuffer ob{next.data() + old, kOutChunk, 0};
+    ZSTD_outBuffer ob{z.out.get() + len_, std::min(kOutChunk, kWindowCap - len_), 0};
     std::size_t rc = ZSTD_decompressStream(z.ctx, &ob, &z.ib);
-    next.resize(old + ob.pos);
+    len_ += ob.pos;
     produced += ob.pos;
     if (ZSTD_isError(rc)) {
       // A damaged or cut compressed stream: keep what decoded, treat the rest as cut.
@@ -123,11 +131,14 @@ bool TraceReader::refill() {
       break;
     }
   }
-  z.out.swap(next);
-  buf_ = z.out.data();
-  len_ = z.out.size();
-  pos_ = 0;
   return produced > 0;
+}
+
+void TraceReader::release_read() {
+  // Views handed out by earlier next() calls are dead by contract; keep 1 MiB of slack.
+  std::size_t upto = (pos_ - (1u << 20)) & ~std::size_t{0xFFFFF};
+  ::madvise(const_cast<unsigned char*>(map_) + released_, upto - released_, MADV_DONTNEED);
+  released_ = upto;
 }
 
 bool TraceReader::next(format::Record& r) {
@@ -140,13 +151,7 @@ bool TraceReader::next(format::Record& r) {
         throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record (type {})",
                                          path_, static_cast<int>(r.type)));
       pos_ += consumed;
-      if (map_ && pos_ - released_ > (64u << 20)) {
-        // Drop pages already read so RSS stays bounded by the window, not the file. Views
-        // handed out by earlier next() calls are dead by contract; keep 1 MiB of slack.
-        std::size_t upto = (pos_ - (1u << 20)) & ~std::size_t{0xFFFFF};
-        ::madvise(const_cast<unsigned char*>(map_) + released_, upto - released_, MADV_DONTNEED);
-        released_ = upto;
-      }
+      if (map_ && pos_ - released_ > kReleaseStep) release_read();
       ++records_;
       if (r.type == format::RecordType::end) {
         has_end_ = true;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,28 @@ class TraceReader {
   // NotATraceError when the first record is not a process record (or there is none).
   bool next(format::Record& r);
 
+  // The replay's fast path. Event records (alloc, free, free_completed, segment_*) are
+  // decoded in place into `ev` (Got::event); any other record, and the rare event frame that
+  // straddles a zstd window, goes through next(r) (Got::record). Got::none where next()
+  // returns false. Errors, truncation and counters are exactly next()'s.
+  enum class Got { none, event, record };
+  Got next_any(format::EventRecord& ev, format::Record& r) {
+    std::size_t n = len_ - pos_;
+    if (!done_ && n >= format::kFrameHeaderSize) {
+      const unsigned char* p = buf_ + pos_;
+      std::uint32_t len;
+      std::memcpy(&len, p + 1, 4);
+      if (format::is_event_type(p[0]) && n - format::kFrameHeaderSize >= len &&
+          format::decode_event(p[0], p + format::kFrameHeaderSize, len, ev)) {
+        pos_ += format::kFrameHeaderSize + len;
+        ++records_;
+        if (map_ && pos_ - released_ > kReleaseStep) release_read();
+        return Got::event;
+      }
+    }
+    return next(r) ? Got::record : Got::none;
+  }
+
   const std::string& path() const { return path_; }
   bool compressed() const { return compressed_; }
   bool cut_mid_record() const { return cut_; }
@@ -50,6 +73,10 @@ class TraceReader {
  private:
   struct Zstd;
   bool refill();  // zstd: decompress more into the window; false at EOF
+  // Plain: gives back the mapped pages already read (MADV_DONTNEED), so RSS stays bounded
+  // by the window, not the file. Called each time kReleaseStep more bytes were consumed.
+  void release_read();
+  static constexpr std::size_t kReleaseStep = std::size_t{64} << 20;
 
   std::string path_;
   bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false, unwritten_tail_ = false;

@@ -54,12 +54,16 @@ void check_all_prefixes(const std::string& name) {
       // Refused: only while the prefix holds no whole process record (for zstd: until its
       // first block with the process record decompresses), never after a readable prefix.
       EXPECT_FALSE(readable_seen) << name << " cut at " << n << ": " << e.what();
-      if (!compressed) EXPECT_LT(n, process_end) << name << " cut at " << n << ": " << e.what();
+      if (!compressed) {
+        EXPECT_LT(n, process_end) << name << " cut at " << n << ": " << e.what();
+      }
       continue;
     } catch (const std::exception& e) {
       FAIL() << name << " cut at " << n << ": " << e.what();
     }
-    if (!compressed) EXPECT_GE(n, process_end) << name << " cut at " << n << " is read though it has no process";
+    if (!compressed) {
+      EXPECT_GE(n, process_end) << name << " cut at " << n << " is read though it has no process";
+    }
     readable_seen = true;
     worst = std::max(worst, seconds_since(t0));
     // (A zstd file cut in its trailing checksum still yields every record: not truncated.)
@@ -141,7 +145,9 @@ TEST(BadInputCli, TruncatedTraceIsReportedWithAWarning) {
         continue;
       }
       EXPECT_EQ(r.status, check ? 1 : 0) << cmd << " cut " << cut << ": " << r.err;
-      if (check) EXPECT_NE(r.out.find("is incomplete"), std::string::npos) << r.out;
+      if (check) {
+        EXPECT_NE(r.out.find("is incomplete"), std::string::npos) << r.out;
+      }
       if (std::string(cmd) != "dump") {
         EXPECT_NE(r.err.find("no end record"), std::string::npos) << r.err;
       }

@@ -264,3 +264,90 @@ TEST(Format, EncodersRefuseSmallBuffers) {
   EXPECT_EQ(f::encode(buf, f::kFrameHeaderSize + 52, a), f::kFrameHeaderSize + 52);
   EXPECT_EQ(f::encode(buf, 3, a), 0u);
 }
+
+// The in-place event decoder must agree with decode_frame on every frame: same fields for
+// good ones, "corrupt" (false) exactly where decode_frame says corrupt. Random payloads of
+// random lengths around the real ones, with valid and invalid kinds.
+namespace {
+bool same_event(const f::Record& r, const f::EventRecord& e) {
+  if (r.type != e.type) return false;
+  switch (r.type) {
+    case f::RecordType::alloc: {
+      const auto &a = r.alloc, &b = e.alloc;
+      return a.ts == b.ts && a.tid == b.tid && a.device == b.device && a.kind == b.kind && a.flags == b.flags &&
+             a.ptr == b.ptr && a.requested == b.requested && a.size == b.size && a.stream == b.stream &&
+             a.stack == b.stack;
+    }
+    case f::RecordType::free: {
+      const auto &a = r.free, &b = e.free;
+      return a.ts == b.ts && a.tid == b.tid && a.device == b.device && a.kind == b.kind && a.flags == b.flags &&
+             a.ptr == b.ptr && a.size == b.size && a.stream == b.stream && a.stack == b.stack;
+    }
+    case f::RecordType::free_completed: {
+      const auto &a = r.free_completed, &b = e.free_completed;
+      return a.ts == b.ts && a.device == b.device && a.ptr == b.ptr && a.size == b.size;
+    }
+    default: {
+      const auto &a = r.segment, &b = e.segment;
+      return a.ts == b.ts && a.device == b.device && a.flags == b.flags && a.ptr == b.ptr && a.size == b.size;
+    }
+  }
+}
+}  // namespace
+
+TEST(Format, InPlaceEventDecodeMatchesDecodeFrame) {
+  std::vector<f::RecordType> types;
+  Bytes b = sample_records(&types);
+  // The sample's event records, decoded both ways.
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    std::size_t off = frame_at(b, i);
+    if (!f::is_event_type(b[off])) continue;
+    f::Record r;
+    std::size_t used = 0;
+    ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok);
+    std::uint32_t len;
+    std::memcpy(&len, b.data() + off + 1, 4);
+    f::EventRecord e;
+    ASSERT_TRUE(f::decode_event(b[off], b.data() + off + f::kFrameHeaderSize, len, e));
+    EXPECT_TRUE(same_event(r, e)) << i;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5u);
+  EXPECT_FALSE(f::is_event_type(0));
+  EXPECT_FALSE(f::is_event_type(static_cast<std::uint8_t>(f::RecordType::stack)));
+  EXPECT_FALSE(f::is_event_type(static_cast<std::uint8_t>(f::RecordType::oom)));
+
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto rnd = [&] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  const std::uint32_t lens[] = {f::kAllocPayload, f::kFreePayload, f::kFreeCompletedPayload, f::kSegmentPayload};
+  int ok = 0, bad = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    auto t = static_cast<std::uint8_t>(6 + rnd() % 5);  // alloc .. segment_free
+    std::uint32_t len = lens[rnd() % 4];
+    if (rnd() % 4 == 0) len += static_cast<std::uint32_t>(rnd() % 5) - 2;  // off by up to 2
+    Bytes fr(f::kFrameHeaderSize + len);
+    fr[0] = t;
+    std::memcpy(fr.data() + 1, &len, 4);
+    for (std::size_t k = f::kFrameHeaderSize; k < fr.size(); ++k) fr[k] = static_cast<unsigned char>(rnd());
+    if (len > 14 && rnd() % 2) fr[f::kFrameHeaderSize + 14] %= f::kNumAllocKinds;  // mostly valid kinds
+    f::Record r;
+    std::size_t used = 0;
+    auto st = f::decode_frame(fr.data(), fr.size(), r, &used);
+    ASSERT_NE(st, f::FrameStatus::need_more);
+    f::EventRecord e;
+    bool fast = f::decode_event(t, fr.data() + f::kFrameHeaderSize, len, e);
+    ASSERT_EQ(fast, st == f::FrameStatus::ok) << "type " << int(t) << " len " << len;
+    if (fast) {
+      ASSERT_TRUE(same_event(r, e)) << "type " << int(t);
+      ++ok;
+    } else {
+      ++bad;
+    }
+  }
+  EXPECT_GT(ok, 1000);
+  EXPECT_GT(bad, 1000);
+}
