@@ -1,6 +1,5 @@
 #include "preload/cuda_upstream.h"
 
-#include <stdlib.h>
 #include <time.h>
 
 #include <atomic>
@@ -10,6 +9,7 @@
 
 #include "preload/limits.h"
 #include "preload/real.h"
+#include "preload/runtime.h"
 
 namespace gpuheap {
 namespace detail {
@@ -67,13 +67,7 @@ std::atomic<bool> g_per_thread_seen{false};
 }
 void note_per_thread_streams() noexcept { g_per_thread_seen.store(true, std::memory_order_relaxed); }
 bool per_thread_streams_seen() noexcept { return g_per_thread_seen.load(std::memory_order_relaxed); }
-bool strict_fences() noexcept {
-  static const bool strict = [] {
-    const char* v = getenv("GPUHEAP_STRICT_FENCES");
-    return v && *v && *v != '0';
-  }();
-  return strict;
-}
+bool strict_fences() noexcept { return settings().strict_fences; }
 
 StreamRegistry& stream_registry() noexcept {
   static StreamRegistry* r = new StreamRegistry;  // leaked: usable from exit handlers

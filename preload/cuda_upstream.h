@@ -38,7 +38,8 @@ StreamRegistry& stream_registry() noexcept;
 // then even a context without created streams needs event fences.
 void note_per_thread_streams() noexcept;
 bool per_thread_streams_seen() noexcept;
-// GPUHEAP_STRICT_FENCES=1: always fence with events, even for legacy-stream-only programs.
+// GPUHEAP_STRICT_FENCES (read at load): always fence with events, even for
+// legacy-stream-only programs.
 bool strict_fences() noexcept;
 
 class CudaUpstream final : public Upstream {

@@ -39,36 +39,20 @@ constinit std::atomic<std::uint64_t> g_dev_bits[kMaxTrackedDevices / 64];  // an
 constinit std::atomic<DeviceInfoFn> g_devinfo{nullptr};
 constinit std::atomic<std::uint32_t> g_file_gen{1};  // bumps per file: threads re-announce themselves
 constinit bool g_hooks_registered = false;           // atexit/atfork, once per process (g_ctl_mu)
-// Read with the rest of the configuration, not at the first event: by then other threads
-// may be calling setenv, and getenv is not safe against that.
-constinit bool g_quiet = false;
-constinit char g_path_file[4096] = {};
 thread_local std::uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 thread_local std::uint32_t t_thread_gen __attribute__((tls_model("initial-exec"))) = 0;
 
-bool env_is(const char* name, const char* value) {
-  const char* v = getenv(name);
-  return v && strcmp(v, value) == 0;
-}
-long env_long(const char* name, long def, long lo, long hi) {
-  const char* v = getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  long x = strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) return def;
-  return x;
-}
-
-void read_config() {
-  g_cfg.stacks = !env_is("GPUHEAP_STACKS", "0");
-  g_cfg.max_depth = static_cast<int>(env_long("GPUHEAP_STACK_DEPTH", 64, 1, format::kMaxStackDepth));
-  g_cfg.flush_ns = static_cast<std::uint64_t>(env_long("GPUHEAP_FLUSH_MS", 20, 1, 60'000)) * 1'000'000u;
-  g_cfg.max_buffer_bytes = static_cast<std::size_t>(env_long("GPUHEAP_BUFFER_MB", 256, 2, 1 << 20)) << 20;
-  g_cfg.output = getenv("GPUHEAP_OUTPUT");
-  g_quiet = env_is("GPUHEAP_QUIET", "1");
-  const char* pf = getenv("GPUHEAP_PATH_FILE");
-  bool fits = pf && strlen(pf) < sizeof g_path_file;  // a cut name would be another file
-  snprintf(g_path_file, sizeof g_path_file, "%s", fits ? pf : "");
+// Copies what the recorder needs from the settings read at load (options.h): the
+// environment is not read again, neither for a later file nor at fork (getenv is not safe
+// against another thread's setenv).
+void configure(const Settings& s) {
+  g_cfg.stacks = s.stacks;
+  g_cfg.max_depth = s.stack_depth;
+  g_cfg.flush_ns = s.flush_ns;
+  g_cfg.output = s.output;
+  g_cfg.quiet = s.quiet;
+  g_cfg.follow_fork = s.follow_fork;
+  snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
   stacks_configure(g_cfg.stacks, g_cfg.max_depth);
 }
 
@@ -159,15 +143,15 @@ void prepare_open_locked() {
 
 void announce_path(const char* path) {
   char line[4200];
-  if (!g_quiet) {
+  if (!g_cfg.quiet) {
     int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
     if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n) < sizeof line ? n : sizeof line - 1) < 0) {
     }
   }
   // `gpuheap run` learns every traced process's file from this list (one line each;
   // a single O_APPEND write keeps concurrent processes' lines whole).
-  if (g_path_file[0]) {
-    int fd = open(g_path_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (g_cfg.path_file[0]) {
+    int fd = open(g_cfg.path_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) {
       int n = snprintf(line, sizeof line, "%s\n", path);
       if (n > 0 && static_cast<std::size_t>(n) < sizeof line && write(fd, line, static_cast<std::size_t>(n)) < 0) {
@@ -208,7 +192,7 @@ bool open_file_locked() {
   for (auto& b : g_dev_bits) b.store(0);
   g_file_gen.fetch_add(1);
   // State `opening` until sink_publish: the records below come first in the file.
-  sink_open(fd, path, g_cfg.flush_ns, g_cfg.max_buffer_bytes, sizeof header);
+  sink_open(fd, path, g_cfg.flush_ns, sizeof header);
   if (sink_state() != SinkState::opening) {  // no space even for the first window: warned
     sink_publish();
     unlink(path);  // holds nothing but the header
@@ -293,7 +277,7 @@ void fork_child() {
   for (auto& b : g_dev_bits) b.store(0);
   g_file_gen.fetch_add(1);
   g_have_file.store(false);
-  bool follow = !env_is("GPUHEAP_FOLLOW_FORK", "0");
+  bool follow = g_cfg.follow_fork;
   bool tracing = s == SinkState::active || s == SinkState::pending;
   // Like the parent at its start: the child's file is created at its first event.
   sink_set_state(tracing && follow ? SinkState::pending : SinkState::off);
@@ -312,7 +296,7 @@ std::uint32_t current_tid() noexcept {
   return t_tid;
 }
 
-bool recorder_start() noexcept {
+bool recorder_start(const Settings& settings) noexcept {
   pthread_mutex_lock(&g_ctl_mu);
   SinkState s = sink_state();
   bool ok = s == SinkState::active || s == SinkState::pending;
@@ -320,7 +304,7 @@ bool recorder_start() noexcept {
     if (getauxval(AT_SECURE) != 0) {  // setuid/setgid: never write files on its behalf
       sink_set_state(SinkState::off);
     } else {
-      read_config();
+      configure(settings);
       if (!g_hooks_registered) {
         g_hooks_registered = true;
         pthread_atfork(fork_prepare, fork_parent, fork_child);

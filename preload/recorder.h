@@ -24,30 +24,31 @@
 #include <cstdint>
 
 #include "format/trace.h"
+#include "preload/options.h"
 
 namespace gpuheap {
 namespace detail {
 
-// Environment-derived settings, read once at load.
+// What the recorder keeps of the settings (options.h) given to recorder_start().
 struct RecorderConfig {
-  bool stacks = true;            // GPUHEAP_STACKS (default 1)
+  bool stacks = true;            // GPUHEAP_STACKS
   int max_depth = 64;            // GPUHEAP_STACK_DEPTH (1..256)
-  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS (default 20): background thread's tick
+  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: background thread's tick
   const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
-  std::size_t max_buffer_bytes = 256u << 20;  // GPUHEAP_BUFFER_MB: unused since nothing is buffered
+  bool quiet = false;            // GPUHEAP_QUIET: no "tracing to" line when the file is created
+  bool follow_fork = true;       // GPUHEAP_FOLLOW_FORK: forked children traced
+  char path_file[4096] = {};     // GPUHEAP_PATH_FILE: append the trace path here when created
 };
-// Other environment read at start: GPUHEAP_QUIET=1 (no "tracing to" line when the file is
-// created), GPUHEAP_PATH_FILE (append the trace path to this file when it is created),
-// GPUHEAP_FOLLOW_FORK=0 (forked children not traced; read at fork). The environment is
-// re-read by each recorder_start() that starts a new tracing session.
 
 std::uint64_t now_ns() noexcept;      // CLOCK_MONOTONIC
 std::uint32_t current_tid() noexcept; // gettid(), cached per thread
 
-// Starts the recorder (idempotent, thread-safe); the file waits for the first event.
+// Starts the recorder (idempotent, thread-safe) with `settings` (runtime.cpp passes those
+// read at load; a new session after a stop uses the ones it is given); the file waits for
+// the first event.
 // Returns false if tracing is off (setuid). A file that cannot be created is warned about
 // (once) at the first event, which then turns tracing off.
-bool recorder_start() noexcept;
+bool recorder_start(const Settings& settings) noexcept;
 bool recorder_active() noexcept;  // tracing, whether or not the file exists yet
 // Flush and write `end`; further records are dropped. Called from the atexit handler.
 void recorder_stop(format::EndReason reason) noexcept;

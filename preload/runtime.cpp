@@ -2,8 +2,6 @@
 #include "preload/runtime.h"
 
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/auxv.h>
 
 #include <atomic>
@@ -22,15 +20,8 @@ thread_local int t_hook_depth = 0;
 
 namespace {
 
-Settings g_settings;
+constinit Settings g_settings;  // read once by gpuheap_init; pool changes in a fork child
 std::atomic<bool> g_enabled{false};
-
-bool env_flag(const char* name, bool def) noexcept {
-  const char* v = getenv(name);
-  if (!v || !*v) return def;
-  return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
-           strcasecmp(v, "no") == 0);
-}
 
 // Context -> state, a small fixed table: a process has a handful of contexts.
 constexpr int kMaxStates = 64;
@@ -115,23 +106,15 @@ void atfork_child() noexcept {
 
 __attribute__((constructor)) void gpuheap_init() noexcept {
   Settings& s = g_settings;
-  // Never act inside setuid/setgid programs (secure-execution mode, getauxval(3)).
-  if (getauxval(AT_SECURE) != 0 || env_flag("GPUHEAP_DISABLE", false)) {
-    s.enabled = false;
-    return;
-  }
-  s.pool = env_flag("GPUHEAP_POOL", true);
-  s.free_stacks = env_flag("GPUHEAP_FREE_STACKS", false);
-  s.unsafe_reuse = env_flag("GPUHEAP_UNSAFE_REUSE", false);
-  if (const char* v = getenv("GPUHEAP_SEAL_US")) s.seal_ns = strtoull(v, nullptr, 10) * 1000ull;
-  limits_init(getenv("GPUHEAP_LIMIT"));
-  if (const char* v = getenv("GPUHEAP_RELEASE_THRESHOLD")) {
-    LimitSpec t;
-    if (parse_limit_value(v, strlen(v), &t) && !t.fraction) s.release_threshold = static_cast<std::size_t>(t.value);
-  }
+  // Never act inside setuid/setgid programs (secure-execution mode, getauxval(3)): not even
+  // the environment is read.
+  if (getauxval(AT_SECURE) != 0) return;
+  read_settings(&s);
+  if (s.disable) return;
+  limits_init(s.limit);
   set_device_info_fn(device_info);
   pthread_atfork(nullptr, nullptr, atfork_child);
-  recorder_start();
+  recorder_start(s);
   g_enabled.store(true, std::memory_order_release);
 }
 

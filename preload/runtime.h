@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "format/trace.h"
+#include "preload/options.h"
 
 namespace gpuheap {
 namespace detail {
@@ -33,15 +34,7 @@ class HookScope {
   bool outer_;
 };
 
-// ---- settings (environment, read once at load) ----
-struct Settings {
-  bool enabled = true;       // false: setuid, GPUHEAP_DISABLE=1, or after fork without follow
-  bool pool = true;          // GPUHEAP_POOL (default 1)
-  bool free_stacks = false;  // GPUHEAP_FREE_STACKS: also unwind at frees (default 0)
-  bool unsafe_reuse = false; // GPUHEAP_UNSAFE_REUSE=1: TEST ONLY, reuse without fences
-  std::uint64_t seal_ns = 200000;  // GPUHEAP_SEAL_US
-  std::size_t release_threshold = 0;  // GPUHEAP_RELEASE_THRESHOLD: trim cache above this
-};
+// ---- settings (environment, read once at load: options.h) ----
 const Settings& settings() noexcept;
 
 // ---- pooled device memory (cudaMalloc / cuMemAlloc_v2) ----

@@ -319,8 +319,7 @@ void start_thread_locked() noexcept {
 SinkState sink_state() noexcept { return state(); }
 void sink_set_state(SinkState s) noexcept { set_state(s); }
 
-void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t /*max_bytes*/,
-               std::size_t header_bytes) noexcept {
+void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t header_bytes) noexcept {
   pthread_once(&g_cond_once, init_cond);  // before any thread can wait on it
   lock();
   // A previous file that failed (its fd is kept open for the background thread): stop the

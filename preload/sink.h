@@ -53,9 +53,7 @@ void sink_set_state(SinkState s) noexcept;  // off/pending/failed transitions (r
 // `opening`: only the calling thread may append (the `process` and `module` records) until
 // it calls sink_publish(), so no other thread's event can come before `process`. On a
 // failure to map the first window the state is `failed` (warned) and nothing was appended.
-// `max_bytes` (GPUHEAP_BUFFER_MB) is no longer used: nothing is buffered.
-void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t max_bytes,
-               std::size_t header_bytes) noexcept;
+void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t header_bytes) noexcept;
 // opening -> active: every thread may append from now on.
 void sink_publish() noexcept;
 const char* sink_path() noexcept;

@@ -88,7 +88,7 @@ void expect_stack_ids_defined_before_use(const Trace& t) {
 TEST(Recorder, SixteenThreadsCompleteAndInPerThreadOrder) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kThreads = 16, kPerThread = 20000;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -149,7 +149,7 @@ TEST(Recorder, FreeOnOneThreadPrecedesReuseOnAnother) {
   // of the same address must come first in the file.
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kRounds = 20000;
   std::atomic<int> freed{-1}, taken{-1};
   std::thread a([&] {
@@ -184,7 +184,7 @@ TEST(Recorder, FreeOnOneThreadPrecedesReuseOnAnother) {
 TEST(Recorder, RecordsReachTheFileWithinTheFlushInterval) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   for (int i = 0; i < 10; ++i) d::record(alloc_rec(0x5000 + i));
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   Trace t = read_trace(d::recorder_path());  // no stop, no flush: appends write the file
@@ -200,7 +200,7 @@ TEST(Recorder, FlushWritesEverythingRecordedSoFar) {
   TempDir dir;
   use_dir(dir);
   setenv("GPUHEAP_FLUSH_MS", "60000", 1);  // the background thread ticks once a minute
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   for (int i = 0; i < 1000; ++i) d::record(alloc_rec(i));
   d::recorder_flush();
   Trace t = read_trace(d::recorder_path());
@@ -211,7 +211,7 @@ TEST(Recorder, FlushWritesEverythingRecordedSoFar) {
 TEST(Recorder, StackStartsAtTheCallerAndIsInternedOnce) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   std::uint32_t ids[2];
   volatile int reps = 2;  // unknown trip count: one call site, not unrolled into two
   for (int k = 0; k < reps; ++k) ids[k] = capture_here();
@@ -238,7 +238,7 @@ TEST(Recorder, StackDepthIsCapped) {
   TempDir dir;
   use_dir(dir);
   setenv("GPUHEAP_STACK_DEPTH", "5", 1);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   std::uint32_t id = stack_at_depth(20);
   d::recorder_stop(f::EndReason::stopped);
   unsetenv("GPUHEAP_STACK_DEPTH");
@@ -252,7 +252,7 @@ TEST(Recorder, StacksOffMeansNoStacks) {
   TempDir dir;
   use_dir(dir);
   setenv("GPUHEAP_STACKS", "0", 1);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   EXPECT_EQ(capture_here(), 0u);
   d::record(alloc_rec(7, capture_here()));
   d::recorder_stop(f::EndReason::stopped);
@@ -278,7 +278,7 @@ TEST(Recorder, DeviceAnnouncedOncePerDevicePerFile) {
   use_dir(dir);
   d::set_device_info_fn(fake_device_info);
   for (int session = 0; session < 2; ++session) {
-    ASSERT_TRUE(d::recorder_start());
+    ASSERT_TRUE(start_recorder());
     std::vector<std::thread> ts;
     for (int k = 0; k < 4; ++k)
       ts.emplace_back([] {
@@ -314,7 +314,7 @@ TEST(Recorder, ModulesLoadedAndUnloadedLater) {
   use_dir(dir);
   const char* lib = "libzstd.so.1";
   if (dlopen(lib, RTLD_NOW | RTLD_NOLOAD)) GTEST_SKIP() << lib << " already loaded";
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   d::record(alloc_rec(1));  // the first event creates the file (without lib)
   void* h = dlopen(lib, RTLD_NOW);
   if (!h) {
@@ -342,7 +342,7 @@ TEST(Recorder, ModulesLoadedAndUnloadedLater) {
   EXPECT_EQ(loaded, 1);
   EXPECT_EQ(unloaded, 1);
   // Loaded after the start but before the first event: among the opening modules.
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   h = dlopen(lib, RTLD_NOW);
   ASSERT_NE(h, nullptr);
   d::note_modules_changed();  // no file yet: nothing to write into
@@ -365,7 +365,7 @@ TEST(Recorder, UnwritableDirectoryWarnsOnceAndTheProgramContinues) {
   use_dir(dir);
   setenv("GPUHEAP_OUTPUT", "/nonexistent-gpuheap-dir/x.%p.trace", 1);
   CaptureStderr err(dir);
-  EXPECT_TRUE(d::recorder_start());  // the file is only created at the first event
+  EXPECT_TRUE(start_recorder());  // the file is only created at the first event
   d::record(alloc_rec(0));
   EXPECT_FALSE(d::recorder_active());
   for (int i = 0; i < 100; ++i) d::record(alloc_rec(i, capture_here()));
@@ -384,7 +384,7 @@ TEST(Recorder, FourThreadsThroughManyFileWindowsLoseNothing) {
   use_dir(dir);
   setenv("GPUHEAP_BUFFER_MB", "2", 1);     // ignored since the sink maps the file
   setenv("GPUHEAP_FLUSH_MS", "60000", 1);  // only used-up windows wake the background thread
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kThreads = 4, kPerThread = 60000;  // ~14 MB: several 4 MiB windows
   std::vector<std::thread> ts;
   for (int t = 0; t < kThreads; ++t)

@@ -25,7 +25,7 @@ __attribute__((noinline)) std::uint32_t capture_here() {
 TEST(Recorder, StartCreatesNoFileBeforeTheFirstEvent) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   EXPECT_TRUE(d::recorder_active());
   EXPECT_STREQ(d::recorder_path(), "");
   d::note_modules_changed();  // loading a library is not an event
@@ -41,7 +41,7 @@ TEST(Recorder, FirstEventWritesProcessAndModuleRecords) {
   TempDir dir;
   use_dir(dir);
   std::uint64_t before_start = d::now_ns();
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::uint64_t before_event = d::now_ns();
   d::record(alloc_rec(1));
@@ -112,7 +112,7 @@ TEST(Recorder, FileGoesWhereTheStartWouldHavePutIt) {
   char old_cwd[4096];
   ASSERT_NE(getcwd(old_cwd, sizeof old_cwd), nullptr);
   ASSERT_EQ(chdir(dir.path.c_str()), 0);
-  bool ok = d::recorder_start();
+  bool ok = start_recorder();
   int moved = chdir(elsewhere.path.c_str());
   d::record(alloc_rec(1));
   std::string path = d::recorder_path();
@@ -130,7 +130,7 @@ TEST(Recorder, ThreadsRacingToTheFirstEventFindProcessFirst) {
   // nothing of theirs comes before the opening records (process, then modules).
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kThreads = 8, kPerThread = 200;
   std::atomic<int> ready{0};
   std::vector<std::thread> ts;
@@ -163,13 +163,13 @@ TEST(Recorder, AnnouncesPathOnStderrAndInThePathFile) {
   std::string list = dir.path + "/paths.txt";
   setenv("GPUHEAP_PATH_FILE", list.c_str(), 1);
   CaptureStderr err(dir);
-  ASSERT_TRUE(d::recorder_start());  // a session without events: no file, nothing announced
+  ASSERT_TRUE(start_recorder());  // a session without events: no file, nothing announced
   d::recorder_stop(f::EndReason::stopped);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   d::record(alloc_rec(1));
   std::string path = d::recorder_path();
   d::recorder_stop(f::EndReason::stopped);
-  ASSERT_TRUE(d::recorder_start());  // a second file: the same name gets a suffix
+  ASSERT_TRUE(start_recorder());  // a second file: the same name gets a suffix
   d::record(alloc_rec(1));
   std::string path2 = d::recorder_path();
   d::recorder_stop(f::EndReason::stopped);

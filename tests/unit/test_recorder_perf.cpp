@@ -40,7 +40,7 @@ __attribute__((noinline)) double capture_cost_at_depth(int depth, int reps, std:
 TEST(RecorderPerf, RecordSingleThread) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kN = 1'000'000;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kN; ++i) d::record(alloc_rec(i));
@@ -54,7 +54,7 @@ TEST(RecorderPerf, RecordSingleThread) {
 TEST(RecorderPerf, RecordSixteenThreads) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   constexpr int kThreads = 16, kN = 100'000;
   std::vector<std::thread> ts;
   std::vector<double> per(kThreads);
@@ -79,7 +79,7 @@ TEST(RecorderPerf, RecordSixteenThreads) {
 TEST(RecorderPerf, CaptureStackThirtyFrames) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   std::uint32_t id = 0;
   double ns = capture_cost_at_depth(26, 200'000, &id);  // + test/gtest frames above
   d::recorder_stop(f::EndReason::stopped);

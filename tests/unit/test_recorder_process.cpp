@@ -48,7 +48,7 @@ void quiet_child() {  // no core files from the deliberate crashes below
 TEST(RecorderProcess, ForkedChildWritesItsOwnFile) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  ASSERT_TRUE(start_recorder());
   std::uint32_t parent_stack = capture_here();
   for (int i = 0; i < 100; ++i) d::record(alloc_rec(i, parent_stack));  // buffered at fork
   pid_t child = fork();
@@ -94,9 +94,10 @@ TEST(RecorderProcess, ForkedChildWritesItsOwnFile) {
 TEST(RecorderProcess, ForkNotFollowedWhenDisabled) {
   TempDir dir;
   use_dir(dir);
-  ASSERT_TRUE(d::recorder_start());
+  setenv("GPUHEAP_FOLLOW_FORK", "0", 1);  // read at start (options.h), not at the fork
+  ASSERT_TRUE(start_recorder());
+  unsetenv("GPUHEAP_FOLLOW_FORK");
   d::record(alloc_rec(7));  // the parent's file exists
-  setenv("GPUHEAP_FOLLOW_FORK", "0", 1);
   pid_t child = fork();
   if (child == 0) {
     for (int i = 0; i < 50; ++i) d::record(alloc_rec(0xC000 + i));
@@ -105,7 +106,6 @@ TEST(RecorderProcess, ForkNotFollowedWhenDisabled) {
     exit(ok ? 0 : 1);
   }
   int st = wait_status(child);
-  unsetenv("GPUHEAP_FOLLOW_FORK");
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   d::recorder_stop(f::EndReason::stopped);
   EXPECT_EQ(dir.files().size(), 1u);
@@ -126,7 +126,7 @@ TEST_P(FatalSignal, EndRecordWrittenAndDeathUnchanged) {
   pid_t child = fork();
   if (child == 0) {
     quiet_child();
-    if (!d::recorder_start()) _exit(3);
+    if (!start_recorder()) _exit(3);
     for (int i = 0; i < 100; ++i) d::record(alloc_rec(i));  // still buffered
     if (sig == SIGSEGV) {  // a real fault, on a page that exists but may not be touched
       void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -160,7 +160,7 @@ TEST(RecorderProcess, ProgramHandlerIsChainedAndTracingContinues) {
   pid_t child = fork();
   if (child == 0) {
     signal(SIGTERM, program_handler);  // installed before gpuheap: ours chains to it
-    if (!d::recorder_start()) _exit(3);
+    if (!start_recorder()) _exit(3);
     for (int i = 0; i < 10; ++i) d::record(alloc_rec(i));
     kill(getpid(), SIGTERM);
     for (int i = 10; i < 20; ++i) d::record(alloc_rec(i));
@@ -181,7 +181,7 @@ TEST(RecorderProcess, IgnoredSignalStaysIgnored) {
   pid_t child = fork();
   if (child == 0) {
     signal(SIGTERM, SIG_IGN);
-    if (!d::recorder_start()) _exit(3);
+    if (!start_recorder()) _exit(3);
     kill(getpid(), SIGTERM);
     d::record(alloc_rec(1));
     d::recorder_stop(f::EndReason::stopped);
@@ -204,7 +204,7 @@ TEST(RecorderProcess, DiskFullMidRunWarnsOnceAndStopsTracing) {
     signal(SIGXFSZ, SIG_IGN);  // beyond RLIMIT_FSIZE, write(2) then fails with EFBIG
     rlimit lim{256 << 10, 256 << 10};
     setrlimit(RLIMIT_FSIZE, &lim);
-    if (!d::recorder_start()) _exit(3);
+    if (!start_recorder()) _exit(3);
     for (int i = 0; i < 20000; ++i) {
       d::record(alloc_rec(i));
       if (i % 1000 == 0) d::recorder_flush();
@@ -235,7 +235,7 @@ TEST(RecorderProcess, SigkillLosesAtMostTheLastFlushInterval) {
   use_dir(dir);
   pid_t child = fork();
   if (child == 0) {
-    if (!d::recorder_start()) _exit(3);
+    if (!start_recorder()) _exit(3);
     for (std::uint64_t seq = 0;; ++seq) {
       d::record(alloc_rec(seq));
       usleep(20);

@@ -76,7 +76,15 @@ inline Trace read_trace(const std::string& path) {
   return t;
 }
 
-// Points the recorder at `dir` for the next recorder_start().
+// Starts a session with the settings the environment holds now: libgpuheap.so reads them
+// once at load (options.h), these tests change them between sessions.
+inline bool start_recorder() {
+  static gpuheap::detail::Settings s;
+  gpuheap::detail::read_settings(&s);
+  return gpuheap::detail::recorder_start(s);
+}
+
+// Points the recorder at `dir` for the next start_recorder().
 inline void use_dir(const TempDir& dir, const char* name = "t.%p.trace") {
   setenv("GPUHEAP_OUTPUT", (dir.path + "/" + name).c_str(), 1);
   setenv("GPUHEAP_QUIET", "1", 1);

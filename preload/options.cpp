@@ -1,0 +1,317 @@
+// The option table and its parser (see options.h for the rules). Runs in the library
+// constructor: stack buffers only, nothing that could allocate or re-enter a hook.
+#include "preload/options.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+namespace gpuheap {
+namespace detail {
+
+namespace {
+
+using T = OptionType;
+using I = OptionId;
+constexpr std::uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
+
+}  // namespace
+
+// GPUHEAP_DISABLE first: when set, nothing else is read (read_settings).
+constinit const OptionSpec kOptionTable[kNumOptions] = {
+    {I::disable, "GPUHEAP_DISABLE", T::boolean, "0", 0, 0, 1, 0, "load but do nothing"},
+    {I::output, "GPUHEAP_OUTPUT", T::text, "./gpuheap.%n.%p.trace", 0, 0, 0, 0,
+     "trace path pattern: %p pid, %h host, %r $RANK, %n program name"},
+    {I::path_file, "GPUHEAP_PATH_FILE", T::text, "none", 0, 0, 0, 0,
+     "append each trace file's path to this file when it is created"},
+    {I::quiet, "GPUHEAP_QUIET", T::boolean, "0", 0, 0, 1, 0, "no \"tracing to\" line on stderr"},
+    {I::pool, "GPUHEAP_POOL", T::boolean, "1", 1, 0, 1, 0, "serve cudaMalloc/cuMemAlloc from gpuheap's pool"},
+    {I::stacks, "GPUHEAP_STACKS", T::boolean, "1", 1, 0, 1, 0, "record call stacks"},
+    {I::stack_depth, "GPUHEAP_STACK_DEPTH", T::integer, "64", 64, 1, 256, 0, "frames kept per stack"},
+    {I::free_stacks, "GPUHEAP_FREE_STACKS", T::boolean, "0", 0, 0, 1, 0, "also unwind at frees"},
+    {I::flush_ms, "GPUHEAP_FLUSH_MS", T::duration, "20", 20 * kMs, 1 * kMs, 60 * kS, kMs,
+     "the background thread's tick"},
+    {I::seal_us, "GPUHEAP_SEAL_US", T::duration, "200", 200 * kUs, 0, 3600 * kS, kUs,
+     "how often freed blocks are fenced"},
+    {I::strict_fences, "GPUHEAP_STRICT_FENCES", T::boolean, "0", 0, 0, 1, 0,
+     "fence with events even when all work goes to the legacy default stream"},
+    {I::unsafe_reuse, "GPUHEAP_UNSAFE_REUSE", T::boolean, "0", 0, 0, 1, 0,
+     "TEST ONLY: reuse freed blocks without fences"},
+    {I::buffer_mb, "GPUHEAP_BUFFER_MB", T::ignored, "\xE2\x80\x94", 0, 0, 0, 0, "ignored (nothing is buffered)"},
+    {I::limit, "GPUHEAP_LIMIT", T::limit, "none", 0, 0, 0, 0, "per-process cap per device"},
+    {I::release_threshold, "GPUHEAP_RELEASE_THRESHOLD", T::size, "none", 0, 0, 0, 0,
+     "give free cached segments back once the unused cache exceeds this"},
+    {I::follow_fork, "GPUHEAP_FOLLOW_FORK", T::boolean, "1", 1, 0, 1, 0, "trace forked children"},
+};
+
+const OptionSpec* find_option(const char* name) noexcept {
+  for (const OptionSpec& s : kOptionTable)
+    if (strcmp(s.name, name) == 0) return &s;
+  return nullptr;
+}
+
+namespace {
+
+bool unit_factor(const char* u, double* f) noexcept {
+  struct Unit {
+    const char* name;
+    double factor;
+  };
+  static const Unit units[] = {
+      {"", 1},           {"b", 1},          {"k", 1024.0},    {"kib", 1024.0},  {"kb", 1e3},
+      {"m", 1048576.0},  {"mib", 1048576.0}, {"mb", 1e6},     {"g", 1073741824.0},
+      {"gib", 1073741824.0}, {"gb", 1e9},   {"t", 1099511627776.0}, {"tib", 1099511627776.0},
+      {"tb", 1e12},
+  };
+  for (const Unit& x : units)
+    if (strcasecmp(x.name, u) == 0) return *f = x.factor, true;
+  return false;
+}
+
+// Copies text without surrounding blanks into buf; false if it does not fit.
+bool trimmed(const char* text, std::size_t len, char* buf, std::size_t cap) noexcept {
+  while (len && isspace(static_cast<unsigned char>(*text))) ++text, --len;
+  while (len && isspace(static_cast<unsigned char>(text[len - 1]))) --len;
+  if (len >= cap) return false;
+  memcpy(buf, text, len);
+  buf[len] = '\0';
+  return true;
+}
+
+// A number (digits, '.' allowed) and its unit suffix; false unless it starts with a digit.
+bool split_number(const char* s, double* v, const char** unit) noexcept {
+  if (!isdigit(static_cast<unsigned char>(*s)) && *s != '.') return false;  // no sign, no "inf"
+  char* end = nullptr;
+  *v = strtod(s, &end);
+  if (end == s) return false;
+  *unit = end;
+  return true;
+}
+
+void default_warn(const char* line) noexcept {
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "gpuheap: %s\n", line);
+  if (n <= 0) return;
+  std::size_t len = static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1;
+  ssize_t r = write(2, buf, len);
+  (void)r;
+}
+
+const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {
+  switch (s.type) {
+    case T::boolean: return "1/0, true/false, yes/no or on/off";
+    case T::integer:
+      snprintf(buf, cap, "an integer in %llu..%llu", static_cast<unsigned long long>(s.lo),
+               static_cast<unsigned long long>(s.hi));
+      return buf;
+    case T::size: return "a size such as 512MiB, 2GB or 1048576";
+    case T::duration:
+      snprintf(buf, cap, "a duration in %llu..%llu %s, or with a unit (ns, us, ms, s)",
+               static_cast<unsigned long long>(s.lo / s.unit_ns), static_cast<unsigned long long>(s.hi / s.unit_ns),
+               s.unit_ns == kMs ? "ms" : "us");
+      return buf;
+    case T::limit: return "e.g. 8GiB, 0.5, 0:8GiB,1:12GiB";
+    case T::text: return "a path of at most 4095 bytes";
+    case T::ignored: break;
+  }
+  return "";
+}
+
+// One line: the variable, the value as given (shortened, control characters masked), what
+// was expected and what is used instead.
+void warn_invalid(WarnFn warn, const OptionSpec& s, const char* value) noexcept {
+  char shown[80];
+  std::size_t n = 0;
+  for (const char* p = value; *p && n + 1 < sizeof shown; ++p)
+    shown[n++] = static_cast<unsigned char>(*p) < 0x20 || *p == 0x7f ? '?' : *p;
+  shown[n] = '\0';
+  bool cut = strlen(value) > n;
+  char exp[128];
+  char line[400];
+  snprintf(line, sizeof line, "%s=\"%s%s\" is not valid (expected %s); using the default %s%s", s.name, shown,
+           cut ? "..." : "", expected(s, exp, sizeof exp), s.default_text,
+           s.type == T::limit ? " (no cap)" : "");
+  warn(line);
+}
+
+void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
+  bool b = v != 0;
+  switch (id) {
+    case I::disable: o->disable = b; break;
+    case I::quiet: o->quiet = b; break;
+    case I::pool: o->pool = b; break;
+    case I::stacks: o->stacks = b; break;
+    case I::stack_depth: o->stack_depth = static_cast<int>(v); break;
+    case I::free_stacks: o->free_stacks = b; break;
+    case I::flush_ms: o->flush_ns = v; break;
+    case I::seal_us: o->seal_ns = v; break;
+    case I::strict_fences: o->strict_fences = b; break;
+    case I::unsafe_reuse: o->unsafe_reuse = b; break;
+    case I::release_threshold: o->release_threshold = static_cast<std::size_t>(v); break;
+    case I::follow_fork: o->follow_fork = b; break;
+    case I::output: case I::path_file: case I::buffer_mb: case I::limit: break;
+  }
+}
+
+// Parses one set, non-empty value into *o; false if invalid (*o keeps the default).
+bool apply(Settings* o, const OptionSpec& s, const char* v) noexcept {
+  char buf[64];
+  bool small = s.type == T::boolean || s.type == T::integer || s.type == T::size || s.type == T::duration;
+  if (small && !trimmed(v, strlen(v), buf, sizeof buf)) return false;
+  std::uint64_t x = 0;
+  bool b = false;
+  switch (s.type) {
+    case T::boolean:
+      if (!parse_bool(buf, &b)) return false;
+      x = b;
+      break;
+    case T::integer:
+      if (!parse_uint(buf, &x) || x < s.lo || x > s.hi) return false;
+      break;
+    case T::size:
+      if (!parse_size(buf, &x)) return false;
+      break;
+    case T::duration:
+      if (!parse_duration(buf, s.unit_ns, &x) || x < s.lo || x > s.hi) return false;
+      break;
+    case T::text:
+      if (s.id == I::output) {
+        o->output = v;  // kept as given: the pattern's expansion checks its length
+      } else {
+        if (strlen(v) >= sizeof o->path_file) return false;  // a cut name would be another file
+        snprintf(o->path_file, sizeof o->path_file, "%s", v);
+      }
+      return true;
+    case T::limit: {
+      LimitSpec scratch[kMaxDevices + 1];
+      if (strlen(v) >= sizeof o->limit || !parse_limit(v, scratch)) return false;
+      snprintf(o->limit, sizeof o->limit, "%s", v);
+      return true;
+    }
+    case T::ignored: return true;
+  }
+  store(o, s.id, x);
+  return true;
+}
+
+}  // namespace
+
+int read_settings(Settings* out, EnvLookup lookup, WarnFn warn) noexcept {
+  if (!lookup) lookup = [](const char* name) noexcept -> const char* { return getenv(name); };
+  if (!warn) warn = default_warn;
+  *out = Settings{};
+  int invalid = 0;
+  for (const OptionSpec& s : kOptionTable) {
+    const char* v = lookup(s.name);
+    if (v && *v && !apply(out, s, v)) {
+      ++invalid;
+      warn_invalid(warn, s, v);
+    }
+    if (s.id == I::disable && out->disable) break;
+  }
+  return invalid;
+}
+
+bool parse_bool(const char* text, bool* out) noexcept {
+  static const char* const yes[] = {"1", "true", "yes", "on"};
+  static const char* const no[] = {"0", "false", "no", "off"};
+  for (const char* w : yes)
+    if (strcasecmp(text, w) == 0) return *out = true, true;
+  for (const char* w : no)
+    if (strcasecmp(text, w) == 0) return *out = false, true;
+  return false;
+}
+
+bool parse_uint(const char* text, std::uint64_t* out) noexcept {
+  if (!*text) return false;
+  std::uint64_t v = 0;
+  for (const char* p = text; *p; ++p) {
+    if (!isdigit(static_cast<unsigned char>(*p))) return false;
+    unsigned d = static_cast<unsigned>(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_size(const char* text, std::uint64_t* bytes) noexcept {
+  double v = 0, f = 1;
+  const char* unit = nullptr;
+  if (!split_number(text, &v, &unit) || !unit_factor(unit, &f)) return false;
+  double b = v * f;
+  if (!(b >= 0 && b < 9.2e18)) return false;  // the byte counters are signed 64-bit
+  *bytes = static_cast<std::uint64_t>(b);
+  return true;
+}
+
+bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) noexcept {
+  std::size_t digits = strspn(text, "0123456789");
+  if (digits == 0 || digits >= 20) return false;
+  char num[20];
+  memcpy(num, text, digits);
+  num[digits] = '\0';
+  std::uint64_t v = 0;
+  if (!parse_uint(num, &v)) return false;
+  const char* u = text + digits;
+  std::uint64_t f = unit_ns;
+  if (*u) {
+    if (strcasecmp(u, "ns") == 0) f = 1;
+    else if (strcasecmp(u, "us") == 0) f = kUs;
+    else if (strcasecmp(u, "ms") == 0) f = kMs;
+    else if (strcasecmp(u, "s") == 0) f = kS;
+    else return false;
+  }
+  if (v > UINT64_MAX / f) return false;
+  *ns = v * f;
+  return true;
+}
+
+bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexcept {
+  char buf[64];
+  if (!trimmed(text, len, buf, sizeof buf) || !*buf) return false;
+  double v = 0, factor = 1;
+  const char* unit = nullptr;
+  if (!split_number(buf, &v, &unit) || !unit_factor(unit, &factor)) return false;
+  // A bare number with a decimal point and at most 1 is a fraction of the device.
+  bool has_dot = memchr(buf, '.', static_cast<std::size_t>(unit - buf)) != nullptr;
+  out->set = true;
+  out->fraction = has_dot && *unit == '\0' && v <= 1.0;
+  out->value = out->fraction ? v : v * factor;
+  // inf, nan and sizes past 2^63 would overflow the byte counters (and the conversion is UB).
+  if (!(out->value < 9.2e18)) return false;
+  return out->fraction ? v > 0 : out->value >= 1;
+}
+
+bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept {
+  for (int i = 0; i <= kMaxDevices; ++i) out[i] = LimitSpec{};
+  if (!text || !*text) return true;
+  const char* p = text;
+  while (*p) {
+    const char* comma = strchr(p, ',');
+    std::size_t n = comma ? static_cast<std::size_t>(comma - p) : strlen(p);
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a search within n bytes, nothing is copied
+    const char* colon = static_cast<const char*>(memchr(p, ':', n));
+    int index = kMaxDevices;
+    const char* value = p;
+    std::size_t vlen = n;
+    if (colon) {
+      char* end = nullptr;
+      long d = strtol(p, &end, 10);
+      if (end != colon || d < 0 || d >= kMaxDevices) return false;
+      index = static_cast<int>(d);
+      value = colon + 1;
+      vlen = n - static_cast<std::size_t>(colon + 1 - p);
+    }
+    if (!parse_limit_value(value, vlen, &out[index])) return false;
+    p += n;
+    if (*p == ',') ++p;
+  }
+  return true;
+}
+
+}  // namespace detail
+}  // namespace gpuheap

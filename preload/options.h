@@ -1,0 +1,111 @@
+// Every GPUHEAP_* environment variable: one table (name, type, default, doc line), one
+// parser, read once at load into one Settings struct that is handed to the parts that need
+// it (runtime.cpp: pool, caps; recorder.cpp: the trace). A forked child keeps its parent's
+// settings; an exec'd program loads gpuheap anew and reads its own environment.
+//
+// Parsing rules (README.md "Environment variables" repeats them for users):
+//  - unset or empty: the default;
+//  - boolean: 1/0, true/false, yes/no, on/off, any case;
+//  - integer: decimal digits, within the option's range;
+//  - size: a number with an optional unit (b, k/kib, m/mib, g/gib, t/tib binary; kb, mb,
+//    gb, tb decimal; any case): "512MiB", "2GB", "1.5g", "123" bytes;
+//  - duration: a whole number with an optional unit (ns, us, ms, s); without one, the unit
+//    in the option's name (GPUHEAP_FLUSH_MS=20 is 20 ms, GPUHEAP_SEAL_US=200 is 200 us);
+//  - leading and trailing blanks are ignored except in paths;
+//  - an invalid or out-of-range value is replaced by the default, and one line on stderr
+//    names the variable, the value and what is used instead. Never fatal.
+//
+// Nothing here allocates or calls a hooked function (getenv, strto*, snprintf into stack
+// buffers and write(2) only): it runs in the library constructor, before main.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuheap {
+namespace detail {
+
+enum class OptionType : std::uint8_t {
+  boolean,
+  integer,   // range lo..hi
+  size,      // bytes
+  duration,  // stored in ns; lo..hi in ns, unit_ns for a bare number
+  text,      // a path or pattern, not interpreted here
+  limit,     // GPUHEAP_LIMIT grammar (limits.h); kept as text once it parses
+  ignored,   // accepted for compatibility, never read
+};
+
+enum class OptionId : std::uint8_t {
+  disable, output, path_file, quiet, pool, stacks, stack_depth, free_stacks, flush_ms, seal_us,
+  strict_fences, unsafe_reuse, buffer_mb, limit, release_threshold, follow_fork,
+};
+
+struct OptionSpec {
+  OptionId id;
+  const char* name;
+  OptionType type;
+  const char* default_text;  // as README.md's table writes it (a test compares the two)
+  std::uint64_t def;         // parsed default: 0/1, the integer, bytes or ns
+  std::uint64_t lo, hi;      // integer and duration range (inclusive)
+  std::uint64_t unit_ns;     // duration: the unit of a bare number
+  const char* doc;           // one line
+};
+
+inline constexpr int kNumOptions = 16;
+extern const OptionSpec kOptionTable[kNumOptions];
+const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
+
+// The parsed environment. Fixed-size: no allocation at load.
+struct Settings {
+  bool disable = false;        // GPUHEAP_DISABLE: load but do nothing
+  const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (the environment's string), nullptr = default
+  char path_file[4096] = {};   // GPUHEAP_PATH_FILE, "" = none (a name too long to fit: none)
+  bool quiet = false;          // GPUHEAP_QUIET: no "tracing to" line
+  bool pool = true;            // GPUHEAP_POOL (runtime.cpp turns it off in a child forked after CUDA use)
+  bool stacks = true;          // GPUHEAP_STACKS
+  int stack_depth = 64;        // GPUHEAP_STACK_DEPTH
+  bool free_stacks = false;    // GPUHEAP_FREE_STACKS: also unwind at frees
+  std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: the background thread's tick
+  std::uint64_t seal_ns = 200'000;      // GPUHEAP_SEAL_US
+  bool strict_fences = false;  // GPUHEAP_STRICT_FENCES
+  bool unsafe_reuse = false;   // GPUHEAP_UNSAFE_REUSE: TEST ONLY, reuse without fences
+  char limit[1024] = {};       // GPUHEAP_LIMIT, validated; "" = no cap
+  std::size_t release_threshold = 0;  // GPUHEAP_RELEASE_THRESHOLD in bytes, 0 = none
+  bool follow_fork = true;     // GPUHEAP_FOLLOW_FORK
+};
+
+// Where the values come from and where warnings go; the defaults are getenv and stderr.
+using EnvLookup = const char* (*)(const char* name);
+using WarnFn = void (*)(const char* line);  // one line, without "\n"
+
+// Parses every option in table order. GPUHEAP_DISABLE comes first: when it is set, nothing
+// else is read or warned about. Returns the number of invalid values (each warned once).
+int read_settings(Settings* out, EnvLookup lookup = nullptr, WarnFn warn = nullptr) noexcept;
+
+// The single-value parsers (false: invalid, *out untouched).
+bool parse_bool(const char* text, bool* out) noexcept;
+bool parse_uint(const char* text, std::uint64_t* out) noexcept;  // decimal digits only
+bool parse_size(const char* text, std::uint64_t* bytes) noexcept;
+bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) noexcept;
+
+// ---- GPUHEAP_LIMIT ----
+//   SPEC[,SPEC...]   SPEC = [DEVICE:]VALUE
+//   VALUE = a size ("8GiB", "512MiB", "2GB" decimal, "8G" binary, "123" bytes) or a
+//           fraction of the device's total memory ("0.5"; a number with a '.' and <= 1).
+//   A SPEC without DEVICE applies to every device not named explicitly.
+inline constexpr int kMaxDevices = 64;
+
+struct LimitSpec {
+  bool set = false;
+  bool fraction = false;
+  double value = 0;  // bytes, or fraction of total
+};
+
+// Parses a GPUHEAP_LIMIT value into per-device specs (index kMaxDevices = default). Returns
+// false on a syntax error.
+bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept;
+// Parses one size/fraction value; false on error.
+bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexcept;
+
+}  // namespace detail
+}  // namespace gpuheap
