@@ -44,6 +44,8 @@ struct Sink {
   // Adaptive mutex: spins briefly before sleeping; the critical section is a memcpy long.
   pthread_mutex_t mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;  // windows, offset, state
   pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  // background thread: window used / exit
+  pthread_cond_t started_cv = PTHREAD_COND_INITIALIZER;  // background thread: it is running
+  bool thread_started = false;                            // under mu
   Window cur, next;             // next: prepared ahead, starts at cur.end (or unmapped)
   std::uint64_t off = 0;        // file offset where the next record goes (= bytes in file)
   std::uint64_t flush_ns = 20'000'000;
@@ -86,6 +88,7 @@ void init_cond() noexcept {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&g.work_cv, &ca);
   pthread_condattr_destroy(&ca);
+  pthread_cond_init(&g.started_cv, nullptr);
 }
 
 void lock() noexcept { pthread_mutex_lock(&g.mu), t_holds = true; }
@@ -261,6 +264,8 @@ bool append_locked(const void* rec, std::size_t n) noexcept {
 // never needed for a record to reach the file: appends copy straight into the file's pages.
 void* thread_main(void*) {
   lock();
+  g.thread_started = true;
+  pthread_cond_signal(&g.started_cv);
   bool backoff = false;  // preparing failed: retry after a tick, not at once
   while (!g.exit_thread) {
     if (!backoff && !g.next.base && g.cur.base && state() == SinkState::active) {
@@ -307,11 +312,19 @@ void start_thread_locked() noexcept {
   sigfillset(&all);
   for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&all, s);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  g.exit_thread = false;
+  g.exit_thread = false, g.thread_started = false;
   int rc = pthread_create(&g.thread, nullptr, thread_main, nullptr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   // Without it appends still work (they map windows themselves); only re-arming is lost.
   g.thread_running = rc == 0;
+  // Wait until the thread runs our code. The file (and so this thread) now starts at the
+  // process's first event, and a program may fork right after it: a thread still inside its
+  // start-up (the C library's or a sanitizer's allocations, which take allocator locks) would
+  // leave such a lock held in the child forever. Seen with ASan: the forked child of
+  // RecorderProcess.ForkedChildWritesItsOwnFile deadlocked in calloc. Once per file.
+  t_holds = false;  // the wait releases mu
+  while (g.thread_running && !g.thread_started) pthread_cond_wait(&g.started_cv, &g.mu);
+  t_holds = true;
 }
 
 }  // namespace
