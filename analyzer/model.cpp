@@ -157,36 +157,6 @@ void Model::feed(const format::Record& r) {
   }
 }
 
-void Model::prefetch(const format::Record& r) const {
-  using format::RecordType;
-  switch (r.type) {
-    case RecordType::alloc: {
-      const auto& a = r.alloc;
-      live_.prefetch(key(a.ptr, a.kind));
-      if (a.kind == AllocKind::device_pooled) {
-        // The block's edges (seg_add_block).
-        edges_.prefetch(a.ptr);
-        edges_.prefetch(a.ptr + (a.size ? a.size : a.requested));
-      }
-      break;
-    }
-    case RecordType::free: live_.prefetch(key(r.free.ptr, r.free.kind)); break;
-    case RecordType::free_completed: {
-      const auto& f = r.free_completed;
-      live_.prefetch(key(f.ptr, AllocKind::device_pooled));
-      edges_.prefetch(f.ptr);
-      if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
-      break;
-    }
-    default: break;
-  }
-}
-
-void Model::feed_batch(const format::Record* r, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) prefetch(r[i]);
-  for (std::size_t i = 0; i < n; ++i) feed(r[i]);
-}
-
 std::uint32_t Model::find_segment(std::uint64_t ptr) const {
   // Last segment starting at or before ptr: branchless binary search (the outcome of each
   // step is unpredictable, a mispredicted branch per step would cost more than the loads).

@@ -144,15 +144,11 @@ class Model {
   explicit Model(std::string path = {}, std::size_t timeline_buckets = 2048);
 
   void feed(const format::Record& r);
-  // Same as feed() on each, in order; prefetches the live-map slots of the batch first.
-  // Only for records without string/ip views (alloc, free, free_completed, segment_*).
-  void feed_batch(const format::Record* r, std::size_t n);
-  // Starts loading the hash slots that feed(r) will touch, for a record fed a few records
-  // later: the replay's cost is cache misses on the live map, and independent misses overlap.
-  void prefetch(const format::Record& r) const;
-  // The replay's fast path (model_events.cpp): the same as feed() / prefetch() of the
-  // equivalent Record, for records that TraceReader::next_any decoded in place.
+  // The replay's fast path (model_events.cpp): the same as feed() of the equivalent Record,
+  // for records that TraceReader::next_any decoded in place.
   void feed(const format::EventRecord& e);
+  // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
+  // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
   // A second prefetch stage, some records after prefetch(e): loads what the live entry
   // (by then in cache) says the event will touch.

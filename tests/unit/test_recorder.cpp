@@ -28,11 +28,6 @@ constexpr bool kThreadStacks = false;
 constexpr bool kThreadStacks = true;
 #endif
 
-__attribute__((noinline)) std::uint32_t capture_here() {
-  std::uint32_t id = d::capture_stack(0);
-  asm volatile("" ::: "memory");
-  return id;
-}
 __attribute__((noinline)) std::uint32_t capture_skip1() {
   std::uint32_t id = d::capture_stack(1);
   asm volatile("" ::: "memory");

@@ -14,14 +14,6 @@
 using namespace rec_test;
 namespace d = gpuheap::detail;
 
-namespace {
-__attribute__((noinline)) std::uint32_t capture_here() {
-  std::uint32_t id = d::capture_stack(0);
-  asm volatile("" ::: "memory");
-  return id;
-}
-}  // namespace
-
 TEST(Recorder, StartCreatesNoFileBeforeTheFirstEvent) {
   TempDir dir;
   use_dir(dir);

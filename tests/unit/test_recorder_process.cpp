@@ -17,12 +17,6 @@ namespace d = gpuheap::detail;
 
 namespace {
 
-__attribute__((noinline)) std::uint32_t capture_here() {
-  std::uint32_t id = d::capture_stack(0);
-  asm volatile("" ::: "memory");
-  return id;
-}
-
 std::string trace_of(const TempDir& dir, pid_t pid) { return dir.path + "/t." + std::to_string(pid) + ".trace"; }
 
 int wait_status(pid_t pid) {

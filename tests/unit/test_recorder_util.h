@@ -21,6 +21,13 @@ namespace rec_test {
 
 namespace f = gpuheap::format;
 
+// A stack captured right here (not inlined, so its own frame is the innermost one).
+__attribute__((noinline)) inline std::uint32_t capture_here() {
+  std::uint32_t id = gpuheap::detail::capture_stack(0);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
 struct TempDir {
   std::string path;
   TempDir() {
