@@ -113,4 +113,20 @@ inline ProgRun run(const std::string& prog, std::vector<std::string> args = {}, 
   return run_with(prog, std::move(args), std::move(env), preload, [](pid_t, int) {});
 }
 
+// A shell command line's exit status and stdout (append 2>&1 to capture stderr too).
+struct CmdRun {
+  int status = -1;
+  std::string out;
+};
+inline CmdRun run_cmd(const std::string& cmd) {
+  CmdRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) r.out.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
 }  // namespace gpuheap::test

@@ -18,25 +18,10 @@ using gpuheap::format::AllocKind;
 
 namespace {
 
-struct CmdRun {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CmdRun run_cmd(const std::string& cmd) {
-  CmdRun r;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
 // `gpuheap run --simulate` of prog_files MODE... with its traces in dir.
 CmdRun gpuheap_run(const std::string& dir, const std::string& args) {
-  return run_cmd(kBuild + "/gpuheap run --simulate -o '" + dir + "/t.%p.trace' -- " + kProgs + "/prog_files " + args);
+  return run_cmd(kBuild + "/gpuheap run --simulate -o '" + dir + "/t.%p.trace' -- " + kProgs + "/prog_files " + args +
+                 " 2>&1");  // stdout and stderr together
 }
 
 int count(const std::string& text, const std::string& what) {
@@ -144,7 +129,7 @@ TEST(TraceFiles, LateFirstEventAfterForkAndThreadsGivesACompleteTrace) {
   // The process record still describes the start of the process, not its first event.
   EXPECT_LE(t.process.mono_ns, std::stoull(value(r.out, "start_ns")));
   EXPECT_NE(t.cmdline.find("late"), std::string::npos);
-  CmdRun s = run_cmd(kBuild + "/gpuheap summary " + files[0]);
+  CmdRun s = run_cmd(kBuild + "/gpuheap summary " + files[0] + " 2>&1");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("  events:    "), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("  truncated: no\n"), std::string::npos) << s.out;

@@ -21,22 +21,6 @@ using namespace gpuheap::test;
 namespace {
 constexpr std::uint64_t MiB = 1u << 20;
 
-struct CmdRun {
-  int status = -1;
-  std::string out;
-};
-
-// Runs a shell command (the analyzer CLI), capturing its stdout.
-CmdRun run_cmd(const std::string& cmd) {
-  CmdRun r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) r.out.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 }
 
 TEST(Limits, CapEnforcedForPooledAndPassThroughWithExactMemInfo) {
