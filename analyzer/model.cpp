@@ -253,6 +253,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
   auto s = static_cast<std::int64_t>(size);
   if (table_kind(a.kind)) {
     int pool = (a.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+    const std::int64_t allocated_peak = d.stat[kAllocatedBytes][0].peak;
     pool_stats(d, pool, kRequestedBytes, static_cast<std::int64_t>(a.requested));
     pool_stats(d, pool, kAllocatedBytes, s);
     pool_stats(d, pool, kActiveBytes, s);
@@ -269,10 +270,9 @@ void Model::on_alloc(const format::AllocRecord& a) {
       pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
     }
     sample(d, a.ts);
-    if (d.stat[kAllocatedBytes][0].current > d.frag_peak_allocated) {
+    if (d.stat[kAllocatedBytes][0].peak > allocated_peak) {
       // A new peak of allocated memory: the moment whose pool layout the fragmentation
       // section describes. Remember it; what leaves the layout from here on is logged.
-      d.frag_peak_allocated = d.stat[kAllocatedBytes][0].current;
       d.frag_seq = e->seq, d.frag_ts = a.ts, d.frag_open = true;
       d.frag_log.clear();
     }

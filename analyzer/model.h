@@ -80,7 +80,6 @@ struct DeviceState {
   // there at the peak, so it never outgrows the live map at the peak (O(1) per event).
   Fragmentation frag_peak;
   bool frag_open = false;
-  std::int64_t frag_peak_allocated = 0;
   std::uint64_t frag_seq = 0, frag_ts = 0;
   struct Gone {
     std::uint64_t ptr = 0, size = 0;

@@ -77,7 +77,7 @@ Fragmentation Model::peak_layout(std::uint16_t di) const {
   const auto& d = devices[di];
   Fragmentation f = layout(di, d.frag_seq, d.frag_log);
   f.ts = d.frag_ts;
-  f.allocated = static_cast<std::uint64_t>(d.frag_peak_allocated);
+  f.allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].peak);  // reached at frag_seq
   f.valid = f.reserved > 0;  // a peak of pass-through memory only: no pool layout to describe
   return f;
 }
