@@ -47,7 +47,7 @@ struct SiteRow {
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
 
 // What the summary says about one OOM, by the same rules as the in-process stderr report
-// (preload/oom.cpp), so both give the same diagnosis for the same event.
+// (preload/core/oom.cpp), so both give the same diagnosis for the same event.
 struct OomAdvice {
   std::uint64_t held = 0;             // device bytes the process held: reserved + async/managed/VMM physical
   std::uint64_t reserved_unused = 0;  // the pool's cache: reserved - allocated (as recorded)

@@ -159,7 +159,7 @@ std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames)
   return out;
 }
 
-// The rules of preload/oom.cpp's report_oom, applied to the recorded pool state and the
+// The rules of preload/core/oom.cpp's report_oom, applied to the recorded pool state and the
 // replayed holdings (the preload's `held` is its budget: pool segments + pass-through kinds).
 OomAdvice oom_advice(const OomInfo& o) {
   const auto& r = o.rec;

@@ -3,7 +3,7 @@
 // variants share one Pool, as the preload shares one Pool per device.
 #include <benchmark/benchmark.h>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 #include "tests/unit/pool_upstreams.h"
 
 namespace {

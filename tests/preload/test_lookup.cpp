@@ -1,4 +1,4 @@
-// How the preload finds functions: a wheel's renamed libcudart (preload/real.cpp,
+// How the preload finds functions: a wheel's renamed libcudart (preload/hooks/real.cpp,
 // loaded_library) and dlsym(RTLD_NEXT, ...) relative to the caller (lookup_for_caller).
 #include <elf.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// GPUHEAP_* values as the preloaded library reads them at load (preload/options.h): the
+// GPUHEAP_* values as the preloaded library reads them at load (preload/core/options.h): the
 // spellings every boolean accepts, and one warning for an invalid value.
 #include <gtest/gtest.h>
 

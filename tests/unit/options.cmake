@@ -1,4 +1,4 @@
-# The option table and parser (preload/options.cpp), and README.md's table against it.
+# The option table and parser (preload/core/options.cpp), and README.md's table against it.
 include(GoogleTest)
 add_executable(test_options test_options.cpp)
 target_link_libraries(test_options PRIVATE gpuheap_options GTest::gtest_main)

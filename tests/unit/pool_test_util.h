@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 
 namespace gpuheap::detail::test_util {
 

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 
 namespace gpuheap::test {
 

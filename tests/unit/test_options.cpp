@@ -1,4 +1,4 @@
-// The option table and parser (preload/options.h): every option with valid, invalid and
+// The option table and parser (preload/core/options.h): every option with valid, invalid and
 // boundary values, the single-value parsers, and README.md's variable table against the
 // option table (names and defaults), so the two cannot drift.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "preload/options.h"
+#include "preload/core/options.h"
 
 namespace d = gpuheap::detail;
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "preload/outpath.h"
+#include "preload/record/outpath.h"
 
 using gpuheap::detail::create_trace_file;
 using gpuheap::detail::current_outpath_vars;

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 

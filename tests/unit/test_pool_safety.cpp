@@ -6,7 +6,7 @@
 #include <random>
 #include <thread>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 

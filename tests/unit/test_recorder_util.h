@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "format/trace.h"
-#include "preload/recorder.h"
+#include "preload/record/recorder.h"
 
 namespace rec_test {
 

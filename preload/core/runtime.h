@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "format/trace.h"
-#include "preload/options.h"
+#include "preload/core/options.h"
 
 namespace gpuheap {
 namespace detail {

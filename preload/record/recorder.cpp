@@ -1,7 +1,7 @@
 // Recorder glue: configuration, the trace file's lifecycle (start, stop, fork, exit,
 // fatal signals) and the record entry points. Buffering/writing lives in sink.cpp,
 // stacks in unwind.cpp, loaded objects in modules.cpp, the path rules in outpath.cpp.
-#include "preload/recorder.h"
+#include "preload/record/recorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,11 +16,11 @@
 
 #include <atomic>
 
-#include "preload/modules.h"
-#include "preload/outpath.h"
-#include "preload/signals.h"
-#include "preload/sink.h"
-#include "preload/unwind.h"
+#include "preload/record/modules.h"
+#include "preload/record/outpath.h"
+#include "preload/record/signals.h"
+#include "preload/record/sink.h"
+#include "preload/record/unwind.h"
 
 #ifndef GPUHEAP_VERSION
 #define GPUHEAP_VERSION "dev"

@@ -11,8 +11,8 @@
 #include <new>
 #include <set>
 
-#include "preload/pool.h"
-#include "preload/pool_containers.h"
+#include "preload/pool/pool.h"
+#include "preload/pool/pool_containers.h"
 
 namespace gpuheap {
 namespace detail {

@@ -16,8 +16,8 @@
 //
 // This file: construction, allocate/deallocate and lookups. Releasing memory, context
 // teardown and statistics are in pool_release.cpp; Pool::Impl is in pool_impl.h.
-#include "preload/pool.h"
-#include "preload/pool_impl.h"
+#include "preload/pool/pool.h"
+#include "preload/pool/pool_impl.h"
 
 #include <iterator>
 #include <mutex>

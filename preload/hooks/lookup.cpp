@@ -4,8 +4,8 @@
 // function we interpose returns our wrapper and remembers the real pointer it resolved.
 #include <string.h>
 
-#include "preload/real.h"
-#include "preload/runtime.h"
+#include "preload/hooks/real.h"
+#include "preload/core/runtime.h"
 
 namespace gpuheap {
 namespace detail {

@@ -10,13 +10,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "preload/limits.h"
-#include "preload/oom.h"
-#include "preload/passthrough.h"
-#include "preload/real.h"
-#include "preload/recorder.h"
-#include "preload/runtime.h"
-#include "preload/state.h"
+#include "preload/core/limits.h"
+#include "preload/core/oom.h"
+#include "preload/core/passthrough.h"
+#include "preload/hooks/real.h"
+#include "preload/record/recorder.h"
+#include "preload/core/runtime.h"
+#include "preload/core/state.h"
 
 namespace gpuheap {
 namespace detail {

@@ -1,4 +1,4 @@
-#include "preload/cuda_upstream.h"
+#include "preload/pool/cuda_upstream.h"
 
 #include <time.h>
 
@@ -7,9 +7,9 @@
 
 #include <algorithm>
 
-#include "preload/limits.h"
-#include "preload/real.h"
-#include "preload/runtime.h"
+#include "preload/core/limits.h"
+#include "preload/hooks/real.h"
+#include "preload/core/runtime.h"
 
 namespace gpuheap {
 namespace detail {

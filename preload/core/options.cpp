@@ -1,6 +1,6 @@
 // The option table and its parser (see options.h for the rules). Runs in the library
 // constructor: stack buffers only, nothing that could allocate or re-enter a hook.
-#include "preload/options.h"
+#include "preload/core/options.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-#include "preload/limits.h"
+#include "preload/core/limits.h"
 
-#include "preload/real.h"
+#include "preload/hooks/real.h"
 
 namespace gpuheap {
 namespace detail {

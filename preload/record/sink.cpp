@@ -1,4 +1,4 @@
-#include "preload/sink.h"
+#include "preload/record/sink.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,8 +14,8 @@
 
 #include <atomic>
 
-#include "preload/recorder.h"
-#include "preload/signals.h"
+#include "preload/record/recorder.h"
+#include "preload/record/signals.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL (ignored)

@@ -3,7 +3,7 @@
 // suggestion, the allocating stack as module+offset); exact source lines and the live sites
 // come from `gpuheap summary` on the trace, since nothing in-process symbolizes with DWARF.
 // Rate-limited: the first few in full, then one line per 10 s with a count.
-#include "preload/oom.h"
+#include "preload/core/oom.h"
 
 #include <dlfcn.h>
 #include <libunwind.h>
@@ -14,8 +14,8 @@
 
 #include <atomic>
 
-#include "preload/recorder.h"
-#include "preload/unwind.h"
+#include "preload/record/recorder.h"
+#include "preload/record/unwind.h"
 
 namespace gpuheap {
 namespace detail {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "preload/pool.h"
+#include "preload/pool/pool.h"
 
 namespace gpuheap {
 namespace detail {

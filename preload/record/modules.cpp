@@ -1,4 +1,4 @@
-#include "preload/modules.h"
+#include "preload/record/modules.h"
 
 #include <elf.h>
 #include <link.h>
@@ -11,8 +11,8 @@
 #include <cstddef>
 
 #include "format/trace.h"
-#include "preload/recorder.h"
-#include "preload/sink.h"
+#include "preload/record/recorder.h"
+#include "preload/record/sink.h"
 
 namespace gpuheap {
 namespace detail {

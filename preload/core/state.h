@@ -5,8 +5,8 @@
 
 #include <atomic>
 
-#include "preload/cuda_upstream.h"
-#include "preload/pool.h"
+#include "preload/pool/cuda_upstream.h"
+#include "preload/pool/pool.h"
 
 namespace gpuheap {
 namespace detail {

@@ -1,4 +1,4 @@
-#include "preload/signals.h"
+#include "preload/record/signals.h"
 
 #include <errno.h>
 #include <pthread.h>

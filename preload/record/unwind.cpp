@@ -1,4 +1,4 @@
-#include "preload/unwind.h"
+#include "preload/record/unwind.h"
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
@@ -11,8 +11,8 @@
 #include <atomic>
 
 #include "format/trace.h"
-#include "preload/modules.h"
-#include "preload/sink.h"
+#include "preload/record/modules.h"
+#include "preload/record/sink.h"
 
 namespace gpuheap {
 namespace detail {

@@ -1,4 +1,4 @@
-#include "preload/outpath.h"
+#include "preload/record/outpath.h"
 
 #include <errno.h>
 #include <fcntl.h>

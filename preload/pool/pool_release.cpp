@@ -1,8 +1,8 @@
 // The caching pool, continued (see pool.cpp for the design): giving cached memory back
 // (trim, empty_cache), context teardown (abandon), sealing on demand, statistics and the
 // consistency check. Pool::Impl is in pool_impl.h.
-#include "preload/pool.h"
-#include "preload/pool_impl.h"
+#include "preload/pool/pool.h"
+#include "preload/pool/pool_impl.h"
 
 #include <algorithm>
 #include <mutex>

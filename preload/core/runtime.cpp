@@ -1,5 +1,5 @@
 // Start-up, settings, per-context pool states, fork handling and the trace observer.
-#include "preload/runtime.h"
+#include "preload/core/runtime.h"
 
 #include <pthread.h>
 #include <sys/auxv.h>
@@ -8,10 +8,10 @@
 #include <mutex>
 #include <new>
 
-#include "preload/limits.h"
-#include "preload/recorder.h"
-#include "preload/real.h"
-#include "preload/state.h"
+#include "preload/core/limits.h"
+#include "preload/record/recorder.h"
+#include "preload/hooks/real.h"
+#include "preload/core/state.h"
 
 namespace gpuheap {
 namespace detail {

@@ -2,10 +2,10 @@
 // internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
 #include <dlfcn.h>
 
-#include "preload/cuda_upstream.h"
-#include "preload/real.h"
-#include "preload/recorder.h"
-#include "preload/runtime.h"
+#include "preload/pool/cuda_upstream.h"
+#include "preload/hooks/real.h"
+#include "preload/record/recorder.h"
+#include "preload/core/runtime.h"
 
 using namespace gpuheap::detail;
 using gpuheap::format::AllocKind;

@@ -1,5 +1,5 @@
 // Finding the real CUDA functions. See real.h for the three routes a call can take.
-#include "preload/real.h"
+#include "preload/hooks/real.h"
 
 #include <dlfcn.h>
 #include <link.h>

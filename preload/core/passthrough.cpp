@@ -3,12 +3,12 @@
 // outlive their cuMemRelease while mapped.
 #include <new>
 
-#include "preload/cuda_upstream.h"
-#include "preload/limits.h"
-#include "preload/passthrough.h"
-#include "preload/real.h"
-#include "preload/runtime.h"
-#include "preload/state.h"
+#include "preload/pool/cuda_upstream.h"
+#include "preload/core/limits.h"
+#include "preload/core/passthrough.h"
+#include "preload/hooks/real.h"
+#include "preload/core/runtime.h"
+#include "preload/core/state.h"
 
 namespace gpuheap {
 namespace detail {
