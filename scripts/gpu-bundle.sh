@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (see
+# ../shared/notes/gpu-machine.md): the CLI with the libraries it needs beyond glibc and
+# libstdc++ (spdlog, fmt, libdw, libelf; RUNPATH $ORIGIN, for the CLI alone), libgpuheap.so
+# with its bundled libunwind, and a COMMIT file naming the build's commit for bench/results.
+#   scripts/gpu-bundle.sh [OUT_DIR]     (default .carry/bin; BUILD_DIR=build)
+# Then, there:  GPUHEAP_BIN_DIR=.carry/bin scripts/gpu-test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+out=${1:-.carry/bin}
+command -v patchelf >/dev/null || { echo "gpu-bundle: patchelf is needed (apt-get install patchelf)" >&2; exit 2; }
+test -x "$BUILD_DIR/gpuheap" && test -f "$BUILD_DIR/libgpuheap.so" || { echo "gpu-bundle: build first (scripts/setup.sh)" >&2; exit 2; }
+rm -rf "$out"; mkdir -p "$out"
+cp "$BUILD_DIR/gpuheap" "$BUILD_DIR/libgpuheap.so" "$out/"
+cp -L "$BUILD_DIR"/libunwind*.so* "$out/"
+# The CLI's own libraries: whatever ldd resolves for these sonames (and the libraries they
+# pull in that a bare Ubuntu lacks).
+for lib in $(ldd "$BUILD_DIR/gpuheap" | awk '/libspdlog|libfmt|libdw|libelf/ {print $3}'); do cp -L "$lib" "$out/"; done
+patchelf --set-rpath '$ORIGIN' "$out/gpuheap"
+for f in "$out"/libspdlog* "$out"/libfmt* "$out"/libdw* "$out"/libelf*; do patchelf --set-rpath '$ORIGIN' "$f"; done
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD || commit="$commit-dirty"
+echo "$commit" > "$out/COMMIT"
+# Every bundled library must resolve inside the bundle (or to the base system's glibc set).
+if ldd "$out/gpuheap" | grep -q "not found"; then ldd "$out/gpuheap" >&2; exit 1; fi
+echo "gpu-bundle: $out ($(du -sh "$out" | cut -f1), commit $commit)"
