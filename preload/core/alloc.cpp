@@ -77,16 +77,15 @@ static int live_sites(int device, LiveSite* out, int cap) noexcept {
       }
     }
   };
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i) {
-    if (states[i]->device != device) continue;
-    states[i]->pool.for_each_live(
+  // Retired states too, as before: their abandoned pools hold no live block.
+  contexts().for_each_including_retired([&](ContextState* s) {
+    if (s->device != device) return;
+    s->pool.for_each_live(
         [](void* a, const PoolBlock& b) noexcept {
           (*static_cast<decltype(add)*>(a))(b.tag, b.size);
         },
         &add);
-  }
+  });
   registry().for_each(Family::pointer, [&](const Entry& e) {
     if (e.device == device && counts_against_limit(e.kind)) add(e.stack, e.size);
   });
@@ -157,9 +156,7 @@ enum class PoolFree { freed, not_ours, invalid };
 // Frees a pooled block wherever it lives: look the block up by pointer, not by the current
 // device (a block may be freed while another device is current).
 PoolFree pooled_free(const void* ptr) noexcept {
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  if (n == 0) return PoolFree::not_ours;
+  if (contexts().size() == 0) return PoolFree::not_ours;
   ContextState* cur = current_state();
   std::uint32_t stack = free_stack();
   auto try_state = [&](ContextState* s) {
@@ -174,12 +171,14 @@ PoolFree pooled_free(const void* ptr) noexcept {
     PoolFree r = try_state(cur);
     if (r != PoolFree::not_ours) return r;
   }
-  for (int i = 0; i < n; ++i) {
-    if (states[i] == cur) continue;
-    PoolFree r = try_state(states[i]);
-    if (r != PoolFree::not_ours) return r;
-  }
-  return PoolFree::not_ours;
+  // By pointer, retired states too (as before): an abandoned pool contains nothing, so
+  // a pointer of a destroyed context is not_ours and goes to the driver.
+  PoolFree r = PoolFree::not_ours;
+  contexts().for_each_including_retired([&](ContextState* s) {
+    if (s != cur) r = try_state(s);
+    return r != PoolFree::not_ours;
+  });
+  return r;
 }
 
 // The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
@@ -304,13 +303,11 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
   // The driver needs a current context for cuMemFree (CUDA_ERROR_INVALID_CONTEXT without
   // one, freeing nothing); the pool would find the block by pointer and free it anyway.
   if (CUcontext ctx = nullptr; real<Fn::cuCtxGetCurrent>() && real<Fn::cuCtxGetCurrent>()(&ctx) == CUDA_SUCCESS && !ctx) {
-    ContextState* states[64];
-    int n = all_states(states, 64);
-    for (int i = 0; i < n; ++i)
-      if (states[i]->pool.contains(p)) {
-        record_free(AllocKind::device_pooled, -1, dptr, 0, format::kFlagFailed, 0, free_stack());
-        return CUDA_ERROR_INVALID_CONTEXT;
-      }
+    // By pointer, retired states too (as before; an abandoned pool contains nothing).
+    if (contexts().for_each_including_retired([&](ContextState* s) { return s->pool.contains(p); })) {
+      record_free(AllocKind::device_pooled, -1, dptr, 0, format::kFlagFailed, 0, free_stack());
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
   }
   switch (pooled_free(p)) {
     case PoolFree::freed: return CUDA_SUCCESS;

@@ -40,10 +40,8 @@ CUcontext current_ctx() noexcept {
 }
 
 int device_of_ctx(CUcontext ctx) noexcept {
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i)
-    if (states[i]->ctx == ctx && !states[i]->retired.load(std::memory_order_acquire)) return states[i]->device;
+  // Live only: a retired state's handle may since name a context on another device.
+  if (ContextState* s = contexts().find(ctx)) return s->device;
   ContextScope scope(ctx);
   return current_device();
 }
@@ -101,11 +99,10 @@ int resolve_device(AllocKind kind, DeviceOf where) noexcept {
 
 // Like the pool's own OOM path: give the cache of the device's pools back first.
 void release_pool_caches(int device) noexcept {
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i)
-    if (states[i]->device == device && !states[i]->retired.load(std::memory_order_acquire))
-      states[i]->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
+  // Live only: a retired state's pool was abandoned with its context.
+  contexts().for_each_live([&](ContextState* s) {
+    if (s->device == device) s->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
+  });
 }
 
 void uncharge(const Entry& e) noexcept {
@@ -271,17 +268,13 @@ void record_dropped_block(void* arg, const PoolBlock& b) noexcept {
 void note_context_destroyed(CUcontext ctx) noexcept {
   if (!ctx) return;
   HookScope guard;  // nothing below is the program's own call
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i) {
-    if (states[i]->ctx != ctx) continue;
-    int dev = states[i]->device;
-    // Retired first: a thread racing the teardown finds no pool for ctx rather than one
-    // being emptied (it then makes or revives one; a program using a context it is
-    // destroying gets what the driver gives it).
-    states[i]->retired.store(true, std::memory_order_release);
-    states[i]->upstream.forget(states[i]->pool.abandon(record_dropped_block, &dev));
-  }
+  // Retired before its pool is emptied (contexts.h): a thread racing the teardown then
+  // makes or revives one; a program using a context it is destroying gets what the driver
+  // gives it.
+  contexts().retire(ctx, [](ContextState* s) {
+    int dev = s->device;
+    s->upstream.forget(s->pool.abandon(record_dropped_block, &dev));
+  });
   // Stream-ordered allocations live in memory pools, which a reset does not destroy
   // (CUDA Runtime API, cudaDeviceReset); VMM handles are not tied to a context.
   registry().erase_if(Family::pointer, [&](std::uint64_t key, const Entry& e) {
@@ -310,11 +303,11 @@ void note_context_destroy(CUcontext ctx) noexcept {
   if (!ctx) return;
   HookScope guard;
   // The device of what gpuheap tracks in ctx; nothing tracked (or destroyed already): no-op.
+  // Live only: a retired state of ctx was torn down already.
   int dev = -1;
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i)
-    if (states[i]->ctx == ctx && !states[i]->retired.load(std::memory_order_acquire)) dev = states[i]->device;
+  contexts().for_each_live([&](ContextState* s) {
+    if (s->ctx == ctx) dev = s->device;
+  });
   if (dev < 0) registry().for_each(Family::pointer, [&](const Entry& e) {
     if (e.ctx == ctx) dev = e.device;
   });
@@ -336,11 +329,9 @@ void note_primary_reset(int device, bool only_if_current) noexcept {
   if (device < 0) return;
   // Only look the primary context up when something of this device is tracked: retaining
   // an inactive primary context would create it.
+  // Live states only: a retired one holds nothing.
   bool tracked = false;
-  ContextState* states[64];
-  int n = all_states(states, 64);
-  for (int i = 0; i < n; ++i)
-    tracked |= states[i]->device == device && !states[i]->retired.load(std::memory_order_acquire);
+  contexts().for_each_live([&](ContextState* s) { tracked |= s->device == device; });
   registry().for_each(Family::pointer, [&](const Entry& e) { tracked |= e.device == device && e.ctx; });
   if (!tracked) return;
   CUcontext primary = primary_ctx(device);

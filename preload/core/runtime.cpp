@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 
+#include "preload/core/fork.h"
 #include "preload/core/limits.h"
 #include "preload/record/recorder.h"
 #include "preload/hooks/real.h"
@@ -23,11 +24,9 @@ namespace {
 constinit Settings g_settings;  // read once by gpuheap_init; pool changes in a fork child
 std::atomic<bool> g_enabled{false};
 
-// Context -> state, a small fixed table: a process has a handful of contexts.
-constexpr int kMaxStates = 64;
-std::atomic<ContextState*> g_states[kMaxStates];
-std::atomic<int> g_num_states{0};
-std::mutex g_states_mu;
+// Context -> state (contexts.h). Constant-initialized: usable from the first hook, before
+// any constructor of ours ran.
+constinit ContextTable g_contexts;
 
 struct ThreadCache {
   CUcontext ctx;
@@ -41,39 +40,21 @@ bool serves(const ContextState* s, CUcontext ctx) noexcept {
   return s && s->ctx == ctx && !s->retired.load(std::memory_order_acquire);
 }
 
+// The state serving ctx, made on first use. nullptr (the caller passes through): no device
+// for ctx, a full table, or host memory short (nothrow: never abort the job over it).
 ContextState* find_or_create(CUcontext ctx) noexcept {
-  int n = g_num_states.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) {
-    ContextState* s = g_states[i].load(std::memory_order_acquire);
-    if (serves(s, ctx)) return s;
-  }
-  std::lock_guard<std::mutex> lk(g_states_mu);
-  n = g_num_states.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) {
-    ContextState* s = g_states[i].load(std::memory_order_acquire);
-    if (serves(s, ctx)) return s;
-  }
-  CUdevice dev = 0;
-  auto get_dev = real<Fn::cuCtxGetDevice>();
-  if (!get_dev || get_dev(&dev) != CUDA_SUCCESS) return nullptr;
-  // A destroyed context's state (empty pool) serves a new context with its handle on its
-  // device again (also the primary context after a reset), so recreating contexts in a
-  // loop does not use up the table.
-  for (int i = 0; i < n; ++i) {
-    ContextState* s = g_states[i].load(std::memory_order_acquire);
-    if (s && s->ctx == ctx && s->device == static_cast<int>(dev)) {
-      s->retired.store(false, std::memory_order_release);
-      return s;
-    }
-  }
-  if (n == kMaxStates) return nullptr;  // absurd number of contexts: pass through
-  PoolConfig cfg;
-  cfg.seal_interval_ns = g_settings.seal_ns;
-  cfg.unsafe_reuse = g_settings.unsafe_reuse;
-  auto* s = new ContextState(ctx, static_cast<int>(dev), cfg);
-  g_states[n].store(s, std::memory_order_release);
-  g_num_states.store(n + 1, std::memory_order_release);
-  return s;
+  auto device_of = [] {
+    CUdevice dev = 0;
+    auto get_dev = real<Fn::cuCtxGetDevice>();
+    return get_dev && get_dev(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
+  };
+  auto make = [ctx](int dev) -> ContextState* {
+    PoolConfig cfg;
+    cfg.seal_interval_ns = g_settings.seal_ns;
+    cfg.unsafe_reuse = g_settings.unsafe_reuse;
+    return new (std::nothrow) ContextState(ctx, dev, cfg);
+  };
+  return g_contexts.find_or_create(ctx, device_of, make);
 }
 
 bool device_info(int device, char* name, std::size_t cap, std::uint64_t* total) noexcept {
@@ -95,10 +76,8 @@ void atfork_child() noexcept {
   // out parent memory without the error the real runtime gives. Pass everything through.
   // A parent that never created a context leaves the child free to use CUDA (a fork-based
   // worker pool started before any CUDA call): then the pool stays on.
-  if (g_num_states.load(std::memory_order_acquire) > 0) g_settings.pool = false;
-  g_num_states.store(0, std::memory_order_release);
   // Locks another parent thread may have held at the fork are rebuilt, never taken.
-  new (&g_states_mu) std::mutex();
+  if (g_contexts.reset_in_child()) g_settings.pool = false;
   registry_reset_in_child();
   g_fork_generation.fetch_add(1, std::memory_order_acq_rel);
   stream_registry().forget_all();
@@ -113,7 +92,7 @@ __attribute__((constructor)) void gpuheap_init() noexcept {
   if (s.disable) return;
   limits_init(s.limit);
   set_device_info_fn(device_info);
-  pthread_atfork(nullptr, nullptr, atfork_child);
+  fork_set(ForkRank::runtime, {nullptr, nullptr, atfork_child});
   recorder_start(s);
   g_enabled.store(true, std::memory_order_release);
 }
@@ -137,13 +116,7 @@ ContextState* current_state() noexcept {
   return s;
 }
 
-int all_states(ContextState** out, int cap) noexcept {
-  int n = g_num_states.load(std::memory_order_acquire);
-  int k = 0;
-  for (int i = 0; i < n && k < cap; ++i)
-    if (ContextState* s = g_states[i].load(std::memory_order_acquire)) out[k++] = s;
-  return k;
-}
+ContextTable& contexts() noexcept { return g_contexts; }
 
 int current_device() noexcept {
   auto get = real<Fn::cuCtxGetDevice>();
@@ -154,12 +127,9 @@ int current_device() noexcept {
 
 std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
   HookScope guard;
-  ContextState* states[kMaxStates];
-  int n = all_states(states, kMaxStates);
   std::size_t total = 0;
-  for (int i = 0; i < n; ++i)
-    if (!states[i]->retired.load(std::memory_order_acquire))
-      total += states[i]->pool.empty_cache(static_cast<int>(reason));
+  // Live only: a retired state's pool was abandoned with its context.
+  g_contexts.for_each_live([&](ContextState* s) { total += s->pool.empty_cache(static_cast<int>(reason)); });
   return total;
 }
 
@@ -214,10 +184,10 @@ void note_stream_destroyed(CUstream s) noexcept {
   // completes after that work. Seal the pending frees of s's context while s is still in
   // the registry, so their fence includes s; later fences no longer need it.
   if (CUcontext ctx = stream_registry().ctx_of(s)) {
-    ContextState* states[kMaxStates];
-    int n = all_states(states, kMaxStates);
-    for (int i = 0; i < n; ++i)
-      if (states[i]->ctx == ctx) states[i]->pool.seal_pending();
+    // Retired states too, as before (their pools are empty: sealing them is a no-op).
+    g_contexts.for_each_including_retired([&](ContextState* st) {
+      if (st->ctx == ctx) st->pool.seal_pending();
+    });
   }
   stream_registry().remove(s);
 }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "preload/core/contexts.h"
 #include "preload/pool/cuda_upstream.h"
 #include "preload/pool/pool.h"
 
@@ -42,12 +43,14 @@ struct ContextState {
       : ctx(c), device(dev), upstream(c, dev), observer(dev), pool(upstream, cfg, &observer) {}
 };
 
+// The table of every state created so far (contexts.h). Lookups by context handle go
+// through its live states; lookups by pointer or by stream may visit retired ones too.
+using ContextTable = BasicContextTable<ContextState>;
+ContextTable& contexts() noexcept;
+
 // State for the calling thread's current context; nullptr when there is none (or the pool
-// is off). Creates it on first use.
+// is off). Creates it on first use (or revives a retired one: contexts.h).
 ContextState* current_state() noexcept;
-// Every state created so far (for frees of blocks owned by another context, and for
-// empty_cache); returns the count, fills up to cap.
-int all_states(ContextState** out, int cap) noexcept;
 // The device ordinal of the current context (-1 if none).
 int current_device() noexcept;
 

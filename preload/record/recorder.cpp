@@ -16,6 +16,7 @@
 
 #include <atomic>
 
+#include "preload/core/fork.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
 #include "preload/record/signals.h"
@@ -251,29 +252,23 @@ void on_fatal_signal(int, bool terminating) noexcept { sink_emergency_flush(term
 
 void at_exit() { recorder_stop(format::EndReason::exit); }
 
-void fork_prepare() {
+// The recorder's own locks; stacks, modules and the sink have their own ranks (fork.h).
+void fork_prepare() noexcept {
   pthread_mutex_lock(&g_ctl_mu);
   pthread_mutex_lock(&g_dev_mu);
-  stacks_fork_prepare();
-  modules_fork_prepare();
-  sink_fork_prepare();
 }
-void fork_parent() {
-  sink_fork_parent();
-  modules_fork_parent();
-  stacks_fork_parent();
+void fork_parent() noexcept {
   pthread_mutex_unlock(&g_dev_mu);
   pthread_mutex_unlock(&g_ctl_mu);
 }
-void fork_child() {
+// Runs after the sink's, stacks' and modules' child handlers (fork.h); those leave the
+// sink's state alone, so it still says whether the parent was tracing.
+void fork_child() noexcept {
   // One thread, ours: locks are re-initialised rather than trusted.
   pthread_mutex_init(&g_ctl_mu, nullptr);
   pthread_mutex_init(&g_dev_mu, nullptr);
   t_tid = 0;  // the TLS copy holds the parent's tid
   SinkState s = sink_state();
-  sink_fork_child();
-  modules_fork_child();
-  stacks_fork_child();
   for (auto& b : g_dev_bits) b.store(0);
   g_file_gen.fetch_add(1);
   g_have_file.store(false);
@@ -307,7 +302,10 @@ bool recorder_start(const Settings& settings) noexcept {
       configure(settings);
       if (!g_hooks_registered) {
         g_hooks_registered = true;
-        pthread_atfork(fork_prepare, fork_parent, fork_child);
+        fork_set(ForkRank::recorder, {fork_prepare, fork_parent, fork_child});
+        fork_set(ForkRank::stacks, {stacks_fork_prepare, stacks_fork_parent, stacks_fork_child});
+        fork_set(ForkRank::modules, {modules_fork_prepare, modules_fork_parent, modules_fork_child});
+        fork_set(ForkRank::sink, {sink_fork_prepare, sink_fork_parent, sink_fork_child});
         atexit(at_exit);
         // quick_exit(3) skips atexit handlers but runs these: flush there too.
         at_quick_exit(at_exit);

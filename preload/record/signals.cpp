@@ -9,6 +9,8 @@
 #include <atomic>
 #include <utility>
 
+#include "preload/core/fork.h"
+
 namespace gpuheap {
 namespace detail {
 namespace {
@@ -147,7 +149,7 @@ void signals_install(FatalSignalFn fn) noexcept {
   g_fn.store(fn);
   if (g_installed.exchange(true)) return;
   // A fork child gets a fresh lock: the parent's background thread may have held it.
-  pthread_atfork(nullptr, nullptr, [] { pthread_mutex_init(&g_mu, nullptr); });
+  fork_set(ForkRank::signals, {nullptr, nullptr, []() noexcept { pthread_mutex_init(&g_mu, nullptr); }});
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < kN; ++i) {
     struct sigaction cur {};

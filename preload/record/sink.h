@@ -71,7 +71,7 @@ void sink_close(format::EndReason reason) noexcept;
 // without, nothing is left to do (appended records are in the file already).
 void sink_emergency_flush(bool write_end) noexcept;
 
-// pthread_atfork pieces (called by recorder.cpp in lock order).
+// Fork handlers (ForkRank::sink, fork.h: the innermost lock held across fork()).
 void sink_fork_prepare() noexcept;
 void sink_fork_parent() noexcept;
 // Child: forget the parent's windows and fd; no background thread exists.
