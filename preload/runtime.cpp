@@ -159,7 +159,7 @@ std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
   std::size_t total = 0;
   for (int i = 0; i < n; ++i)
     if (!states[i]->retired.load(std::memory_order_acquire))
-      total += states[i]->pool.empty_cache(static_cast<int>(reason));
+      total += states[i]->pool.empty_cache(reason);
   return total;
 }
 
@@ -189,9 +189,8 @@ void TraceObserver::on_retry(std::size_t requested) noexcept {
   record(format::RetryRecord{now_ns(), static_cast<std::int16_t>(device_), requested});
 }
 
-void TraceObserver::on_empty_cache(std::size_t released, int reason) noexcept {
-  record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_),
-                                  static_cast<format::EmptyCacheReason>(reason), released});
+void TraceObserver::on_empty_cache(std::size_t released, format::EmptyCacheReason reason) noexcept {
+  record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_), reason, released});
 }
 
 }  // namespace detail
