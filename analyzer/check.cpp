@@ -16,6 +16,15 @@ std::string bytes_both(std::int64_t v) {
   return fmt::format("{} ({} B)", human_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v)), v);
 }
 
+// The largest of `rows` (non-empty) after merging equal stacks, as one line for a message.
+std::string largest_site(const Model& m, const std::vector<SiteRow>& rows, bool all_frames) {
+  StackResolver res(m, all_frames);
+  auto merged = merge_sites(rows, res);
+  const auto& fr = res.frames(merged[0].stack);
+  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
+                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+}
+
 // The site most responsible for the peak of `device`: the top peak consumer in the process
 // with the largest peak on it.
 std::string top_site(const Analysis& a, int device, bool all_frames) {
@@ -25,13 +34,9 @@ std::string top_site(const Analysis& a, int device, bool all_frames) {
     for (const auto& d : t->devices)
       if (d.device == device && (!bd || d.peak_held > bd->peak_held)) best = t.get(), bd = &d;
   if (!bd || bd->peak_consumers.empty()) return "no live allocation recorded";
-  StackResolver res(*best, all_frames);
   std::vector<SiteRow> rows;
   for (const auto& s : bd->peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
-  auto merged = merge_sites(rows, res);
-  const auto& fr = res.frames(merged[0].stack);
-  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
-                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+  return largest_site(*best, rows, all_frames);
 }
 
 std::string top_leak(const Analysis& a, bool all_frames) {
@@ -39,13 +44,9 @@ std::string top_leak(const Analysis& a, bool all_frames) {
   for (const auto& t : a.traces)
     if (!t->leaks.empty() && (!best || t->leaks[0].bytes > best->leaks[0].bytes)) best = t.get();
   if (!best) return "no leak";
-  StackResolver res(*best, all_frames);
   std::vector<SiteRow> rows;
   for (const auto& l : best->leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
-  auto merged = merge_sites(rows, res);
-  const auto& fr = res.frames(merged[0].stack);
-  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
-                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+  return largest_site(*best, rows, all_frames);
 }
 
 }  // namespace

@@ -17,12 +17,6 @@ bool table_kind(AllocKind k) {
   return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
 }
 
-void sort_sites(std::vector<SiteBytes>& v) {
-  std::sort(v.begin(), v.end(), [](const SiteBytes& a, const SiteBytes& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
-  });
-}
-
 }  // namespace
 
 Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_(timeline_buckets) {
@@ -69,13 +63,9 @@ Site& Model::site(std::uint32_t stack) {
 }
 
 std::uint64_t Model::key(std::uint64_t ptr, AllocKind k) {
-  // vmm handles, vmm mappings and VA reservations live in their own key spaces: cuMemMap's
-  // address is inside a cuMemAddressReserve range and may equal its start.
-  std::uint64_t space = 0;
-  if (k == AllocKind::vmm_physical) space = 1;
-  else if (k == AllocKind::vmm_map) space = 2;
-  else if (k == AllocKind::va_reserve) space = 3;
-  return ptr ^ (space << 58);
+  // Each address space (format/rules.h, the preload's registry follows the same rule) in its
+  // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
+  return ptr ^ (static_cast<std::uint64_t>(format::address_space(k)) << 58);
 }
 
 std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
@@ -463,7 +453,7 @@ void Model::on_oom(const format::OomRecord& o) {
     s.stack = e.stack, s.bytes += e.requested, s.allocated += e.size, s.count++;
   });
   by.for_each([&](std::uint64_t, const SiteBytes& s) { oi.top_live.push_back(s); });
-  sort_sites(oi.top_live);
+  detail::sort_sites(oi.top_live);
   if (oi.top_live.size() > kOomTopSites) oi.top_live.resize(kOomTopSites);
   ooms.push_back(std::move(oi));
 }

@@ -27,6 +27,11 @@ struct SiteBytes {
   std::uint64_t bytes = 0, allocated = 0, count = 0;
 };
 
+namespace detail {
+// Largest requested bytes first, then by stack id, so equal sites list in a stable order.
+void sort_sites(std::vector<SiteBytes>& v);
+}  // namespace detail
+
 // Usage of a kind the pool does not serve (async, managed, vmm, host pinned, ...).
 struct KindUsage {
   bool used = false;

@@ -12,13 +12,13 @@ namespace {
 // Leaked bytes count memory, not address space or mappings of already counted memory.
 bool leak_counted(AllocKind k) { return k != AllocKind::va_reserve && k != AllocKind::vmm_map; }
 
-void sort_sites(std::vector<SiteBytes>& v) {
+}  // namespace
+
+void detail::sort_sites(std::vector<SiteBytes>& v) {
   std::sort(v.begin(), v.end(), [](const SiteBytes& a, const SiteBytes& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
   });
 }
-
-}  // namespace
 
 // Pool layout of one device: free pieces of every segment (gaps between active blocks).
 // The replay keeps no ordered block list per segment (per-event cost); the layout is
@@ -156,7 +156,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     d.acc_wild.for_each(add);
     d.acc = {}, d.acc_wild = {};
     peak[i].for_each([&](std::uint64_t, const SiteBytes& s) { d.peak_consumers.push_back(s); });
-    sort_sites(d.peak_consumers);
+    detail::sort_sites(d.peak_consumers);
   }
   leak_by.for_each([&](std::uint64_t, const Leak& l) { leaks.push_back(l); });
   std::sort(leaks.begin(), leaks.end(), [](const Leak& a, const Leak& b) {

@@ -46,13 +46,14 @@ struct SiteRow {
 };
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
 
-// What the summary says about one OOM, by the same rules as the in-process stderr report
-// (preload/core/oom.cpp), so both give the same diagnosis for the same event.
+// What the summary says about one OOM: format/rules.h's diagnosis, the same rule and words as
+// the in-process stderr report (preload/core/oom.cpp).
 struct OomAdvice {
   std::uint64_t held = 0;             // device bytes the process held: reserved + async/managed/VMM physical
   std::uint64_t reserved_unused = 0;  // the pool's cache: reserved - allocated (as recorded)
   bool fits_without_fragmentation = false;  // reserved_unused >= request > largest free block
   const char* cause = "";             // "fragmentation", "limit" or "live_allocations"
+  std::string fit;                    // "without fragmentation the request would (not) have fit (...)"
   std::string suggestion;
 };
 OomAdvice oom_advice(const OomInfo& o);

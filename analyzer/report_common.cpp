@@ -159,30 +159,20 @@ std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames)
   return out;
 }
 
-// The rules of preload/core/oom.cpp's report_oom, applied to the recorded pool state and the
-// replayed holdings (the preload's `held` is its budget: pool segments + pass-through kinds).
+// The preload's `held` is its budget (pool segments + pass-through kinds); here the replayed
+// holdings stand in for it. Rule and words: format/rules.h, shared with preload/core/oom.cpp.
 OomAdvice oom_advice(const OomInfo& o) {
-  const auto& r = o.rec;
+  const format::OomFacts f = format::oom_facts(o.rec, o.model_held);
+  const format::OomDiagnosis d = format::diagnose_oom(f);
+  format::OomText text;
+  format::oom_text(f, d, &text);
   OomAdvice a;
-  a.held = o.model_held;
-  a.reserved_unused = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
-  a.fits_without_fragmentation = a.reserved_unused >= r.requested && r.largest_free < r.requested;
-  if (a.fits_without_fragmentation) {
-    a.cause = "fragmentation";
-    a.suggestion =
-        "the pool's free memory is split in pieces smaller than the request; allocate long-lived buffers first, "
-        "free large temporaries earlier, or release the cache (gpuheap_empty_cache(), GPUHEAP_RELEASE_THRESHOLD) "
-        "before this allocation";
-  } else if (r.limit && a.held + r.requested > r.limit && r.device_free > r.requested) {
-    a.cause = "limit";
-    a.suggestion = fmt::format("the per-process cap GPUHEAP_LIMIT={} is what failed; the device itself has {} free",
-                               human_bytes(r.limit), human_bytes(r.device_free));
-  } else {
-    a.cause = "live_allocations";
-    a.suggestion =
-        "the live allocations really need this much; reduce the batch or model size, or free what the largest "
-        "live sites below hold";
-  }
+  a.held = f.held;
+  a.reserved_unused = f.cached_unused;
+  a.fits_without_fragmentation = d.fits_without_fragmentation;
+  a.cause = format::oom_cause_name(d.cause);
+  a.fit = text.fit;
+  a.suggestion = text.suggestion;
   return a;
 }
 

@@ -247,9 +247,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     const OomAdvice adv = oom_advice(o);
     out += fmt::format("  held by this process {}; pool reserved but unused {}\n", human_bytes(adv.held),
                        human_bytes(adv.reserved_unused));
-    out += fmt::format("  without fragmentation the request {} have fit ({} cached and unused, largest free block {})\n",
-                       adv.fits_without_fragmentation ? "would" : "would not", human_bytes(adv.reserved_unused),
-                       human_bytes(r.largest_free));
+    out += fmt::format("  {}\n", adv.fit);
     out += fmt::format("  suggestion: {}\n", adv.suggestion);
     frag_text(out, o.frag, "  replay: ");
     out += "  failing call:\n";

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
+#include "format/rules.h"
 
 namespace gpuheap {
 
@@ -37,14 +38,8 @@ std::string torch_count_cell(std::int64_t cnt, std::int64_t pref) {
 }
 
 std::string human_bytes(std::uint64_t b) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (b < 1024) return fmt::format("{} B", b);
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
-  if (v >= 100) return fmt::format("{:.0f} {}", v, kUnits[u]);
-  if (v >= 10) return fmt::format("{:.1f} {}", v, kUnits[u]);
-  return fmt::format("{:.2f} {}", v, kUnits[u]);
+  char buf[format::kBytesTextSize];
+  return format::format_bytes(b, buf, sizeof buf);  // one size style for both halves
 }
 
 std::string human_duration_ns(std::uint64_t ns) {

@@ -148,7 +148,7 @@ void record_pooled_free(void* arg, const PoolBlock& b) noexcept {
 // go back to the driver (empty_cache by policy; only already-reusable memory, no waiting).
 void apply_release_threshold(ContextState* st) noexcept {
   std::size_t t = settings().release_threshold;
-  if (t && st && st->pool.cached_unused() > t) st->pool.trim(static_cast<int>(format::EmptyCacheReason::threshold));
+  if (t && st && st->pool.cached_unused() > t) st->pool.trim(format::EmptyCacheReason::threshold);
 }
 
 enum class PoolFree { freed, not_ours, invalid };

@@ -29,7 +29,8 @@ std::atomic<int> g_reports{0};
 std::atomic<std::uint64_t> g_last_ns{0};
 std::atomic<std::uint64_t> g_suppressed{0};
 
-// Human size, like the analyzer's tables: B, KiB, MiB, GiB, TiB with two decimals.
+// Human size for the figures: B, KiB, MiB, GiB, TiB with two decimals (the diagnosis
+// sentences are format/rules.h's, in the summary's size style).
 const char* human(std::uint64_t b, char* buf, std::size_t cap) noexcept {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -127,19 +128,13 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
   o.line("gpuheap:   pool: allocated %s, reserved %s, reserved but unused %s, largest free block %s",
          human(r.allocated, al, sizeof al), human(r.reserved, rs, sizeof rs), human(cached_unused, cu, sizeof cu),
          human(r.largest_free, lf, sizeof lf));
-  const bool fragmented = cached_unused >= r.requested && r.largest_free < r.requested;
-  o.line("gpuheap:   without fragmentation the request %s have fit (%s cached and unused, largest piece %s)",
-         fragmented ? "would" : "would not", cu, lf);
-  if (fragmented)
-    o.line("gpuheap:   suggestion: the pool's free memory is split in pieces smaller than the request; "
-           "allocate long-lived buffers first, free large temporaries earlier, or release the cache "
-           "(gpuheap_empty_cache(), GPUHEAP_RELEASE_THRESHOLD) before this allocation");
-  else if (r.limit && held + r.requested > r.limit && r.device_free > r.requested)
-    o.line("gpuheap:   suggestion: the per-process cap GPUHEAP_LIMIT=%s is what failed; the device itself has %s free",
-           cap, df);
-  else
-    o.line("gpuheap:   suggestion: the live allocations really need this much; reduce the batch or model size, "
-           "or find what holds memory in the summary's OOM section");
+  // The diagnosis is the summary's (format/rules.h): same rule, same words.
+  format::OomFacts facts = format::oom_facts(r, held);
+  facts.cached_unused = cached_unused;
+  format::OomText text;
+  format::oom_text(facts, format::diagnose_oom(facts), &text);
+  o.line("gpuheap:   %s", text.fit);
+  o.line("gpuheap:   suggestion: %s", text.suggestion);
   o.line("gpuheap:   allocated from:");
   stack_lines(o);
   if (nsites > 0) {

@@ -101,7 +101,7 @@ int resolve_device(AllocKind kind, DeviceOf where) noexcept {
 void release_pool_caches(int device) noexcept {
   // Live only: a retired state's pool was abandoned with its context.
   contexts().for_each_live([&](ContextState* s) {
-    if (s->device == device) s->pool.empty_cache(static_cast<int>(format::EmptyCacheReason::oom_retry));
+    if (s->device == device) s->pool.empty_cache(format::EmptyCacheReason::oom_retry);
   });
 }
 
@@ -162,7 +162,7 @@ void PassAlloc::commit(const void* ptr, std::size_t requested, std::size_t size,
       b->charge(static_cast<std::int64_t>(size) - charged_);
       e.charged = static_cast<std::int64_t>(size);
     }
-  registry().put(family_of(kind_), addr(ptr), e);
+  registry().put(format::address_space(kind_), addr(ptr), e);
   record_alloc(kind_, device_, addr(ptr), requested, size, 0, stream, e.stack);
 }
 
@@ -184,7 +184,7 @@ namespace {
 // is recorded as a failed free only when `record_missing`).
 std::uint64_t free_entry(AllocKind kind, const void* ptr, std::uint64_t stream, bool record_missing) noexcept {
   Entry e{kind, -1, 0};
-  const Family fam = family_of(kind);
+  const Family fam = format::address_space(kind);
   bool found;
   if (fam == Family::vmm_handle) {
     // cuMemRelease of a handle still mapped: "the memory allocation will be freed when all

@@ -18,16 +18,9 @@ struct ContextState;
 
 // ---- registry of pass-through allocations: what kind and size a later free refers to ----
 
-enum class Family : int { pointer = 0, vmm_handle = 1, vmm_map = 2, va = 3, count = 4 };
-
-inline Family family_of(format::AllocKind k) noexcept {
-  switch (k) {
-    case format::AllocKind::vmm_physical: return Family::vmm_handle;
-    case format::AllocKind::vmm_map: return Family::vmm_map;
-    case format::AllocKind::va_reserve: return Family::va;
-    default: return Family::pointer;
-  }
-}
+// The registry keeps one map per address space (format/rules.h: the analyzer keys its live
+// allocations by the same rule), so a VMM handle never collides with a pointer.
+using Family = format::AddressSpace;
 
 struct Entry {
   format::AllocKind kind;
@@ -90,7 +83,7 @@ class Registry {
   Shard& shard(Family f, std::uint64_t key) noexcept {
     return shards_[static_cast<int>(f)][(key >> 9) % kShards];
   }
-  Shard shards_[static_cast<int>(Family::count)][kShards];
+  Shard shards_[format::kNumAddressSpaces][kShards];
 };
 
 Registry& registry() noexcept;

@@ -129,7 +129,7 @@ std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
   HookScope guard;
   std::size_t total = 0;
   // Live only: a retired state's pool was abandoned with its context.
-  g_contexts.for_each_live([&](ContextState* s) { total += s->pool.empty_cache(static_cast<int>(reason)); });
+  g_contexts.for_each_live([&](ContextState* s) { total += s->pool.empty_cache(reason); });
   return total;
 }
 
@@ -159,9 +159,8 @@ void TraceObserver::on_retry(std::size_t requested) noexcept {
   record(format::RetryRecord{now_ns(), static_cast<std::int16_t>(device_), requested});
 }
 
-void TraceObserver::on_empty_cache(std::size_t released, int reason) noexcept {
-  record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_),
-                                  static_cast<format::EmptyCacheReason>(reason), released});
+void TraceObserver::on_empty_cache(std::size_t released, format::EmptyCacheReason reason) noexcept {
+  record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_), reason, released});
 }
 
 }  // namespace detail

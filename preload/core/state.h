@@ -20,7 +20,7 @@ class TraceObserver final : public PoolObserver {
   void on_segment_free(void* ptr, std::size_t size, bool small) noexcept override;
   void on_free_completed(void* ptr, std::size_t size) noexcept override;
   void on_retry(std::size_t requested) noexcept override;
-  void on_empty_cache(std::size_t released, int reason) noexcept override;
+  void on_empty_cache(std::size_t released, format::EmptyCacheReason reason) noexcept override;
 
  private:
   int device_;

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "format/trace.h"  // EmptyCacheReason: the pool says why it released, the trace records it
+
 namespace gpuheap {
 namespace detail {
 
@@ -42,7 +44,7 @@ class PoolObserver {
   virtual void on_segment_free(void* /*ptr*/, std::size_t /*size*/, bool /*small*/) noexcept {}
   virtual void on_free_completed(void* /*ptr*/, std::size_t /*size*/) noexcept {}
   virtual void on_retry(std::size_t /*requested*/) noexcept {}
-  virtual void on_empty_cache(std::size_t /*released*/, int /*reason: format::EmptyCacheReason*/) noexcept {}
+  virtual void on_empty_cache(std::size_t /*released*/, format::EmptyCacheReason /*reason*/) noexcept {}
 };
 
 struct PoolConfig {
@@ -110,12 +112,12 @@ class Pool {
   // start; interior pointers cost O(log segments + blocks in that segment) (off the hot path).
   bool find(const void* ptr, PoolBlock* out) const noexcept;
   // Waits for all fences, returns every fully free segment upstream; returns bytes released.
-  std::size_t empty_cache(int reason = 0) noexcept;
+  std::size_t empty_cache(format::EmptyCacheReason reason = format::EmptyCacheReason::api) noexcept;
   // Calls fn for every live block, under the pool lock (O(blocks); the OOM report uses it).
   void for_each_live(void (*fn)(void* arg, const PoolBlock& block), void* arg) const noexcept;
   // Like empty_cache without waiting: reclaims completed fences only, then releases fully
   // free segments (the GPUHEAP_RELEASE_THRESHOLD policy on the free path).
-  std::size_t trim(int reason) noexcept;
+  std::size_t trim(format::EmptyCacheReason reason) noexcept;
   // The context is gone (cudaDeviceReset, cuCtxDestroy) and its memory with it: forgets
   // every segment and block without giving anything back upstream or touching fences.
   // Calls hook then on_free_completed for each live block, on_free_completed for pending

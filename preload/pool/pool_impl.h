@@ -19,7 +19,6 @@ namespace detail {
 // Named, not anonymous: Pool::Impl is one type in two translation units (ODR).
 namespace pool_impl {
 
-constexpr int kOomRetryReason = 2;  // format::EmptyCacheReason::oom_retry
 constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock reads
 
 // false on overflow
@@ -291,7 +290,7 @@ struct Pool::Impl {
     if (Block* b = grow(small, s)) return b;
     wait_all();
     if (Block* b = take_fit(small, s)) return b;
-    if (std::size_t rel = release_free_segments()) obs->on_empty_cache(rel, pool_impl::kOomRetryReason);
+    if (std::size_t rel = release_free_segments()) obs->on_empty_cache(rel, format::EmptyCacheReason::oom_retry);
     obs->on_retry(requested);
     ++retries;
     return grow(small, s);

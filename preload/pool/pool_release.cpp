@@ -17,7 +17,7 @@ using pool_impl::FreeSet;
 using pool_impl::State;
 }  // namespace
 
-std::size_t Pool::trim(int reason) noexcept {
+std::size_t Pool::trim(format::EmptyCacheReason reason) noexcept {
   Impl& m = *impl_;
   Lock g(m.mu);
   m.reclaim_done();  // only what the GPU has already finished with: never waits
@@ -26,7 +26,7 @@ std::size_t Pool::trim(int reason) noexcept {
   return rel;
 }
 
-std::size_t Pool::empty_cache(int reason) noexcept {
+std::size_t Pool::empty_cache(format::EmptyCacheReason reason) noexcept {
   Impl& m = *impl_;
   Lock g(m.mu);
   m.wait_all();

@@ -79,7 +79,7 @@ void record(const format::EmptyCacheRecord& r) noexcept;
 using DeviceInfoFn = bool (*)(int device, char* name, std::size_t name_cap, std::uint64_t* total);
 void set_device_info_fn(DeviceInfoFn fn) noexcept;
 
-// Counters for tests and gpuheap_stats(): records written, bytes written, dropped.
+// Counters for tests (recorder_counters()): records written, bytes written, dropped.
 struct RecorderCounters {
   std::uint64_t records = 0, bytes = 0, dropped = 0, stacks = 0;
   std::uint64_t producer_waits = 0;  // record() calls that mapped the next file window themselves

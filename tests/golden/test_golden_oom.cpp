@@ -89,7 +89,42 @@ TEST(GoldenOom, SameDiagnosisAsStderrReport) {
   EXPECT_TRUE(in_first("without fragmentation the request would have fit")) << err;
   EXPECT_TRUE(in_first("allocate long-lived buffers first")) << err;
   EXPECT_NE(err.find("without fragmentation the request would not have fit", second), std::string::npos) << err;
-  EXPECT_NE(err.find("the per-process cap GPUHEAP_LIMIT=40.00 MiB is what failed", second), std::string::npos) << err;
+  EXPECT_NE(err.find("the per-process cap GPUHEAP_LIMIT=40.0 MiB is what failed", second), std::string::npos) << err;
+}
+
+// The summary's diagnosis lines of every OOM, in order: "without fragmentation ..." and
+// "suggestion: ...", without the text report's indent.
+std::vector<std::string> summary_diagnosis(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("  without fragmentation ", 0) == 0 || line.rfind("  suggestion: ", 0) == 0)
+      out.push_back(line.substr(2));
+  return out;
+}
+
+// The stderr report and the summary say the same sentences (one rule, format/rules.h): each
+// diagnosis line of the summary is a whole line of stderr, in the same order, and the JSON
+// suggestion is the same string.
+void expect_identical_diagnosis(const Prog& p, std::size_t ooms) {
+  const std::vector<std::string> lines = summary_diagnosis(summary_text({p.trace()}));
+  ASSERT_EQ(lines.size(), 2 * ooms) << summary_text({p.trace()});
+  std::size_t at = 0;
+  for (const std::string& l : lines) {
+    const std::string want = "\ngpuheap:   " + l + "\n";
+    auto found = p.run.err.find(want, at);
+    ASSERT_NE(found, std::string::npos) << "stderr lacks \"" << l << "\":\n" << p.run.err;
+    at = found + 1;
+  }
+  const json j = summary_json({p.trace()});
+  ASSERT_EQ(j["ooms"].size(), ooms);
+  for (std::size_t i = 0; i < ooms; ++i)
+    EXPECT_EQ("suggestion: " + j["ooms"][i]["suggestion"].get<std::string>(), lines[2 * i + 1]);
+}
+
+TEST(GoldenOom, StderrAndSummaryDiagnosisAreIdentical) {
+  ASSERT_EQ(frag().run.status, 0) << frag().run.err;
+  expect_identical_diagnosis(frag(), 2);  // fragmentation, then the cap
 }
 
 TEST(GoldenOom, TextSection) {
@@ -132,6 +167,7 @@ TEST(GoldenOom, RealOutOfMemory) {
   // The in-process report on stderr gives the same diagnosis.
   EXPECT_NE(p.run.err.find("CUDA out of memory. Tried to allocate 24.00 MiB"), std::string::npos) << p.run.err;
   EXPECT_NE(p.run.err.find("suggestion: the live allocations really need this much"), std::string::npos);
+  expect_identical_diagnosis(p, 1);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Calls every interposed runtime function by symbol, plus the driver through
 // cudaGetDriverEntryPoint(ByVersion). Exits non-zero (with a message) when a call does not
 // behave as the CUDA documentation says, so a wrapper that changes behaviour fails the test.
-// The test then checks the trace holds exactly the events listed in expected_api_events().
+// The test (Preload.RuntimeApiBySymbol in test_preload.cpp) then checks the events in its trace.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

@@ -151,17 +151,11 @@ TEST(Preload, SixteenThreadsExactEventCounts) {
   EXPECT_EQ(t.count_frees(AllocKind::device_pooled), static_cast<std::size_t>(16 * iters));
   // Replay: no address is allocated twice without a free in between.
   std::unordered_map<std::uint64_t, int> live;
-  std::size_t off = gpuheap::format::kFileHeaderSize, bad = 0;
-  gpuheap::format::Record rec;
-  while (off < t.bytes.size()) {
-    std::size_t used = 0;
-    if (gpuheap::format::decode_frame(t.bytes.data() + off, t.bytes.size() - off, rec, &used) !=
-        gpuheap::format::FrameStatus::ok)
-      break;
-    off += used;
+  std::size_t bad = 0;
+  walk_records(t.bytes.data(), t.bytes.size(), gpuheap::format::kFileHeaderSize, [&](const gpuheap::format::Record& rec) {
     if (rec.type == gpuheap::format::RecordType::alloc) bad += live[rec.alloc.ptr]++ != 0;
     if (rec.type == gpuheap::format::RecordType::free) bad += live[rec.free.ptr]-- != 1;
-  }
+  });
   EXPECT_EQ(bad, 0u) << "trace order is not a valid replay order";
 }
 

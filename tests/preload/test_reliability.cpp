@@ -38,10 +38,13 @@
 #include "format/trace.h"
 #include "tests/preload/progress.h"
 #include "tests/preload/run_prog.h"
+#include "tests/trace_walk.h"
 
 namespace fmt_ = gpuheap::format;
 using fmt_::AllocKind;
 using fmt_::RecordType;
+using gpuheap::test::FileWalk;
+using gpuheap::test::walk_file;
 
 extern char** environ;
 
@@ -210,49 +213,7 @@ struct Scan {
 
 Scan scan(const std::string& path) {
   Scan s;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return s;
-  s.opened = true;
-  std::vector<unsigned char> buf(4u << 20);
-  std::size_t have = 0, off = 0;
-  bool eof = false, header_done = false;
-  fmt_::Record r;
-  auto refill = [&] {
-    if (off > 0) {
-      std::memmove(buf.data(), buf.data() + off, have - off);
-      have -= off, off = 0;
-    }
-    std::size_t n = std::fread(buf.data() + have, 1, buf.size() - have, f);
-    if (n == 0) eof = true;
-    have += n, s.bytes += n;
-  };
-  refill();
-  for (;;) {
-    if (!header_done) {
-      if (fmt_::decode_file_header(buf.data(), have, nullptr) != fmt_::HeaderStatus::ok) break;
-      s.header_ok = header_done = true;
-      off = fmt_::kFileHeaderSize;
-    }
-    if (off == have) {
-      if (eof) break;
-      refill();
-      continue;
-    }
-    std::size_t used = 0;
-    auto st = fmt_::decode_frame(buf.data() + off, have - off, r, &used);
-    if (st == fmt_::FrameStatus::need_more) {
-      if (eof) {
-        s.truncated = true;
-        break;
-      }
-      refill();
-      continue;
-    }
-    if (st == fmt_::FrameStatus::corrupt) {
-      s.corrupt = true;
-      break;
-    }
-    off += used;
+  const FileWalk w = walk_file(path, [&](const fmt_::Record& r) {
     if (s.records++ == 0) s.process_first = r.type == RecordType::process;
     if (s.has_end) s.corrupt = true;  // nothing may follow `end`
     switch (r.type) {
@@ -274,8 +235,9 @@ Scan scan(const std::string& path) {
         break;
       default: break;
     }
-  }
-  std::fclose(f);
+  });
+  s.opened = w.opened, s.header_ok = w.header_ok, s.corrupt |= w.corrupt, s.bytes = w.bytes;
+  s.truncated = w.tail_bytes > 0;
   return s;
 }
 

@@ -1,4 +1,4 @@
-// Test helper: loads a whole trace file with format/trace.h and keeps what tests assert on.
+// Test helper: loads a whole trace file (tests/trace_walk.h) and keeps what tests assert on.
 #pragma once
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "format/trace.h"
+#include "tests/trace_walk.h"
 
 namespace gpuheap::test {
 
@@ -55,20 +56,7 @@ inline TraceFile load_trace(const std::string& path) {
   std::fclose(f);
   if (format::decode_file_header(t.bytes.data(), t.bytes.size(), nullptr) != format::HeaderStatus::ok) return t;
   t.ok = true;
-  std::size_t off = format::kFileHeaderSize;
-  format::Record r;
-  while (off < t.bytes.size()) {
-    std::size_t used = 0;
-    auto st = format::decode_frame(t.bytes.data() + off, t.bytes.size() - off, r, &used);
-    if (st == format::FrameStatus::need_more) {
-      t.truncated = true;
-      break;
-    }
-    if (st == format::FrameStatus::corrupt) {
-      t.corrupt = true;
-      break;
-    }
-    off += used;
+  const WalkEnd e = walk_records(t.bytes.data(), t.bytes.size(), format::kFileHeaderSize, [&](const format::Record& r) {
     if (t.records == 0) t.process_first = r.type == format::RecordType::process;
     ++t.records;
     auto use_stack = [&](std::uint32_t id) {
@@ -103,7 +91,9 @@ inline TraceFile load_trace(const std::string& path) {
       case format::RecordType::end: t.has_end = true; break;
       default: break;
     }
-  }
+  });
+  t.truncated = e.status == format::FrameStatus::need_more && e.offset < t.bytes.size();
+  t.corrupt = e.status == format::FrameStatus::corrupt;
   return t;
 }
 

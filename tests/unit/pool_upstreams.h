@@ -253,7 +253,9 @@ class RecordingObserver : public detail::PoolObserver {
     add({'C', reinterpret_cast<std::uintptr_t>(p), n, 0});
   }
   void on_retry(std::size_t n) noexcept override { add({'R', 0, n, 0}); }
-  void on_empty_cache(std::size_t n, int reason) noexcept override { add({'E', 0, n, reason}); }
+  void on_empty_cache(std::size_t n, format::EmptyCacheReason reason) noexcept override {
+    add({'E', 0, n, static_cast<int>(reason)});
+  }
 
   std::vector<Event> events() { std::lock_guard<std::mutex> g(mu_); return events_; }
   std::map<std::uintptr_t, std::size_t> segments() { std::lock_guard<std::mutex> g(mu_); return segments_; }

@@ -351,3 +351,56 @@ TEST(Format, InPlaceEventDecodeMatchesDecodeFrame) {
   EXPECT_GT(ok, 1000);
   EXPECT_GT(bad, 1000);
 }
+
+// format/rules.h: the rules both halves share. The address spaces' numbers are what the
+// analyzer's live keys are made of (Model::key), so they are part of the contract.
+TEST(FormatRules, AddressSpaces) {
+  EXPECT_EQ(f::address_space(f::AllocKind::device_pooled), f::AddressSpace::pointer);
+  EXPECT_EQ(f::address_space(f::AllocKind::managed), f::AddressSpace::pointer);
+  EXPECT_EQ(static_cast<int>(f::address_space(f::AllocKind::vmm_physical)), 1);
+  EXPECT_EQ(static_cast<int>(f::address_space(f::AllocKind::vmm_map)), 2);
+  EXPECT_EQ(static_cast<int>(f::address_space(f::AllocKind::va_reserve)), 3);
+  static_assert(f::address_space(f::AllocKind::va_reserve) == f::AddressSpace::va, "usable in constant expressions");
+}
+
+TEST(FormatRules, Bytes) {
+  char b[f::kBytesTextSize];
+  EXPECT_STREQ(f::format_bytes(0, b, sizeof b), "0 B");
+  EXPECT_STREQ(f::format_bytes(1023, b, sizeof b), "1023 B");
+  EXPECT_STREQ(f::format_bytes(2u << 20, b, sizeof b), "2.00 MiB");
+  EXPECT_STREQ(f::format_bytes(40u << 20, b, sizeof b), "40.0 MiB");
+  EXPECT_STREQ(f::format_bytes(964ull << 20, b, sizeof b), "964 MiB");
+  EXPECT_STREQ(f::format_bytes(~0ull, b, sizeof b), "16384 PiB");
+}
+
+// One case per cause, in the rule's order: fragmentation wins over the cap.
+TEST(FormatRules, OomDiagnosis) {
+  constexpr std::uint64_t M = 1u << 20;
+  f::OomFacts frag;
+  frag.requested = 4 * M, frag.largest_free = 2 * M, frag.cached_unused = 20 * M;
+  frag.limit = 40 * M, frag.held = 40 * M, frag.device_free = 900 * M;
+  f::OomDiagnosis d = f::diagnose_oom(frag);
+  EXPECT_EQ(d.cause, f::OomCause::fragmentation);
+  EXPECT_TRUE(d.fits_without_fragmentation);
+  f::OomText t;
+  f::oom_text(frag, d, &t);
+  EXPECT_STREQ(t.fit, "without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
+                      "block 2.00 MiB)");
+  EXPECT_EQ(std::string(t.suggestion).rfind("the pool's free memory is split", 0), 0u) << t.suggestion;
+
+  f::OomFacts cap = frag;
+  cap.requested = 30 * M;
+  d = f::diagnose_oom(cap);
+  EXPECT_EQ(d.cause, f::OomCause::limit);
+  f::oom_text(cap, d, &t);
+  EXPECT_STREQ(t.suggestion, "the per-process cap GPUHEAP_LIMIT=40.0 MiB is what failed; the device itself has 900 MiB "
+                             "free");
+  EXPECT_STREQ(f::oom_cause_name(d.cause), "limit");
+
+  f::OomFacts real;
+  real.requested = 24 * M, real.held = 16 * M, real.device_free = 16 * M;
+  d = f::diagnose_oom(real);
+  EXPECT_EQ(d.cause, f::OomCause::live_allocations);
+  EXPECT_FALSE(d.fits_without_fragmentation);
+  EXPECT_STREQ(f::oom_cause_name(d.cause), "live_allocations");
+}

@@ -151,7 +151,7 @@ TEST_F(PoolTest, OversizeBlocksAreNeverSplitAndOnlyServeCloseOversizeRequests) {
   EXPECT_TRUE(big.oversize);
   EXPECT_EQ(big.size, 40 * MiB);
   ASSERT_TRUE(p.deallocate(big.ptr));
-  EXPECT_EQ(p.empty_cache(0), 40 * MiB);  // the whole segment was one free block
+  EXPECT_EQ(p.empty_cache(format::EmptyCacheReason::api), 40 * MiB);  // the whole segment was one free block
   EXPECT_EQ(p.stats().segments, 0u);
   big = must_alloc(p, 40 * MiB);
   PoolBlock other = must_alloc(p, 64 * MiB);  // live filler so nothing coalesces away
@@ -272,7 +272,7 @@ TEST_F(PoolTest, EmptyCacheReleasesOnlyFullyFreeSegments) {
   ASSERT_TRUE(p.deallocate(gone.ptr));
   ASSERT_TRUE(p.deallocate(huge.ptr));
   obs.clear();
-  EXPECT_EQ(p.empty_cache(/*threshold*/ 1), 50 * MiB);
+  EXPECT_EQ(p.empty_cache(format::EmptyCacheReason::threshold), 50 * MiB);
   auto ev = obs.events();
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back().kind, 'E');

@@ -90,11 +90,11 @@ TEST(PoolFences, TrimReleasesOnlyWhatTheGpuFinishedWithoutWaiting) {
   PoolBlock a = must_alloc(p, 12 * MiB), b = must_alloc(p, 4 * KiB);
   ASSERT_TRUE(p.deallocate(a.ptr));  // sealed (first free)
   ASSERT_TRUE(p.deallocate(b.ptr));  // unsealed: trim never records or waits
-  EXPECT_EQ(p.trim(1), 0u);  // fence not done: nothing is free yet
+  EXPECT_EQ(p.trim(format::EmptyCacheReason::threshold), 0u);  // fence not done: nothing is free yet
   EXPECT_EQ(up.forced_waits(), 0u);
   up.complete_all();
   obs.clear();
-  EXPECT_EQ(p.trim(1), 12 * MiB);  // a's segment; b is still pending
+  EXPECT_EQ(p.trim(format::EmptyCacheReason::threshold), 12 * MiB);  // a's segment; b is still pending
   EXPECT_EQ(obs.kinds(), "CFE");
   EXPECT_EQ(p.stats().reserved, 2 * MiB);
   EXPECT_EQ(p.stats().pending, 4 * KiB);

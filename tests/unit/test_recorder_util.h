@@ -16,6 +16,7 @@
 
 #include "format/trace.h"
 #include "preload/record/recorder.h"
+#include "tests/trace_walk.h"
 
 namespace rec_test {
 
@@ -70,16 +71,10 @@ inline Trace read_trace(const std::string& path) {
   auto* p = reinterpret_cast<const unsigned char*>(t.data.data());
   t.header = f::decode_file_header(p, t.data.size(), nullptr);
   if (t.header != f::HeaderStatus::ok) return t;
-  std::size_t off = f::kFileHeaderSize;
-  for (;;) {
-    f::Record r;
-    std::size_t used = 0;
-    t.last = f::decode_frame(p + off, t.data.size() - off, r, &used);
-    if (t.last != f::FrameStatus::ok) break;
-    t.records.push_back(r);
-    off += used;
-  }
-  t.tail_bytes = t.data.size() - off;
+  const gpuheap::test::WalkEnd e = gpuheap::test::walk_records(p, t.data.size(), f::kFileHeaderSize,
+                                             [&](const f::Record& r) { t.records.push_back(r); });
+  t.last = e.status;
+  t.tail_bytes = t.data.size() - e.offset;
   return t;
 }
 
