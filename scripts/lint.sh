@@ -13,7 +13,7 @@ if [ ! -f "$dir/compile_commands.json" ]; then
   cc=(); command -v clang++ >/dev/null 2>&1 && cc=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang)
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${cc[@]}" >/dev/null
 fi
-files=$(ls analyzer/*.cpp analyzer/tools/*.cpp preload/*.cpp)
+files=$(ls analyzer/*.cpp analyzer/tools/*.cpp preload/*/*.cpp)
 start=$(date +%s)
 # One process per file, two at a time; findings are errors (WarningsAsErrors: '*').
 status=0

@@ -45,11 +45,13 @@ class ForkOrder {
 
  private:
   static constexpr int kN = static_cast<int>(ForkRank::count);
-  // Atomic: a module may hand its handlers in (recorder_start) while another thread forks.
+  // Atomic: a module may hand its handlers in (recorder_start) while another thread forks;
+  // taken_ is what the fork in progress runs (fork.cpp: parent/child only after their prepare).
   struct Slot {
     std::atomic<ForkFn> prepare{nullptr}, parent{nullptr}, child{nullptr};
   };
   Slot slots_[kN];
+  mutable ForkHandlers taken_[kN]{};
 };
 
 // Installs the handlers of `rank` in the process's order (replacing earlier ones of that

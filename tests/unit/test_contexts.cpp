@@ -207,6 +207,26 @@ TEST(ForkOrder, PrepareInRankOrderParentAndChildInReverse) {
   EXPECT_EQ(g_log, "RT");
 }
 
+// A rank handed in after the fork's prepare ran (a module starting while another thread
+// forks) must not get its parent or child handler: an unlock without the lock.
+TEST(ForkOrder, ParentAndChildRunOnlyWhatPrepareTook) {
+  ForkOrder order;
+  order.set(ForkRank::recorder, {mark<'R'>, mark<'r'>, mark<'x'>});
+  g_log.clear();
+  order.run_prepare();
+  order.set(ForkRank::sink, {mark<'S'>, mark<'s'>, mark<'z'>});
+  order.run_parent();
+  EXPECT_EQ(g_log, "Rr");
+  g_log.clear();
+  order.run_child();
+  EXPECT_EQ(g_log, "x");
+  // The next fork takes the sink too.
+  g_log.clear();
+  order.run_prepare();
+  order.run_parent();
+  EXPECT_EQ(g_log, "RSsr");
+}
+
 }  // namespace
 }  // namespace detail
 }  // namespace gpuheap
