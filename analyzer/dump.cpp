@@ -91,7 +91,15 @@ int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
         break;
       case T::stack: {
         fmt::format_to(it, "stack id={} depth={} ips=", r.stack.id, r.stack.depth);
-        for (std::size_t i = 0; i < r.stack.depth; ++i) fmt::format_to(it, "{}{:#x}", i ? "," : "", r.stack.ip(i));
+        for (std::size_t i = 0; i < r.stack.depth; ++i) {
+          std::uint64_t e = r.stack.ip(i);
+          if (format::is_py_frame(e))  // a Python frame: py:CODE_ID@LASTI ("-" when not started)
+            fmt::format_to(it, "{}py:{}@{}", i ? "," : "", format::py_frame_code(e),
+                           format::py_frame_lasti(e) == format::kPyNoLasti ? std::string("-")
+                                                                           : std::to_string(format::py_frame_lasti(e)));
+          else
+            fmt::format_to(it, "{}{:#x}", i ? "," : "", e);
+        }
         fmt::format_to(it, "\n");
         break;
       }
@@ -135,6 +143,12 @@ int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
         break;
       case T::thread:
         fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name));
+        break;
+      case T::py_code:
+        fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",
+                       r.py_code.id, r.py_code.py_major, r.py_code.py_minor, r.py_code.firstlineno,
+                       printable(r.py_code.filename), printable(r.py_code.name),
+                       r.py_code.linetable.empty() ? "-" : hex(r.py_code.linetable));
         break;
       case T::end:
         fmt::format_to(it, "end ts={} reason={} records={}\n", r.end.ts, end_reason(r.end.reason), r.end.records);

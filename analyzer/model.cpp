@@ -111,6 +111,12 @@ void Model::feed(const format::Record& r) {
                          std::string(r.module.build_id)});
       break;
     case RecordType::module_unload: touch_ts(r.module_unload.ts); break;
+    case RecordType::py_code: {
+      const auto& c = r.py_code;
+      py_codes[c.id] = {c.py_major, c.py_minor, c.firstlineno, std::string(c.filename), std::string(c.name),
+                        std::string(c.linetable)};
+      break;
+    }
     case RecordType::stack: {
       auto& v = stacks[r.stack.id];
       v.resize(r.stack.depth);

@@ -138,6 +138,13 @@ struct OwnedModule {
   std::string path, build_id;
 };
 
+// A py_code record, owned (analyzer/pyframes.h turns a frame of it into a file:line).
+struct PyCode {
+  std::uint8_t major = 3, minor = 0;
+  std::int32_t firstlineno = 0;
+  std::string filename, name, linetable;
+};
+
 struct Leak {
   std::uint32_t stack = 0;
   std::uint64_t bytes = 0, allocated = 0, count = 0;  // requested, block bytes
@@ -175,6 +182,7 @@ class Model {
   std::vector<Site> sites;           // indexed by stack id (0 = no stack)
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> stacks;
   std::vector<OwnedModule> modules;
+  std::unordered_map<std::uint32_t, PyCode> py_codes;  // by id
   std::map<std::uint32_t, std::string> threads;
   std::vector<OomInfo> ooms;
   std::vector<Leak> leaks;  // by site, largest (requested) first

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "analyzer/pyframes.h"
 #include "analyzer/report.h"
 #include "analyzer/units.h"
 
@@ -21,7 +22,21 @@ const std::vector<Frame>& StackResolver::frames(std::uint32_t stack) {
   if (it != frames_.end()) return it->second;
   std::vector<Frame> f;
   auto s = m_.stacks.find(stack);
-  if (s != m_.stacks.end() && !s->second.empty()) f = sym_.symbolize(s->second, all_frames_);
+  if (s != m_.stacks.end() && !s->second.empty()) {
+    // Native frames first (innermost first), then the Python frames the preload found in
+    // place of the interpreter's (format/trace.h kPyFrameTag).
+    const auto& ips = s->second;
+    std::size_t npy = 0;
+    while (npy < ips.size() && format::is_py_frame(ips[ips.size() - 1 - npy])) ++npy;
+    if (npy == 0) {
+      f = sym_.symbolize(ips, all_frames_);
+    } else {
+      std::vector<std::uint64_t> native(ips.begin(), ips.end() - static_cast<std::ptrdiff_t>(npy));
+      if (!native.empty()) f = sym_.symbolize(native, all_frames_);
+      while (!all_frames_ && !f.empty() && is_interpreter_frame(f.back())) f.pop_back();
+      for (std::size_t i = ips.size() - npy; i < ips.size(); ++i) f.push_back(py_frame_of(m_.py_codes, ips[i]));
+    }
+  }
   return frames_.emplace(stack, std::move(f)).first->second;
 }
 
@@ -121,8 +136,10 @@ nlohmann::json stack_json(const std::vector<Frame>& frames) {
     j["file"] = f.file;
     j["line"] = f.line;
     j["module"] = f.module;
-    j["ip"] = fmt::format("{:#x}", f.ip);
-    if (!f.module.empty()) j["offset"] = f.offset;
+    if (f.module != "python") {  // a Python frame has no address
+      j["ip"] = fmt::format("{:#x}", f.ip);
+      if (!f.module.empty()) j["offset"] = f.offset;
+    }
     if (f.inlined) j["inlined"] = true;
     if (f.hidden) j["hidden"] = true;
     arr.push_back(std::move(j));

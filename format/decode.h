@@ -30,6 +30,7 @@ struct Record {
   EmptyCacheRecord empty_cache;
   ThreadRecord thread;
   EndRecord end;
+  PyCodeRecord py_code;
 };
 
 enum class FrameStatus {
@@ -51,7 +52,7 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
   // Type 0 is never written: the preload fills preallocated, zeroed file space and stores a
   // frame's type byte last, so a zero type byte is where the written data ends.
   if (type == 0) return FrameStatus::need_more;
-  if (type < 1 || type > static_cast<std::uint8_t>(RecordType::end) || len > kMaxPayload)
+  if (type < 1 || type > kMaxRecordType || len > kMaxPayload)
     return FrameStatus::corrupt;
   if (n - kFrameHeaderSize < len) return FrameStatus::need_more;
   detail::Reader r{p + kFrameHeaderSize, p + kFrameHeaderSize + len};
@@ -152,6 +153,14 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
       auto reason = r.get<std::uint8_t>();
       if (reason > static_cast<std::uint8_t>(EndReason::stopped)) return FrameStatus::corrupt;
       out.end.reason = static_cast<EndReason>(reason), out.end.records = r.get<std::uint64_t>();
+      break;
+    }
+    case RecordType::py_code: {
+      auto& x = out.py_code;
+      x.id = r.get<std::uint32_t>(), x.py_major = r.get<std::uint8_t>(), x.py_minor = r.get<std::uint8_t>();
+      x.firstlineno = r.get<std::int32_t>();
+      x.filename = r.str(), x.name = r.str(), x.linetable = r.str();
+      if (x.id == 0 || x.id > kMaxPyCodeId) return FrameStatus::corrupt;
       break;
     }
   }

@@ -26,7 +26,9 @@ namespace gpuheap {
 namespace format {
 
 inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
-inline constexpr std::uint16_t kFormatVersion = 1;
+// Version 2 added py_code records and Python frame entries in stacks (see kPyFrameTag). A
+// version-1 file is still read (it has neither).
+inline constexpr std::uint16_t kFormatVersion = 2;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
 // No record is larger than this; a frame declaring more is corruption, not a big record.
@@ -49,7 +51,25 @@ enum class RecordType : std::uint8_t {
   empty_cache = 13,     // cached free segments released (API, policy or OOM path)
   thread = 14,          // thread id -> name
   end = 15,             // clean close: no record follows
+  py_code = 16,         // a Python code object, written once before a stack names it (v2)
 };
+inline constexpr std::uint8_t kMaxRecordType = 16;
+
+// A stack entry with bit 63 set is a Python frame, not a return address (no user-space
+// address on x86-64 or aarch64 has that bit): bits 32..62 hold the py_code id (from 1),
+// bits 0..31 the index of the code unit being executed (the frame's "lasti"; kPyNoLasti
+// when the interpreter had not started the frame). Python frames follow the native ones.
+inline constexpr std::uint64_t kPyFrameTag = 1ull << 63;
+inline constexpr std::uint32_t kPyNoLasti = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kMaxPyCodeId = 0x7FFFFFFFu;
+inline constexpr bool is_py_frame(std::uint64_t e) { return (e & kPyFrameTag) != 0; }
+inline constexpr std::uint64_t py_frame(std::uint32_t code_id, std::uint32_t lasti) {
+  return kPyFrameTag | (static_cast<std::uint64_t>(code_id & kMaxPyCodeId) << 32) | lasti;
+}
+inline constexpr std::uint32_t py_frame_code(std::uint64_t e) {
+  return static_cast<std::uint32_t>((e >> 32) & kMaxPyCodeId);
+}
+inline constexpr std::uint32_t py_frame_lasti(std::uint64_t e) { return static_cast<std::uint32_t>(e); }
 
 // What kind of memory an alloc/free record is about. Only device_pooled is served from
 // gpuheap's pool; everything else is recorded and passed through to the driver.
@@ -190,6 +210,15 @@ struct EmptyCacheRecord {
 struct ThreadRecord {
   std::uint32_t tid = 0;
   std::string_view name;
+};
+// A Python code object, as the interpreter's PyCodeObject had it. The line of a frame is
+// computed offline from `linetable` (co_linetable: 3.10's address/line pairs, or 3.11+'s
+// location table; which one follows from py_minor) and the frame's lasti.
+struct PyCodeRecord {
+  std::uint32_t id = 0;  // from 1, per file
+  std::uint8_t py_major = 3, py_minor = 0;
+  std::int32_t firstlineno = 0;
+  std::string_view filename, name /* co_qualname where the version has it */, linetable;
 };
 struct EndRecord {
   std::uint64_t ts = 0;
@@ -391,6 +420,15 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const ThreadRecor
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const EndRecord& r) {
   return detail::frame(buf, cap, RecordType::end, [&](detail::Writer& w) {
     w.put(r.ts), w.put(static_cast<std::uint8_t>(r.reason)), w.put(r.records);
+  });
+}
+
+// py_code: u32 id | u8 py_major | u8 py_minor | i32 firstlineno | str filename | str name
+//          | str linetable (raw co_linetable bytes)
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const PyCodeRecord& r) {
+  return detail::frame(buf, cap, RecordType::py_code, [&](detail::Writer& w) {
+    w.put(r.id), w.put(r.py_major), w.put(r.py_minor), w.put(r.firstlineno);
+    w.str(r.filename), w.str(r.name), w.str(r.linetable);
   });
 }
 

@@ -32,6 +32,8 @@ constinit const OptionSpec kOptionTable[kNumOptions] = {
     {I::stacks, "GPUHEAP_STACKS", T::boolean, "1", 1, 0, 1, 0, "record call stacks"},
     {I::stack_depth, "GPUHEAP_STACK_DEPTH", T::integer, "64", 64, 1, 256, 0, "frames kept per stack"},
     {I::free_stacks, "GPUHEAP_FREE_STACKS", T::boolean, "0", 0, 0, 1, 0, "also unwind at frees"},
+    {I::python_stacks, "GPUHEAP_PYTHON_STACKS", T::boolean, "1", 1, 0, 1, 0,
+     "Python frames (file, function, line) in place of the interpreter's"},
     {I::flush_ms, "GPUHEAP_FLUSH_MS", T::duration, "20", 20 * kMs, 1 * kMs, 60 * kS, kMs,
      "the background thread's tick"},
     {I::seal_us, "GPUHEAP_SEAL_US", T::duration, "200", 200 * kUs, 0, 3600 * kS, kUs,
@@ -146,6 +148,7 @@ void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
     case I::stacks: o->stacks = b; break;
     case I::stack_depth: o->stack_depth = static_cast<int>(v); break;
     case I::free_stacks: o->free_stacks = b; break;
+    case I::python_stacks: o->python_stacks = b; break;
     case I::flush_ms: o->flush_ns = v; break;
     case I::seal_us: o->seal_ns = v; break;
     case I::strict_fences: o->strict_fences = b; break;

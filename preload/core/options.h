@@ -37,7 +37,7 @@ enum class OptionType : std::uint8_t {
 
 enum class OptionId : std::uint8_t {
   disable, output, path_file, quiet, pool, stacks, stack_depth, free_stacks, flush_ms, seal_us,
-  strict_fences, unsafe_reuse, buffer_mb, limit, release_threshold, follow_fork,
+  strict_fences, unsafe_reuse, buffer_mb, limit, release_threshold, follow_fork, python_stacks,
 };
 
 struct OptionSpec {
@@ -51,7 +51,7 @@ struct OptionSpec {
   const char* doc;           // one line
 };
 
-inline constexpr int kNumOptions = 16;
+inline constexpr int kNumOptions = 17;
 extern const OptionSpec kOptionTable[kNumOptions];
 const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
 
@@ -65,6 +65,7 @@ struct Settings {
   bool stacks = true;          // GPUHEAP_STACKS
   int stack_depth = 64;        // GPUHEAP_STACK_DEPTH
   bool free_stacks = false;    // GPUHEAP_FREE_STACKS: also unwind at frees
+  bool python_stacks = true;   // GPUHEAP_PYTHON_STACKS: Python frames in stacks (record/pystack.h)
   std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: the background thread's tick
   std::uint64_t seal_ns = 200'000;      // GPUHEAP_SEAL_US
   bool strict_fences = false;  // GPUHEAP_STRICT_FENCES

@@ -163,6 +163,8 @@ void modules_sync_if_changed() noexcept {
   g_seen_subs.store(c[1], std::memory_order_relaxed);
 }
 
+unsigned long long modules_seen_adds() noexcept { return g_seen_adds.load(std::memory_order_relaxed); }
+
 void modules_reset() noexcept {
   g_seen_adds.store(0), g_seen_subs.store(0);  // the next check syncs again
   pthread_mutex_lock(&g_mu);

@@ -29,6 +29,8 @@ void modules_sync() noexcept;
 // written: Python and other dlopen users load the libraries that allocate (libtorch, CuPy,
 // XLA) long after the trace starts, and their frames need module records to be symbolized.
 void modules_sync_if_changed() noexcept;
+// glibc's count of objects loaded, as of the last modules_sync_if_changed (0 after a reset).
+unsigned long long modules_seen_adds() noexcept;
 // New file: every module must be written again.
 void modules_reset() noexcept;
 

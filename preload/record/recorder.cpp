@@ -54,7 +54,7 @@ void configure(const Settings& s) {
   g_cfg.quiet = s.quiet;
   g_cfg.follow_fork = s.follow_fork;
   snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
-  stacks_configure(g_cfg.stacks, g_cfg.max_depth);
+  stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
 }
 
 void warn_errno(const char* what, const char* path, int err) {

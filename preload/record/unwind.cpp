@@ -12,6 +12,7 @@
 
 #include "format/trace.h"
 #include "preload/record/modules.h"
+#include "preload/record/pystack.h"
 #include "preload/record/sink.h"
 
 namespace gpuheap {
@@ -47,6 +48,12 @@ constinit std::atomic<std::uint64_t> g_count{0};
 constinit std::atomic<bool> g_enabled{true};
 constinit std::atomic<int> g_depth{64};
 constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
+// Native frames unwound per stack on this thread when it has Python frames: the last cut
+// (where the eval loop was found) plus a margin, so that the frames below the interpreter
+// (its start-up, and every Python-to-C-to-Python transition) are not unwound only to be
+// dropped. 0 = the configured depth. A stack that needs more is unwound again in full.
+thread_local int t_py_budget __attribute__((tls_model("initial-exec"))) = 0;
+constexpr int kPyBudgetMargin = 12;
 
 // Address range of libgpuheap.so's own code (PT_LOAD segments), found once.
 constinit std::uintptr_t g_self_lo = 0, g_self_hi = 0;
@@ -128,8 +135,9 @@ bool append_stack(std::uint32_t id, const std::uint64_t* ips, int depth) {
 
 }  // namespace
 
-void stacks_configure(bool enabled, int max_depth) noexcept {
+void stacks_configure(bool enabled, int max_depth, bool python) noexcept {
   pthread_once(&g_once, init_once);
+  pystack_configure(enabled && python);
   if (max_depth < 1) max_depth = 1;
   if (max_depth > format::kMaxStackDepth) max_depth = format::kMaxStackDepth;
   g_enabled.store(enabled), g_depth.store(max_depth);
@@ -170,6 +178,7 @@ std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
   if (id == 0) {
     std::uint32_t new_id = g_next_id;
     modules_sync_if_changed();  // frames of objects dlopen'ed since the trace started
+    pystack_reprobe();          // an embedding program may have loaded libpython since
     // The record goes to the sink before the id is visible to anyone else.
     if (append_stack(new_id, ips, depth)) {
       ++g_next_id;
@@ -187,22 +196,52 @@ std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
   return id;
 }
 
+namespace {
+// Index of the first return address in raw[from..n) inside the interpreter's eval loop; -1.
+int find_eval(void* const* raw, int from, int n) {
+  for (int i = from; i < n; ++i)
+    if (pystack_is_eval_ip(reinterpret_cast<std::uint64_t>(raw[i]))) return i;
+  return -1;
+}
+}  // namespace
+
 __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
   pthread_once(&g_once, init_once);
-  void* raw[format::kMaxStackDepth + 32];
+  // Native frames (innermost first) then, when the thread runs Python, its Python frames in
+  // place of the interpreter's native ones: one array, interned as one stack.
+  constexpr int kRaw = 2 * format::kMaxStackDepth + 32;  // room to append the Python frames
+  std::uint64_t py[format::kMaxStackDepth];
+  void* raw[kRaw];
+  int npy = pystack_capture(py, format::kMaxStackDepth);
   if (skip < 0) skip = 0;
   if (skip > 31) skip = 31;
   // unw_backtrace's first entry is the return address into this function; drop it too.
   int first = skip + 1;
-  int n = unw_backtrace(raw, g_depth.load(std::memory_order_relaxed) + first);
-  if (n <= first) return 0;
+  const int depth = g_depth.load(std::memory_order_relaxed);
+  int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
+  int n = unw_backtrace(raw, want + first);
+  int cut = npy > 0 ? find_eval(raw, first, n) : -1;
+  if (npy > 0 && cut < 0 && want < depth && n == want + first) {  // the budget was too small
+    n = unw_backtrace(raw, depth + first);
+    cut = find_eval(raw, first, n);
+  }
+  if (cut >= 0) {
+    n = cut;  // the interpreter's frames and everything below them: the Python frames say it
+    t_py_budget = cut - first + kPyBudgetMargin;
+  }
+  if (n <= first && npy == 0) return 0;
   // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
   // inlining, and keeping them would split one user call site into several stacks.
   while (first < n && in_self(raw[first])) ++first;
-  if (n <= first) return 0;
+  if (n < first) n = first;
+  int nat = n - first;
+  if (nat + npy == 0) return 0;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
-  return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first);
+  auto* ips = reinterpret_cast<std::uint64_t*>(raw + first);  // Python frames go after the native ones
+  int keep_py = npy < format::kMaxStackDepth - nat ? npy : format::kMaxStackDepth - nat;
+  if (keep_py > 0) memcpy(ips + nat, py, 8u * static_cast<std::size_t>(keep_py));
+  return stacks_intern(ips, nat + keep_py);
 }
 
 int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept {
@@ -230,13 +269,23 @@ void stacks_reset() noexcept {
   g_arena = nullptr;  // arenas are reused from the head
   g_count.store(0);
   pthread_mutex_unlock(&g_intern_mu);
+  pystack_reset();  // the code records too
 }
 
 std::uint64_t stacks_count() noexcept { return g_count.load(std::memory_order_relaxed); }
 
-void stacks_fork_prepare() noexcept { pthread_mutex_lock(&g_intern_mu); }
-void stacks_fork_parent() noexcept { pthread_mutex_unlock(&g_intern_mu); }
+// The Python code table is part of the stacks: its lock is taken after the intern lock (a
+// new stack record may re-probe for the interpreter under it), released before it.
+void stacks_fork_prepare() noexcept {
+  pthread_mutex_lock(&g_intern_mu);
+  pystack_fork_prepare();
+}
+void stacks_fork_parent() noexcept {
+  pystack_fork_parent();
+  pthread_mutex_unlock(&g_intern_mu);
+}
 void stacks_fork_child() noexcept {
+  pystack_fork_child();
   pthread_mutex_init(&g_intern_mu, nullptr);
   stacks_reset();
 }

@@ -8,9 +8,10 @@
 namespace gpuheap {
 namespace detail {
 
-// Sets capture parameters (GPUHEAP_STACKS, GPUHEAP_STACK_DEPTH) and libunwind's
-// per-thread cache policy (once).
-void stacks_configure(bool enabled, int max_depth) noexcept;
+// Sets capture parameters (GPUHEAP_STACKS, GPUHEAP_STACK_DEPTH, GPUHEAP_PYTHON_STACKS) and
+// libunwind's per-thread cache policy (once). max_depth bounds the native frames; Python
+// frames (record/pystack.h) fill the rest of a stack, up to format::kMaxStackDepth in all.
+void stacks_configure(bool enabled, int max_depth, bool python = true) noexcept;
 bool stacks_enabled() noexcept;
 
 // Unwinds the calling thread. `skip` frames above the caller's frame are dropped: with

@@ -72,7 +72,7 @@ inline ProgRun run_with(const std::string& prog, std::vector<std::string> args, 
   std::vector<char*> envp, argv;
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string path = kProgs + "/" + prog;
+  std::string path = prog[0] == '/' ? prog : kProgs + "/" + prog;  // absolute: an interpreter
   argv.push_back(path.data());
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -1,0 +1,157 @@
+// Python frames in stacks (preload/record/pystack.h): a script allocating through ctypes gets
+// its functions, files and lines in the summary, in place of the interpreter's frames.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tests/preload/run_prog.h"
+
+namespace gpuheap::test {
+namespace {
+
+const std::string kScript = std::string(PY_SCRIPT_DIR) + "/nested_alloc.py";
+
+struct PyRun {
+  ProgRun run;
+  nlohmann::json summary;
+  std::string text;
+  // "LINE where caller_line malloc_line" lines the script printed, by `where`
+  std::map<std::string, std::pair<int, int>> lines;
+};
+
+PyRun run_py(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
+  PyRun p;
+  std::vector<std::string> argv{kScript};
+  argv.insert(argv.end(), args.begin(), args.end());
+  p.run = run(PYTHON3_EXE, argv, std::move(env));
+  std::istringstream in(p.run.out);
+  std::string tag, where;
+  int caller = 0, at = 0;
+  while (in >> tag >> where >> caller >> at)
+    if (tag == "LINE") p.lines[where] = {caller, at};
+  if (p.run.traces.size() != 1) return p;
+  auto js = run_cmd(kBuild + "/gpuheap summary --json " + p.run.traces[0]);
+  if (js.status == 0) p.summary = nlohmann::json::parse(js.out, nullptr, false);
+  p.text = run_cmd(kBuild + "/gpuheap summary " + p.run.traces[0] + " 2>&1").out;
+  return p;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The one leak site of `bytes` requested bytes; null json when there is none.
+nlohmann::json leak_of(const PyRun& p, std::uint64_t bytes) {
+  for (const auto& l : p.summary["leaks"])
+    if (l["bytes"] == bytes) return l;
+  return {};
+}
+
+void expect_py_frame(const nlohmann::json& f, const std::string& function, int line) {
+  EXPECT_EQ(f["module"], "python") << f.dump();
+  EXPECT_EQ(f["function"], function) << f.dump();
+  EXPECT_TRUE(ends_with(f["file"].get<std::string>(), "/nested_alloc.py")) << f.dump();
+  EXPECT_EQ(f["line"], line) << f.dump();
+  EXPECT_FALSE(f.contains("ip")) << "a Python frame has no address: " << f.dump();
+}
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+TEST(PyStacks, NestedFunctionsNameTheirFileAndLine) {
+  PyRun p = run_py({"nested"});
+  ASSERT_EQ(p.run.status, 0) << p.run.err;
+  ASSERT_TRUE(p.summary.is_object()) << p.run.err;
+  ASSERT_EQ(p.lines.count("inner"), 1u) << p.run.out;
+  const int malloc_line = p.lines["inner"].second;
+  auto leak = leak_of(p, 3 * kMiB);
+  ASSERT_TRUE(leak.is_object()) << p.summary["leaks"].dump();
+  const auto& st = leak["stack"];
+  ASSERT_GE(st.size(), 6u) << st.dump();
+  // ctypes, libffi and the interpreter's own frames are gone: the script's frames come first.
+  expect_py_frame(st[0], "malloc", malloc_line);
+  expect_py_frame(st[1], "inner", p.lines["inner"].first);
+  expect_py_frame(st[2], "middle", p.lines["inner"].first + 7);  // `return inner()`
+  expect_py_frame(st[3], "outer", p.lines["inner"].first + 11);  // `return middle()`
+  EXPECT_EQ(st[4]["function"], "main");
+  EXPECT_EQ(st[5]["function"], "<module>");
+  // Peak consumers: the 3 MiB leak and the 1 MiB temporary, each at its own line of inner().
+  const auto& peak = p.summary["peak_consumers"];
+  ASSERT_GE(peak.size(), 2u) << peak.dump();
+  EXPECT_EQ(peak[0]["bytes"], 3 * kMiB);
+  expect_py_frame(peak[1]["stack"][1], "inner", p.lines["inner_tmp"].first);
+  // Text: "at inner (/…/nested_alloc.py:LINE)", and no interpreter frame anywhere.
+  EXPECT_NE(p.text.find("at inner (" + kScript + ":" + std::to_string(p.lines["inner"].first) + ")"),
+            std::string::npos)
+      << p.text;
+  EXPECT_EQ(p.text.find("_PyEval_EvalFrameDefault"), std::string::npos) << p.text;
+  EXPECT_EQ(p.text.find("ffi_call"), std::string::npos) << p.text;
+  // Each code object is written once: 6 distinct functions on the two stacks.
+  auto dump = run_cmd(kBuild + "/gpuheap dump " + p.run.traces[0]);
+  std::size_t codes = 0;
+  for (std::size_t at = 0; (at = dump.out.find("\npy_code id=", at)) != std::string::npos; ++at) ++codes;
+  EXPECT_EQ(codes, 6u) << dump.out;
+}
+
+TEST(PyStacks, PythonThreadInACallThatReleasedTheGil) {
+  // ctypes drops the GIL around the foreign call: the thread's own frames are still read.
+  PyRun p = run_py({"thread"});
+  ASSERT_EQ(p.run.status, 0) << p.run.err;
+  auto leak = leak_of(p, 5 * kMiB);
+  ASSERT_TRUE(leak.is_object()) << p.summary.dump();
+  const auto& st = leak["stack"];
+  ASSERT_GE(st.size(), 3u) << st.dump();
+  expect_py_frame(st[0], "malloc", p.lines["in_thread"].second);
+  expect_py_frame(st[1], "in_thread", p.lines["in_thread"].first);
+  EXPECT_EQ(st[2]["function"], "Thread.run") << st.dump();  // threading.py, by qualified name
+  EXPECT_TRUE(ends_with(st[2]["file"].get<std::string>(), "threading.py")) << st.dump();
+}
+
+TEST(PyStacks, ThreadWithoutPythonStateKeepsItsNativeStack) {
+  PyRun p = run_py({"native", kProgs + "/libpy_native.so"});
+  ASSERT_EQ(p.run.status, 0) << p.run.err;
+  auto leak = leak_of(p, 9 * kMiB);
+  ASSERT_TRUE(leak.is_object()) << p.summary.dump();
+  bool worker = false;
+  for (const auto& f : leak["stack"]) {
+    EXPECT_NE(f["module"], "python") << leak.dump();
+    worker = worker || f["function"].get<std::string>().find("native_worker") != std::string::npos;
+  }
+  EXPECT_TRUE(worker) << leak.dump();
+}
+
+TEST(PyStacks, Recursion500DeepKeepsTheInnermostFrames) {
+  PyRun p = run_py({"recursion"});
+  ASSERT_EQ(p.run.status, 0) << p.run.err;
+  auto leak = leak_of(p, 7 * kMiB);
+  ASSERT_TRUE(leak.is_object()) << p.summary.dump();
+  const auto& st = leak["stack"];
+  ASSERT_LE(st.size(), 256u);  // format::kMaxStackDepth
+  expect_py_frame(st[0], "malloc", p.lines["recurse"].second);
+  expect_py_frame(st[1], "recurse", p.lines["recurse"].first);
+  std::size_t deeper = 0;
+  for (std::size_t i = 2; i < st.size(); ++i) {
+    expect_py_frame(st[i], "recurse", p.lines["recurse"].first + 1);  // `return recurse(n - 1)`
+    ++deeper;
+  }
+  EXPECT_GE(deeper, 200u) << "the stack is filled with Python frames up to the limit";
+}
+
+TEST(PyStacks, OffGivesTheNativeStack) {
+  PyRun p = run_py({"nested"}, {"GPUHEAP_PYTHON_STACKS=0"});
+  ASSERT_EQ(p.run.status, 0) << p.run.err;
+  auto leak = leak_of(p, 3 * kMiB);
+  ASSERT_TRUE(leak.is_object()) << p.summary.dump();
+  bool eval = false;
+  for (const auto& f : leak["stack"]) {
+    EXPECT_NE(f["module"], "python") << leak.dump();
+    eval = eval || f["function"] == "_PyEval_EvalFrameDefault";
+  }
+  EXPECT_TRUE(eval) << "the interpreter's frames, as before: " << leak.dump();
+  EXPECT_EQ(run_cmd(kBuild + "/gpuheap dump " + p.run.traces[0] + " | grep -c '^py_code'").out, "0\n");
+}
+
+}  // namespace
+}  // namespace gpuheap::test
