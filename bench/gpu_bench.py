@@ -1,8 +1,8 @@
 """GPU benchmarks, side by side in one run (writes one JSON document):
 
 1. Training step time of the ~200-allocations/step model (tests/gpu/torch_job.py --model mlp):
-   native caching allocator; PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpuheap (pool on, stacks on and
-   off); NO_CACHING without gpuheap. Rounds interleave the configurations; the median over rounds of
+   native caching allocator; PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpuheap (pool on; native + Python
+   stacks, native stacks only, no stacks); NO_CACHING without gpuheap. Rounds interleave the configurations; the median over rounds of
    each run's median step time is reported. Peak reserved: gpuheap pool vs torch's caching allocator.
 2. Allocation latency from C++: a ring of 64 live blocks of mixed sizes (512 B..4 MiB), each
    iteration frees the oldest and allocates one, through c10::cuda::CUDACachingAllocator::raw_alloc/
@@ -79,6 +79,7 @@ def step_configs():
     nc = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     return [("native_caching", {}, None), ("nocache_raw", nc, None),
             ("nocache_gpuheap_stacks", nc, {"GPUHEAP_STACKS": "1"}),
+            ("nocache_gpuheap_native_stacks", nc, {"GPUHEAP_STACKS": "1", "GPUHEAP_PYTHON_STACKS": "0"}),
             ("nocache_gpuheap_nostacks", nc, {"GPUHEAP_STACKS": "0"})]
 
 

@@ -17,6 +17,12 @@ cp -L "$BUILD_DIR"/libunwind*.so* "$out/"
 # The CLI's own libraries: whatever ldd resolves for these sonames (and the libraries they
 # pull in that a bare Ubuntu lacks).
 for lib in $(ldd "$BUILD_DIR/gpuheap" | awk '/libspdlog|libfmt|libdw|libelf/ {print $3}'); do cp -L "$lib" "$out/"; done
+# zstd (the GPU machine has none), to compress a trace made there for examples/traces.
+if command -v zstd >/dev/null; then
+  cp -L "$(command -v zstd)" "$out/"
+  for lib in $(ldd "$(command -v zstd)" | awk '/libzstd|liblzma|liblz4/ {print $3}'); do cp -L "$lib" "$out/"; done
+  patchelf --set-rpath '$ORIGIN' "$out/zstd"
+fi
 patchelf --set-rpath '$ORIGIN' "$out/gpuheap"
 for f in "$out"/libspdlog* "$out"/libfmt* "$out"/libdw* "$out"/libelf*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 commit=$(git rev-parse --short HEAD)

@@ -1,12 +1,14 @@
 #include "preload/record/pystack.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +40,10 @@ constinit Interp g_py;
 constinit std::atomic<bool> g_ready{false};
 constinit std::atomic<bool> g_enabled{true};
 constinit std::atomic<unsigned long long> g_probed_adds{~0ull};
+// The first walk of a thread's frames reads through process_vm_readv (a bad address is an
+// error, not a crash); the layout is trusted for direct reads only once that walk found what
+// it expects. 0 = not yet, 1 = checked, 2 = failed (Python frames off).
+constinit std::atomic<int> g_checked{0};
 constinit pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  // probe + code interning
 
 // Code objects seen in this file: code pointer -> id. Lookups are lock-free; a slot's `check`
@@ -239,6 +245,34 @@ std::uint32_t code_id(std::uintptr_t code) {
   return id;
 }
 
+bool safe_read(std::uintptr_t addr, void* out, std::size_t n) {
+  iovec local{out, n}, remote{reinterpret_cast<void*>(addr), n};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+// One word through safe_read; where process_vm_readv itself is refused (seccomp: ENOSYS or
+// EPERM, not EFAULT), a direct read: the layout of a known version is then trusted as it is.
+bool read_word(std::uintptr_t addr, std::uintptr_t* v) {
+  if (safe_read(addr, v, sizeof *v)) return true;
+  if (errno == EFAULT || (addr & 7)) return false;
+  *v = at<std::uintptr_t>(addr, 0);
+  return true;
+}
+
+// Walks up to 64 frames from `fr` with checked reads: every pointer followed must be readable
+// and the frames must name code objects.
+bool check_layout(std::uintptr_t fr) {
+  const PyLayout& L = *g_py.layout;
+  int codes = 0;
+  for (int i = 0; fr && i < 64; ++i) {
+    std::uintptr_t prev = 0, code = 0, type = 0;
+    if ((fr & 7) || !read_word(fr + L.fr_previous, &prev) || !read_word(fr + L.fr_code, &code)) return false;
+    if (code && !(code & 7) && read_word(code + kObType, &type) && type == g_py.code_type) ++codes;
+    else if (L.minor < 12) return false;  // only 3.12+ frames (shims, other executables) may lack one
+    fr = prev;
+  }
+  return codes > 0;
+}
+
 }  // namespace
 
 void pystack_configure(bool enabled) noexcept {
@@ -268,12 +302,24 @@ int pystack_capture(std::uint64_t* out, int cap) noexcept {
   auto ts = reinterpret_cast<std::uintptr_t>(P.this_thread_state());
   if (!ts && P.unchecked_get) ts = reinterpret_cast<std::uintptr_t>(P.unchecked_get());
   if (!ts) return 0;
-  std::uintptr_t fr;
-  if (L.ts_frame >= 0) {
-    fr = at<std::uintptr_t>(ts, L.ts_frame);
-  } else {
-    std::uintptr_t cf = at<std::uintptr_t>(ts, L.ts_cframe);
-    fr = cf ? at<std::uintptr_t>(cf, L.cframe_current) : 0;
+  int checked = g_checked.load(std::memory_order_acquire);
+  if (checked == 2) return 0;
+  // Until the layout is checked, even the reads that find the first frame are checked ones.
+  auto word = [checked](std::uintptr_t addr, std::uintptr_t* v) {
+    if (checked == 1) return *v = at<std::uintptr_t>(addr, 0), true;
+    return read_word(addr, v);
+  };
+  std::uintptr_t fr = 0, cf = 0;
+  bool readable = L.ts_frame >= 0 ? word(ts + L.ts_frame, &fr)
+                                  : word(ts + L.ts_cframe, &cf) && (!cf || word(cf + L.cframe_current, &fr));
+  if (readable && !fr) return 0;  // no Python frames on this thread
+  if (checked != 1) {
+    bool ok = readable && check_layout(fr);
+    g_checked.store(ok ? 1 : 2, std::memory_order_release);
+    if (!ok) {
+      warn_once("the Python interpreter's frames do not have the expected layout");
+      return 0;
+    }
   }
   int n = 0;
   // A chain longer than this is no stack (a cycle would be corruption): stop.

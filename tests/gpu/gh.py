@@ -128,7 +128,8 @@ class Trace:
                 self.modules.append((int(kv["lo"], 16), int(kv["hi"], 16), kv.get("path", "")))
             elif kind == "stack":
                 ips = kv.get("ips", "")
-                self.stacks[int(kv["id"])] = [int(x, 16) for x in ips.split(",") if x]
+                # Python frames ("py:CODE@LASTI", format v2) have no address: native ips only
+                self.stacks[int(kv["id"])] = [int(x, 16) for x in ips.split(",") if x and not x.startswith("py:")]
             self.records.append((kind, kv))
 
     def of(self, rtype, **match):

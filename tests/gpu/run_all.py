@@ -260,6 +260,33 @@ def case_oom(ctx):
     return ok, res
 
 
+def case_torch_python_lines(ctx):
+    """Issue 12: Python frames in stacks. The GPT job's peak consumers name lines of the model's
+    forward (torch_job.py) and of the optimizer step (torch/optim, under `opt.step()`), and the
+    native part of a stack still reaches PyTorch's allocator (libc10_cuda)."""
+    j, tr = ctx.torch("gpt_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    s = gh.summary_json(tr, top=40)
+    src = open(TORCH_JOB).read().splitlines()
+    step_line = next(i + 1 for i, l in enumerate(src) if l.strip() == "opt.step()")
+    sites = s.get("peak_consumers", []) + s.get("most_allocations", [])
+
+    def py(f):
+        return f.get("module") == "python"
+
+    fwd = [f"{f['function']} ({os.path.basename(f['file'])}:{f['line']})" for c in sites for f in c["stack"]
+           if py(f) and f["file"].endswith("torch_job.py") and f["function"].endswith("forward")]
+    optim = [c for c in sites if any(py(f) and "/torch/optim/" in f["file"] for f in c["stack"])
+             and any(py(f) and f["file"].endswith("torch_job.py") and f["line"] == step_line for f in c["stack"])]
+    with_native = [c for c in sites if any(py(f) for f in c["stack"]) and not py(c["stack"][0])]
+    forward_lines_ok = all(src[int(x.rsplit(":", 1)[1].rstrip(")")) - 1].strip() for x in fwd)
+    res = {"forward_frames": sorted(set(fwd))[:12], "optimizer_sites": len(optim), "opt_step_line": step_line,
+           "sites_with_python_frames": sum(any(py(f) for f in c["stack"]) for c in sites), "sites": len(sites),
+           "first_site": gh.frames_text(sites[0]["stack"], 10) if sites else None,
+           "optimizer_site": gh.frames_text(optim[0]["stack"], 12) if optim else None,
+           "native_above_python": len(with_native)}
+    return bool(fwd) and bool(optim) and bool(with_native) and forward_lines_ok, res
+
+
 def case_real_trace(ctx):
     """A small real training trace to ship (examples/traces): summary must read it."""
     j, tr = ctx.torch("gpt_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
@@ -321,7 +348,8 @@ def case_limit(ctx):
 CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_pools", case_torch_framework_pools),
          ("cupy", case_cupy), ("jax", case_jax), ("cpp_static_shared", case_cpp),
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
-         ("real_trace", case_real_trace), ("limit", case_limit)]
+         ("real_trace", case_real_trace), ("limit", case_limit),
+         ("torch_python_lines", case_torch_python_lines)]
 
 
 def versions():
