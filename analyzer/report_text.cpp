@@ -25,9 +25,20 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
     out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
     return;
   }
-  for (std::size_t i = 0; i < fr.size() && i < opt.text_frames; ++i)
-    out += fmt::format("        at {}\n", Symbolizer::format_frame(fr[i]));
-  if (fr.size() > opt.text_frames) out += fmt::format("        ... {} more frames\n", fr.size() - opt.text_frames);
+  auto line = [&](std::size_t i) { out += fmt::format("        at {}\n", Symbolizer::format_frame(fr[i])); };
+  std::size_t first_py = 0;
+  while (first_py < fr.size() && fr[first_py].module != "python") ++first_py;
+  std::size_t shown = 0, next = 0;
+  // A stack through Python that is too long to show whole: the allocator's frame (innermost),
+  // then the Python lines, which say where in the program it was; the native frames between
+  // (the framework's operator dispatch) are counted. summary --json has every frame.
+  if (first_py < fr.size() && fr.size() > opt.text_frames && first_py > 1 && opt.text_frames > 2) {
+    line(0);
+    out += fmt::format("        ... {} native frames\n", first_py - 1);
+    shown = 1, next = first_py;
+  }
+  for (; next < fr.size() && shown < opt.text_frames; ++next, ++shown) line(next);
+  if (next < fr.size()) out += fmt::format("        ... {} more frames\n", fr.size() - next);
 }
 
 void kinds_table(std::string& out, const DeviceState& d);

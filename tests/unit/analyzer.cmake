@@ -12,3 +12,13 @@ add_dependencies(test_analyzer_cli gpuheap_cli)
 if(TARGET gpuheap)
   add_dependencies(test_analyzer_cli gpuheap)
 endif()
+
+# Python line tables (analyzer/pyframes.cpp) against the running python3's own co_lines().
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+add_executable(test_pyframes ${CMAKE_CURRENT_SOURCE_DIR}/test_pyframes.cpp)
+target_link_libraries(test_pyframes PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
+target_compile_options(test_pyframes PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_link_options(test_pyframes PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_compile_definitions(test_pyframes PRIVATE PYTHON3_EXE="${Python3_EXECUTABLE}"
+                           PYFRAMES_DATA="${CMAKE_CURRENT_SOURCE_DIR}/pyframes_data")
+gtest_discover_tests(test_pyframes DISCOVERY_TIMEOUT 60)
