@@ -311,7 +311,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trace encoding assumes
 inline void encode_file_header(unsigned char out[kFileHeaderSize]) {
   std::memset(out, 0, kFileHeaderSize);
   std::memcpy(out, kMagic, 8);
-  std::memcpy(out + 8, &kFormatVersion, 2);
+  const std::uint16_t version = kFormatVersion;
+  std::memcpy(out + 8, &version, sizeof version);
 }
 
 enum class HeaderStatus { ok, not_a_trace, newer_version, short_file };
