@@ -190,19 +190,25 @@ std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
 __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
   pthread_once(&g_once, init_once);
-  void* raw[format::kMaxStackDepth + 32];
+  // Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped
+  // below; room for up to kSelfFrames of them is unwound on top of GPUHEAP_STACK_DEPTH, so
+  // the stack keeps exactly that many of the program's frames (before round 2 they came out
+  // of the depth: N - 1 frames kept, none for 1).
+  constexpr int kSelfFrames = 8;
+  void* raw[format::kMaxStackDepth + 32 + kSelfFrames];
   if (skip < 0) skip = 0;
   if (skip > 31) skip = 31;
   // unw_backtrace's first entry is the return address into this function; drop it too.
   int first = skip + 1;
-  int n = unw_backtrace(raw, g_depth.load(std::memory_order_relaxed) + first);
+  const int depth = g_depth.load(std::memory_order_relaxed);
+  int n = unw_backtrace(raw, depth + first + kSelfFrames);
   if (n <= first) return 0;
   // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
   // inlining, and keeping them would split one user call site into several stacks.
   while (first < n && in_self(raw[first])) ++first;
   if (n <= first) return 0;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
-  return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first);
+  return stacks_intern(reinterpret_cast<const std::uint64_t*>(raw + first), n - first < depth ? n - first : depth);
 }
 
 int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept {
