@@ -75,7 +75,7 @@ struct PathList {
 PathList make_path_list() {
   const char* td = std::getenv("TMPDIR");
   PathList l;
-  for (std::string base : {std::string(td && *td ? td : "/tmp"), std::string("/tmp")}) {
+  for (const std::string& base : {std::string(td && *td ? td : "/tmp"), std::string("/tmp")}) {
     std::string tmpl = base + "/gpuheap-run-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');

@@ -254,3 +254,18 @@ TEST(TraceFiles, GpuheapRunFailsWhenATraceCannotBeWritten) {
   EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_EQ(ok.out.find("tracing failed"), std::string::npos) << ok.out;
 }
+
+// Under RLIMIT_FSIZE 0 ("disk full at start" as the kernel sees it) the 16-byte header write
+// got the job killed by SIGXFSZ (status 153) and left a 0-byte trace. Now: checked before
+// writing, one warning, no file, the job's own status. (stderr is a pipe here: a warning
+// written to a regular file under that limit would be a SIGXFSZ of its own.)
+TEST(TraceFiles, FileSizeLimitZeroAtStartDoesNotKillTheJob) {
+  std::string dir = make_dir();
+  CmdRun r = run_cmd("sh -c 'ulimit -f 0; LD_LIBRARY_PATH=" + kBuild + "/simcuda LD_PRELOAD=" + kBuild +
+                     "/libgpuheap.so GPUHEAP_QUIET=1 GPUHEAP_OUTPUT=" + dir + "/t.%p.trace exec " + kProgs +
+                     "/prog_api' 2>&1 >/dev/null");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "gpuheap: cannot write trace file "), 1) << r.out;
+  EXPECT_EQ(count(r.out, "File too large"), 1) << r.out;
+  EXPECT_TRUE(traces_in(dir).empty());
+}
