@@ -94,8 +94,7 @@ inline constexpr OomDiagnosis diagnose_oom(const OomFacts& f) noexcept {
   d.fits_without_fragmentation = f.cached_unused >= f.requested && f.largest_free < f.requested;
   if (d.fits_without_fragmentation)
     d.cause = OomCause::fragmentation;
-  // held + requested > limit, written so that a SIZE_MAX request cannot wrap around.
-  else if (f.limit && (f.requested > f.limit || f.held > f.limit - f.requested) && f.device_free > f.requested)
+  else if (f.limit && f.held + f.requested > f.limit && f.device_free > f.requested)
     d.cause = OomCause::limit;
   else
     d.cause = OomCause::live_allocations;
