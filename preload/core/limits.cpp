@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "preload/core/stderr_line.h"
 #include "preload/hooks/real.h"
 
 namespace gpuheap {
@@ -41,8 +42,7 @@ void check_devices_once() noexcept {
                    "%s nothing (the other entries apply)\n",
                    missing == 1 ? "" : "s", names, n, n == 1 ? "" : "s",
                    missing == 1 ? "that entry caps" : "those entries cap");
-  if (w > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(w) < sizeof line ? w : sizeof line - 1) < 0) {
-  }
+  if (w > 0) write_stderr(line, static_cast<std::size_t>(w) < sizeof line ? static_cast<std::size_t>(w) : sizeof line - 1);
 }
 
 }  // namespace

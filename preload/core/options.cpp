@@ -2,6 +2,8 @@
 // constructor: stack buffers only, nothing that could allocate or re-enter a hook.
 #include "preload/core/options.h"
 
+#include "preload/core/stderr_line.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +98,7 @@ void default_warn(const char* line) noexcept {
   int n = snprintf(buf, sizeof buf, "gpuheap: %s\n", line);
   if (n <= 0) return;
   std::size_t len = static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1;
-  ssize_t r = write(2, buf, len);
-  (void)r;
+  write_stderr(buf, len);
 }
 
 const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {

@@ -18,6 +18,7 @@
 #include <atomic>
 
 #include "preload/core/fork.h"
+#include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
 #include "preload/record/signals.h"
@@ -147,8 +148,7 @@ void announce_path(const char* path) {
   char line[4200];
   if (!g_cfg.quiet) {
     int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
-    if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n) < sizeof line ? n : sizeof line - 1) < 0) {
-    }
+    if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
   }
   // `gpuheap run` learns every traced process's file from this list (one line each;
   // never created or followed here: outpath.h).

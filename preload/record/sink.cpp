@@ -14,6 +14,7 @@
 
 #include <atomic>
 
+#include "preload/core/stderr_line.h"
 #include "preload/record/recorder.h"
 #include "preload/record/signals.h"
 
@@ -496,7 +497,7 @@ void sink_warn_once(const char* msg) noexcept {
   std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: ");
   n = append_cstr(line, sizeof line - 1, n, msg);
   line[n++] = '\n';
-  if (write(STDERR_FILENO, line, n) < 0) { /* nothing to do */ }
+  write_stderr(line, n);  // never a SIGPIPE for the program (stderr_line.h)
   if (SinkFailureFn fn = g_failure_fn.load()) fn(msg);
 }
 void sink_set_failure_listener(SinkFailureFn fn) noexcept { g_failure_fn.store(fn); }

@@ -1,6 +1,7 @@
 // GPUHEAP_* values as the preloaded library reads them at load (preload/core/options.h): the
 // spellings every boolean accepts, and one warning for an invalid value.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,4 +106,46 @@ TEST(PreloadOptions, OutputThatIsNotARegularFileGetsNoTraceAndNoSibling) {
   if (!devnull_sibling_before) EXPECT_NE(access("/dev/null.1", F_OK), 0) << "/dev/null.1 was created";
   EXPECT_NE(access((dir + "/fifo.1.trace").c_str(), F_OK), 0);
   EXPECT_NE(access((dir + "/sub.1").c_str(), F_OK), 0);
+}
+
+// gpuheap's own stderr lines (here "tracing to" and an invalid-option warning) into a pipe
+// whose reader has gone raised SIGPIPE: the job was killed (status 141) where it ran fine
+// without gpuheap. Now its writes cannot raise SIGPIPE, and the program's own SIGPIPE
+// behaviour is unchanged (control: a write of its own still dies of it).
+TEST(PreloadOptions, StderrIntoAClosedPipeDoesNotKillTheJob) {
+  auto run_broken = [](std::vector<std::string> env, std::vector<std::string> args) {
+    std::string dir = make_dir();
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    close(p[0]);  // nobody reads stderr
+    std::vector<std::string> envs = env;  // first: getenv() returns the first match
+    envs.push_back("LD_LIBRARY_PATH=" + kBuild + "/simcuda");
+    envs.push_back("LD_PRELOAD=" + kBuild + "/libgpuheap.so");
+    envs.push_back("GPUHEAP_OUTPUT=" + dir + "/t.%p.trace");
+    std::vector<char*> envp, argv;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string path = kProgs + "/prog_crash";
+    argv.push_back(path.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGPIPE, SIG_DFL);
+      dup2(p[1], 2);
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      execve(path.c_str(), argv.data(), envp.data());
+      _exit(127);
+    }
+    close(p[1]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  };
+  EXPECT_EQ(run_broken({"GPUHEAP_QUIET=0"}, {"nofree"}), 0);
+  EXPECT_EQ(run_broken({"GPUHEAP_QUIET=1", "GPUHEAP_STACKS=maybe"}, {"nofree"}), 0);
+  EXPECT_EQ(run_broken({"GPUHEAP_QUIET=0", "GPUHEAP_OUTPUT=/nonexistent/t.trace"}, {"nofree"}), 0);
+  // The program's own SIGPIPE still reaches it (raise=13: the default action, status 141).
+  EXPECT_EQ(run_broken({"GPUHEAP_QUIET=0"}, {"raise=13"}), 128 + SIGPIPE);
 }
