@@ -40,6 +40,8 @@ int real_main(int argc, char** argv) {
   run->add_option("--framework-pools", framework_pools, "off (default): disable framework caches; keep")
       ->check(CLI::IsMember({"off", "keep"}));
   run->add_option("--limit", run_opt.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
+  run->add_flag("--allow-no-trace", run_opt.allow_no_trace,
+                "Exit with the command's status even if a trace could not be written (else 3)");
   run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
 
   std::string dump_path;

@@ -17,9 +17,11 @@ struct RunOptions {
   bool no_stacks = false, no_pool = false, simulate = false;
   bool keep_framework_pools = false;
   std::string limit;            // GPUHEAP_LIMIT ("" = none)
+  bool allow_no_trace = false;  // a traced process that could not write its trace is not an error
   std::vector<std::string> command;
 };
-// Runs the command under the preload; returns its exit status (128+signal when killed).
+// Runs the command under the preload; returns its exit status (128+signal when killed), or
+// 3 when it exited 0 but a traced process could not write its trace (unless allow_no_trace).
 int run_traced(const RunOptions& opt);
 
 // Directory of the running gpuheap binary (/proc/self/exe).

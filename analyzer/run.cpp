@@ -1,6 +1,6 @@
 // `gpuheap run`: start a command with libgpuheap.so preloaded and report where its traces
 // went (each traced process appends its trace path to GPUHEAP_PATH_FILE when it creates
-// the file, at its first event).
+// the file, at its first event, or "!PID MESSAGE" when its tracing failed).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,9 +11,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -53,6 +53,46 @@ bool holds_events(const std::string& path) {
   }
 }
 
+// `run`'s own status when the command exited 0 but a traced process could not write its
+// trace (docs/cli.md).
+constexpr int kExitNoTrace = 3;
+
+// The list of trace paths (GPUHEAP_PATH_FILE) lives in a directory of our own: mkdtemp
+// creates it mode 0700, so no other user can plant a symlink, FIFO or file in it, and the
+// list itself is created O_EXCL|O_NOFOLLOW. remove() deletes both: the preload never
+// creates the list (O_APPEND without O_CREAT), so a process that outlives the command
+// cannot re-create it.
+struct PathList {
+  std::string dir, file;
+  void remove() {
+    if (!file.empty()) ::unlink(file.c_str());
+    if (!dir.empty()) ::rmdir(dir.c_str());
+    file.clear(), dir.clear();
+  }
+  ~PathList() { remove(); }
+};
+
+PathList make_path_list() {
+  const char* td = std::getenv("TMPDIR");
+  PathList l;
+  for (const std::string& base : {std::string(td && *td ? td : "/tmp"), std::string("/tmp")}) {
+    std::string tmpl = base + "/gpuheap-run-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data())) continue;
+    l.dir = buf.data();
+    l.file = l.dir + "/paths";
+    int fd = ::open(l.file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      return l;
+    }
+    l.file.clear();
+    l.remove();
+  }
+  throw InputError(fmt::format("run: cannot create a private temporary directory: {}", std::strerror(errno)));
+}
+
 void prepend_env(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);
   std::string v = value;
@@ -84,23 +124,8 @@ int run_traced(const RunOptions& opt) {
   if (lib.empty())
     throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}) or in its ../lib",
                                  self_dir()));
-  char tmpl[] = "/tmp/gpuheap-paths-XXXXXX";
-  if (const char* td = std::getenv("TMPDIR"); td && *td) {
-    // mkstemp needs a writable buffer; TMPDIR overrides /tmp like everywhere else.
-  }
-  std::string path_tmpl = std::string(std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
-                          "/gpuheap-paths-XXXXXX";
-  std::vector<char> tbuf(path_tmpl.begin(), path_tmpl.end());
-  tbuf.push_back('\0');
-  int pfd = ::mkstemp(tbuf.data());
-  if (pfd < 0) {
-    std::strcpy(tmpl, "/tmp/gpuheap-paths-XXXXXX");
-    pfd = ::mkstemp(tmpl);
-    if (pfd < 0) throw InputError(fmt::format("run: cannot create a temporary file: {}", std::strerror(errno)));
-    tbuf.assign(tmpl, tmpl + sizeof tmpl);
-  }
-  ::close(pfd);
-  std::string path_file(tbuf.data());
+  PathList list = make_path_list();
+  const std::string& path_file = list.file;
 
   prepend_env("LD_PRELOAD", lib, ':');
   ::setenv("GPUHEAP_PATH_FILE", path_file.c_str(), 1);
@@ -152,16 +177,47 @@ int run_traced(const RunOptions& opt) {
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGQUIT, &old_quit, nullptr);
 
-  std::ifstream in(path_file);
-  std::string line;
+  // Lines are trace paths, or "!PID MESSAGE" for a process whose tracing failed
+  // (preload/record/recorder.cpp). The list is read through a descriptor opened inside our
+  // private directory, then removed with it: a process that outlives the command finds no
+  // list and never re-creates one (preload/record/outpath.h).
+  std::string text;
+  if (int fd = ::open(path_file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); fd >= 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+  }
+  list.remove();
   std::set<std::string> seen;
-  while (std::getline(in, line))
-    if (!line.empty() && seen.insert(line).second && holds_events(line))
-      std::fprintf(stderr, "gpuheap: trace written to %s\n", line.c_str());
-  ::unlink(path_file.c_str());
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  std::vector<std::string> failures;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;  // a line is whole or was never written
+    std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    if (line.empty() || !seen.insert(line).second) continue;
+    if (line[0] == '!') failures.push_back(line.substr(1));
+    else if (holds_events(line)) std::fprintf(stderr, "gpuheap: trace written to %s\n", line.c_str());
+  }
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  // Last, so they are what a CI log ends with: a trace that could not be written must not
+  // pass as a job that made no GPU allocation.
+  for (const auto& f : failures) {
+    std::size_t sp = f.find(' ');
+    std::fprintf(stderr, "gpuheap: %s: tracing failed in process %s: %s\n", opt.allow_no_trace ? "warning" : "error",
+                 f.substr(0, sp).c_str(), sp == std::string::npos ? "" : f.substr(sp + 1).c_str());
+  }
+  if (!failures.empty() && !opt.allow_no_trace && rc == 0) {
+    std::fprintf(stderr,
+                 "gpuheap: error: %zu process%s could not write %s trace; exit status %d "
+                 "(--allow-no-trace: the command's own status)\n",
+                 failures.size(), failures.size() == 1 ? "" : "es", failures.size() == 1 ? "its" : "their",
+                 kExitNoTrace);
+    return kExitNoTrace;
+  }
+  return rc;
 }
 
 }  // namespace gpuheap

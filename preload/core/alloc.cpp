@@ -128,7 +128,8 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
   DeviceBudget* b = budget(device);
   LiveSite sites[5];
   int nsites = live_sites(device, sites, 5);
-  report_oom(r, api, cached, b ? static_cast<std::uint64_t>(b->held()) : 0, sites, nsites);
+  std::int64_t held = b ? b->held() : 0;  // never negative (limits.h); clamped all the same
+  report_oom(r, api, cached, held > 0 ? static_cast<std::uint64_t>(held) : 0, sites, nsites);
 }
 
 namespace {

@@ -1,5 +1,11 @@
 #include "preload/core/limits.h"
 
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "preload/core/stderr_line.h"
 #include "preload/hooks/real.h"
 
 namespace gpuheap {
@@ -9,6 +15,35 @@ namespace {
 
 LimitSpec g_specs[kMaxDevices + 1];
 DeviceBudget g_budgets[kMaxDevices];
+constinit std::atomic<bool> g_devices_checked{false};
+
+// "5:1GiB" on a machine (or CUDA_VISIBLE_DEVICES) with fewer devices caps nothing: say so
+// once, naming the entries, instead of accepting it silently. Needs the driver, so it runs
+// at the first cap lookup, not at load; retried while the driver cannot answer.
+void check_devices_once() noexcept {
+  if (g_devices_checked.load(std::memory_order_acquire)) return;
+  auto count = real<Fn::cuDeviceGetCount>();
+  int n = 0;
+  if (!count || count(&n) != CUDA_SUCCESS) return;
+  if (g_devices_checked.exchange(true)) return;
+  char names[160];
+  std::size_t len = 0;
+  int missing = 0;
+  for (int d = n < 0 ? 0 : n; d < kMaxDevices; ++d) {
+    if (!g_specs[d].set) continue;
+    int w = snprintf(names + len, sizeof names - len, "%s%d", missing ? ", " : "", d);
+    if (w > 0 && len + static_cast<std::size_t>(w) < sizeof names) len += static_cast<std::size_t>(w);
+    ++missing;
+  }
+  if (!missing) return;
+  char line[400];
+  int w = snprintf(line, sizeof line,
+                   "gpuheap: GPUHEAP_LIMIT names device%s %s, but this process has %d device%s; "
+                   "%s nothing (the other entries apply)\n",
+                   missing == 1 ? "" : "s", names, n, n == 1 ? "" : "s",
+                   missing == 1 ? "that entry caps" : "those entries cap");
+  if (w > 0) write_stderr(line, static_cast<std::size_t>(w) < sizeof line ? static_cast<std::size_t>(w) : sizeof line - 1);
+}
 
 }  // namespace
 
@@ -27,6 +62,7 @@ std::uint64_t device_limit(int device) noexcept {
   DeviceBudget* b = budget(device);
   if (!b) return 0;
   if (b->resolved.load(std::memory_order_acquire)) return b->limit.load(std::memory_order_relaxed);
+  check_devices_once();
   const LimitSpec& s = g_specs[device].set ? g_specs[device] : g_specs[kMaxDevices];
   std::uint64_t lim = 0;
   if (s.set && !s.fraction) {

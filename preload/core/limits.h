@@ -22,12 +22,23 @@ struct DeviceBudget {
   // two threads can never both pass a check that only one of them fits).
   std::atomic<std::int64_t> held_bytes{0};
 
-  // Charges `bytes` if held + bytes stays within `lim` (0 = no cap); false changes nothing.
-  bool try_charge(std::int64_t bytes, std::uint64_t lim) noexcept {
+  // No device holds this much (4 EiB); a request past it is never charged. As a signed
+  // charge a SIZE_MAX request was -1: it lowered `held` (the OOM report then said "held by
+  // this process 16777216.00 TiB") and passed any cap.
+  static constexpr std::uint64_t kMaxCharge = std::uint64_t{1} << 62;
+
+  // Charges `bytes` if held + bytes stays within `lim` (0 = no cap) and sets *charged to
+  // what was charged (undo with charge(-*charged)); false changes nothing. A request over
+  // kMaxCharge fails under a cap and is charged 0 without one (the driver gives its answer).
+  bool try_charge(std::uint64_t bytes, std::uint64_t lim, std::int64_t* charged) noexcept {
+    *charged = 0;
+    if (bytes > kMaxCharge) return lim == 0;
+    const auto add = static_cast<std::int64_t>(bytes);
     std::int64_t cur = held_bytes.load(std::memory_order_relaxed);
     do {
-      if (lim && cur + bytes > static_cast<std::int64_t>(lim)) return false;
-    } while (!held_bytes.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+      if (lim && cur + add > static_cast<std::int64_t>(lim)) return false;
+    } while (!held_bytes.compare_exchange_weak(cur, cur + add, std::memory_order_relaxed));
+    *charged = add;
     return true;
   }
   // Unconditional: corrections to what the driver really handed out, and releases (< 0).

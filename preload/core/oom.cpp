@@ -14,6 +14,7 @@
 
 #include <atomic>
 
+#include "preload/core/stderr_line.h"
 #include "preload/record/recorder.h"
 #include "preload/record/unwind.h"
 
@@ -57,8 +58,7 @@ struct Out {
     buf[n++] = '\n';
   }
   void flush() noexcept {
-    ssize_t r = write(2, buf, n);
-    (void)r;
+    write_stderr(buf, n);
   }
 };
 

@@ -2,6 +2,8 @@
 // constructor: stack buffers only, nothing that could allocate or re-enter a hook.
 #include "preload/core/options.h"
 
+#include "preload/core/stderr_line.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,8 +100,7 @@ void default_warn(const char* line) noexcept {
   int n = snprintf(buf, sizeof buf, "gpuheap: %s\n", line);
   if (n <= 0) return;
   std::size_t len = static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1;
-  ssize_t r = write(2, buf, len);
-  (void)r;
+  write_stderr(buf, len);
 }
 
 const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {
@@ -115,7 +116,7 @@ const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {
                static_cast<unsigned long long>(s.lo / s.unit_ns), static_cast<unsigned long long>(s.hi / s.unit_ns),
                s.unit_ns == kMs ? "ms" : "us");
       return buf;
-    case T::limit: return "e.g. 8GiB, 0.5, 0:8GiB,1:12GiB";
+    case T::limit: return "a size with a unit (8GiB, 512MiB, 4096b) or a fraction with a point (0.5), per device 0:8GiB,1:0.5";
     case T::text: return "a path of at most 4095 bytes";
     case T::ignored: break;
   }
@@ -279,14 +280,21 @@ bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexce
   double v = 0, factor = 1;
   const char* unit = nullptr;
   if (!split_number(buf, &v, &unit) || !unit_factor(unit, &factor)) return false;
-  // A bare number with a decimal point and at most 1 is a fraction of the device.
-  bool has_dot = memchr(buf, '.', static_cast<std::size_t>(unit - buf)) != nullptr;
+  if (*unit == '\0') {
+    // No unit: a fraction of the device's memory, written with a decimal point, in (0, 1].
+    // Anything else is refused: read as bytes, "2" was a 2-byte cap and "1.5" a 1-byte one,
+    // which nobody means (2 GiB? twice the device?).
+    bool has_dot = memchr(buf, '.', static_cast<std::size_t>(unit - buf)) != nullptr;
+    if (!has_dot || !(v > 0 && v <= 1.0)) return false;
+    out->set = true, out->fraction = true, out->value = v;
+    return true;
+  }
   out->set = true;
-  out->fraction = has_dot && *unit == '\0' && v <= 1.0;
-  out->value = out->fraction ? v : v * factor;
+  out->fraction = false;
+  out->value = v * factor;
   // inf, nan and sizes past 2^63 would overflow the byte counters (and the conversion is UB).
   if (!(out->value < 9.2e18)) return false;
-  return out->fraction ? v > 0 : out->value >= 1;
+  return out->value >= 1;
 }
 
 bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept {

@@ -91,9 +91,14 @@ bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) 
 
 // ---- GPUHEAP_LIMIT ----
 //   SPEC[,SPEC...]   SPEC = [DEVICE:]VALUE
-//   VALUE = a size ("8GiB", "512MiB", "2GB" decimal, "8G" binary, "123" bytes) or a
-//           fraction of the device's total memory ("0.5"; a number with a '.' and <= 1).
-//   A SPEC without DEVICE applies to every device not named explicitly.
+//   VALUE = a size with a unit ("8GiB", "512MiB", "2GB" decimal, "8G" binary, "4096b"
+//           bytes) or a fraction of the device's total memory ("0.5", "1.0": a number
+//           without a unit, with a '.', in (0, 1]). A number without a unit that is not
+//           such a fraction ("2", "1.5") is invalid: the whole variable is then ignored
+//           (one warning, no cap), as for any invalid value.
+//   A SPEC without DEVICE applies to every device not named explicitly. A DEVICE this
+//   process does not have is warned about once, when the first cap is looked up
+//   (limits.cpp); the other SPECs still apply.
 inline constexpr int kMaxDevices = 64;
 
 struct LimitSpec {

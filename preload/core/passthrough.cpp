@@ -130,17 +130,10 @@ PassAlloc::PassAlloc(AllocKind kind, DeviceOf where, std::size_t size, bool runt
   }
   DeviceBudget* b = counts_against_limit(kind) ? budget(device_) : nullptr;
   if (!b) return;
-  const auto bytes = static_cast<std::int64_t>(size);
   std::uint64_t lim = device_limit(device_);
-  if (b->try_charge(bytes, lim)) {
-    charged_ = bytes;
-    return;
-  }
+  if (b->try_charge(size, lim, &charged_)) return;
   release_pool_caches(device_);
-  if (b->try_charge(bytes, lim)) {
-    charged_ = bytes;
-    return;
-  }
+  if (b->try_charge(size, lim, &charged_)) return;
   ok_ = false;
   record_oom(nullptr, device_, kind, format::alloc_kind_name(kind), size, 0, alloc_stack());
 }

@@ -92,8 +92,8 @@ void* CudaUpstream::allocate(std::size_t bytes) noexcept {
   // The per-process cap (GPUHEAP_LIMIT) is enforced where memory is taken from the driver:
   // a segment that would take the process over it fails like a real out-of-memory, so the
   // pool's release-and-retry path and the OOM report run exactly as on a full device.
-  const auto add = static_cast<std::int64_t>(bytes);
-  if (!b->try_charge(add, device_limit(device_))) return nullptr;
+  std::int64_t add = 0;
+  if (!b->try_charge(bytes, device_limit(device_), &add)) return nullptr;
   CUdeviceptr p = 0;
   bool ok;
   {

@@ -4,9 +4,12 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 namespace gpuheap {
 namespace detail {
@@ -83,6 +86,45 @@ void current_outpath_vars(OutpathVars* v, char* host, std::size_t host_cap, char
   base = base ? base + 1 : exe;
   snprintf(prog, prog_cap, "%s", base);
   v->program = prog;
+}
+
+const char* special_file_kind(const char* path) noexcept {
+  struct stat st {};
+  if (lstat(path, &st) != 0) return nullptr;
+  switch (st.st_mode & S_IFMT) {
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFDIR: return "a directory";
+    default: return nullptr;  // a regular file or a symlink: suffixed, never followed
+  }
+}
+
+bool append_to_path_file(const char* path_file, const char* a, const char* b) noexcept {
+  if (!path_file || !*path_file) return false;
+  char line[4400];
+  std::size_t la = strlen(a), lb = strlen(b);
+  if (la + lb + 1 > sizeof line) return false;  // a cut line would name another file
+  // A line written with its length, not a C string: no terminator is needed.
+  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
+  memcpy(line, a, la);
+  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
+  memcpy(line + la, b, lb);
+  line[la + lb] = '\n';
+  int fd = open(path_file, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == geteuid();
+  // A write past RLIMIT_FSIZE would get the process SIGXFSZ (default: killed, by us). The
+  // sink checks its windows the same way (sink.cpp). getrlimit is one system call.
+  rlimit rl{};
+  if (ok && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      static_cast<std::uint64_t>(st.st_size) + la + lb + 1 > rl.rlim_cur)
+    ok = false;
+  ok = ok && write(fd, line, la + lb + 1) == static_cast<ssize_t>(la + lb + 1);
+  close(fd);
+  return ok;
 }
 
 int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept {

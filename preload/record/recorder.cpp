@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <atomic>
 
 #include "preload/core/fork.h"
+#include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
 #include "preload/record/signals.h"
@@ -146,20 +148,28 @@ void announce_path(const char* path) {
   char line[4200];
   if (!g_cfg.quiet) {
     int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
-    if (n > 0 && write(STDERR_FILENO, line, static_cast<std::size_t>(n) < sizeof line ? n : sizeof line - 1) < 0) {
-    }
+    if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
   }
   // `gpuheap run` learns every traced process's file from this list (one line each;
-  // a single O_APPEND write keeps concurrent processes' lines whole).
-  if (g_cfg.path_file[0]) {
-    int fd = open(g_cfg.path_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      int n = snprintf(line, sizeof line, "%s\n", path);
-      if (n > 0 && static_cast<std::size_t>(n) < sizeof line && write(fd, line, static_cast<std::size_t>(n)) < 0) {
-      }
-      close(fd);
-    }
-  }
+  // never created or followed here: outpath.h).
+  append_to_path_file(g_cfg.path_file, "", path);
+}
+
+// Tracing failed (the warning sink_warn_once printed): `gpuheap run` reports it last and
+// fails unless --allow-no-trace, so a trace that could not be written cannot pass as a
+// job without GPU work. The line is "!PID MESSAGE". May run in a signal handler (the sink
+// fails on the `end` record of a crash): no snprintf.
+void on_tracing_failed(const char* msg) noexcept {
+  char head[32] = "!";
+  char digits[24];
+  int nd = 0;
+  for (unsigned long v = static_cast<unsigned long>(getpid()); nd == 0 || v; v /= 10)
+    digits[nd++] = static_cast<char>('0' + v % 10);
+  int n = 1;
+  while (nd) head[n++] = digits[--nd];
+  head[n++] = ' ';
+  head[n] = '\0';
+  append_to_path_file(g_cfg.path_file, head, msg);
 }
 
 // Creates the file for this process and writes the opening records; called at the first
@@ -171,6 +181,14 @@ bool open_file_locked() {
     sink_warn_once("GPUHEAP_OUTPUT expands to a path that is too long; tracing disabled");
     return false;
   }
+  if (const char* kind = special_file_kind(g_open.path)) {
+    sink_set_state(SinkState::failed);
+    char msg[4400];
+    snprintf(msg, sizeof msg, "GPUHEAP_OUTPUT names %s, which is %s, not a regular file: no trace is written "
+             "(tracing disabled), the program continues", g_open.path, kind);
+    sink_warn_once(msg);
+    return false;
+  }
   char path[4096];
   int fd = create_trace_file(g_open.path, path, sizeof path);
   if (fd < 0) {
@@ -180,8 +198,14 @@ bool open_file_locked() {
   }
   unsigned char header[format::kFileHeaderSize];
   format::encode_file_header(header);
-  if (write(fd, header, sizeof header) != static_cast<ssize_t>(sizeof header)) {
-    int err = errno ? errno : ENOSPC;
+  // Under an RLIMIT_FSIZE below a page the write would get the process SIGXFSZ (default:
+  // killed, by us); the sink checks each window the same way (sink.cpp, map_window).
+  rlimit rl{};
+  bool too_big = getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+                 rl.rlim_cur < static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+  errno = 0;
+  if (too_big || write(fd, header, sizeof header) != static_cast<ssize_t>(sizeof header)) {
+    int err = too_big ? EFBIG : errno ? errno : ENOSPC;
     close(fd);
     unlink(path);  // holds nothing (at most part of the header)
     sink_set_state(SinkState::failed);
@@ -209,6 +233,8 @@ bool open_file_locked() {
   // Already in the file: a process that ends in _exit(2) (a forked worker, Python's
   // os._exit) runs no exit handler, and its file must still start with `process`.
   sink_publish();
+  // Now there is a trace to close on SIGINT, SIGHUP, SIGUSR1, ... (signals.h).
+  signals_install_default_only();
   announce_path(path);
   return sink_state() == SinkState::active;
 }
@@ -311,6 +337,7 @@ bool recorder_start(const Settings& settings) noexcept {
         at_quick_exit(at_exit);
       }
       signals_install(on_fatal_signal);
+      sink_set_failure_listener(on_tracing_failed);
       sink_reset_warning();
       prepare_open_locked();
       g_have_file.store(false);

@@ -13,9 +13,8 @@
 //    first records are `process` (pid, clocks and command line as at start) and the
 //    modules loaded by then; devices are announced with ensure_device() before the first
 //    event naming them; modules loaded later are written before the first stack using them.
-//  - At exit (atexit), on fatal signals (SIGSEGV/SIGABRT/SIGBUS/SIGTERM; chained to the
-//    previous handler, re-armed if the program replaces it) and on stop, an `end` record
-//    closes the file.
+//  - At exit (atexit), on fatal signals (every signal whose default action terminates the
+//    process, signals.h) and on stop, an `end` record closes the file.
 //  - After fork, the child either opens its own file at its own first event (pattern
 //    re-expanded with the new pid) or stops tracing; it never writes into the parent's file.
 #pragma once

@@ -15,7 +15,30 @@ namespace gpuheap {
 namespace detail {
 namespace {
 
-constexpr int kSignals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGTERM};
+// Every signal whose default action terminates the process (signal(7): "Term" or "Core"),
+// except SIGKILL (cannot be caught) and the real-time signals (below). Two classes:
+//  - chained (the crash signals and SIGTERM): installed at start; a program's handler is
+//    chained to and ours re-armed in front of it (signals.h);
+//  - default-only (all others): installed when the trace file is created, and only while
+//    the disposition is SIG_DFL; a program's own handler replaces ours and is left alone.
+// Real-time signals (SIGRTMIN..SIGRTMAX) are left out: they have no meaning but the
+// program's, and libraries pick a free one by finding its disposition at SIG_DFL.
+struct SignalSpec {
+  int sig;
+  bool chained;
+};
+constexpr SignalSpec kSignals[] = {
+    {SIGSEGV, true},    {SIGABRT, true},   {SIGBUS, true},   {SIGTERM, true},  {SIGILL, true},
+    {SIGFPE, true},     {SIGHUP, false},   {SIGINT, false},  {SIGQUIT, false}, {SIGTRAP, false},
+    {SIGUSR1, false},   {SIGUSR2, false},  {SIGPIPE, false}, {SIGALRM, false}, {SIGXCPU, false},
+    {SIGXFSZ, false},   {SIGVTALRM, false}, {SIGPROF, false}, {SIGIO, false},   {SIGSYS, false},
+#ifdef SIGSTKFLT
+    {SIGSTKFLT, false},
+#endif
+#ifdef SIGPWR
+    {SIGPWR, false},
+#endif
+};
 constexpr int kN = sizeof kSignals / sizeof kSignals[0];
 // Each installation of ours uses the next of kSlots handler functions, each with its own
 // chain target. A program that saved the disposition it found (ours), installed its own
@@ -32,11 +55,12 @@ constinit std::atomic<bool> g_reset[kN][kSlots];  // SA_RESETHAND target already
 constinit int g_slot[kN] = {};                    // slot of the last installation (g_mu)
 constinit std::atomic<FatalSignalFn> g_fn{nullptr};
 constinit std::atomic<bool> g_installed{false};
+constinit std::atomic<bool> g_managed[kN];  // installed for this signal (re-armed from then on)
 constinit pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  // install / re-arm
 
 int index_of(int sig) {
   for (int i = 0; i < kN; ++i)
-    if (kSignals[i] == sig) return i;
+    if (kSignals[i].sig == sig) return i;
   return -1;
 }
 
@@ -125,22 +149,38 @@ void install_in_front(int i, const struct sigaction& target, struct sigaction* p
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   }
-  if (sigaction(kSignals[i], &sa, prev) != 0) *prev = target;
+  if (sigaction(kSignals[i].sig, &sa, prev) != 0) *prev = target;
 }
 
-// Puts ours in front of `cur` unless it is ours or SIG_IGN. Returns whether it did. g_mu held.
+// What we never replace: ours, SIG_IGN, and for a default-only signal any handler of the
+// program's (its handler wins: it decides what the signal means).
+bool leave_alone(int i, const struct sigaction& a) {
+  return is_ours(a) || is_ign(a) || (!kSignals[i].chained && !is_dfl(a));
+}
+
+// Puts ours in front of `cur` unless leave_alone(). Returns whether it did. g_mu held.
 bool arm(int i, struct sigaction cur) {
-  if (is_ours(cur) || is_ign(cur)) return false;
+  if (leave_alone(i, cur)) return false;
   struct sigaction prev {};
   install_in_front(i, cur, &prev);
   if (same(prev, cur)) return true;
   // Changed between our read and our install: chain to what was really replaced.
-  if (is_ours(prev) || is_ign(prev)) {
-    sigaction(kSignals[i], &prev, nullptr);  // keep the program's (or its restored) choice
+  if (leave_alone(i, prev)) {
+    sigaction(kSignals[i].sig, &prev, nullptr);  // keep the program's (or its restored) choice
     return false;
   }
   install_in_front(i, prev, &cur);
   return true;
+}
+
+// Takes over the signals of one class (those not managed yet). g_mu held.
+void manage(bool chained) {
+  for (int i = 0; i < kN; ++i) {
+    if (kSignals[i].chained != chained || g_managed[i].load(std::memory_order_relaxed)) continue;
+    g_managed[i].store(true, std::memory_order_relaxed);
+    struct sigaction cur {};
+    if (sigaction(kSignals[i].sig, nullptr, &cur) == 0) arm(i, cur);
+  }
 }
 
 }  // namespace
@@ -151,10 +191,14 @@ void signals_install(FatalSignalFn fn) noexcept {
   // A fork child gets a fresh lock: the parent's background thread may have held it.
   fork_set(ForkRank::signals, {nullptr, nullptr, []() noexcept { pthread_mutex_init(&g_mu, nullptr); }});
   pthread_mutex_lock(&g_mu);
-  for (int i = 0; i < kN; ++i) {
-    struct sigaction cur {};
-    if (sigaction(kSignals[i], nullptr, &cur) == 0) arm(i, cur);
-  }
+  manage(/*chained=*/true);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void signals_install_default_only() noexcept {
+  if (!g_installed.load()) return;
+  pthread_mutex_lock(&g_mu);
+  manage(/*chained=*/false);
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -164,7 +208,8 @@ int signals_rearm() noexcept {
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < kN; ++i) {
     struct sigaction cur {};
-    if (sigaction(kSignals[i], nullptr, &cur) == 0) n += arm(i, cur);
+    if (g_managed[i].load(std::memory_order_relaxed) && sigaction(kSignals[i].sig, nullptr, &cur) == 0)
+      n += arm(i, cur);
   }
   pthread_mutex_unlock(&g_mu);
   return n;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 
+#include "preload/core/stderr_line.h"
 #include "preload/record/recorder.h"
 #include "preload/record/signals.h"
 
@@ -76,6 +77,7 @@ std::size_t append_cstr(char* buf, std::size_t cap, std::size_t at, const char* 
 constinit std::atomic<int> g_state{static_cast<int>(SinkState::off)};
 constinit std::atomic<std::uint64_t> g_dropped{0};
 constinit std::atomic<bool> g_warned{false};
+constinit std::atomic<SinkFailureFn> g_failure_fn{nullptr};  // recorder.cpp: the run's path list
 constinit pthread_once_t g_cond_once = PTHREAD_ONCE_INIT;
 // Whether this thread holds the sink lock: the signal handler must not wait for itself.
 thread_local bool t_holds __attribute__((tls_model("initial-exec"))) = false;
@@ -495,8 +497,10 @@ void sink_warn_once(const char* msg) noexcept {
   std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: ");
   n = append_cstr(line, sizeof line - 1, n, msg);
   line[n++] = '\n';
-  if (write(STDERR_FILENO, line, n) < 0) { /* nothing to do */ }
+  write_stderr(line, n);  // never a SIGPIPE for the program (stderr_line.h)
+  if (SinkFailureFn fn = g_failure_fn.load()) fn(msg);
 }
+void sink_set_failure_listener(SinkFailureFn fn) noexcept { g_failure_fn.store(fn); }
 void sink_reset_warning() noexcept { g_warned.store(false); }
 
 }  // namespace detail

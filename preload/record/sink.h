@@ -79,8 +79,12 @@ void sink_fork_child() noexcept;
 
 SinkCounters sink_counters() noexcept;
 void sink_count_dropped() noexcept;
-// Prints "gpuheap: <msg>" on stderr, at most once per tracing session.
+// Tracing failed: prints "gpuheap: <msg>" on stderr and hands msg to the failure listener,
+// at most once per tracing session. Every caller reports a failure that stops tracing
+// (file not created, not writable, disk full...). Async-signal-safe, as the listener must be.
 void sink_warn_once(const char* msg) noexcept;
+using SinkFailureFn = void (*)(const char* msg) noexcept;
+void sink_set_failure_listener(SinkFailureFn fn) noexcept;
 void sink_reset_warning() noexcept;
 
 }  // namespace detail

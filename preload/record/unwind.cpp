@@ -210,7 +210,12 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   pthread_once(&g_once, init_once);
   // Native frames (innermost first) then, when the thread runs Python, its Python frames in
   // place of the interpreter's native ones: one array, interned as one stack.
-  constexpr int kRaw = 2 * format::kMaxStackDepth + 32;  // room to append the Python frames
+  // Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped
+  // below; room for up to kSelfFrames of them is unwound on top of GPUHEAP_STACK_DEPTH, so
+  // the stack keeps exactly that many of the program's frames (before round 2 they came out
+  // of the depth: N - 1 frames kept, none for 1).
+  constexpr int kSelfFrames = 8;
+  constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames;  // room to append the Python frames
   std::uint64_t py[format::kMaxStackDepth];
   void* raw[kRaw];
   int npy = pystack_capture(py, format::kMaxStackDepth);
@@ -220,10 +225,10 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   int first = skip + 1;
   const int depth = g_depth.load(std::memory_order_relaxed);
   int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
-  int n = unw_backtrace(raw, want + first);
+  int n = unw_backtrace(raw, want + first + kSelfFrames);
   int cut = npy > 0 ? find_eval(raw, first, n) : -1;
-  if (npy > 0 && cut < 0 && want < depth && n == want + first) {  // the budget was too small
-    n = unw_backtrace(raw, depth + first);
+  if (npy > 0 && cut < 0 && want < depth && n == want + first + kSelfFrames) {  // the budget was too small
+    n = unw_backtrace(raw, depth + first + kSelfFrames);
     cut = find_eval(raw, first, n);
   }
   if (cut >= 0) {
@@ -235,7 +240,7 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   // inlining, and keeping them would split one user call site into several stacks.
   while (first < n && in_self(raw[first])) ++first;
   if (n < first) n = first;
-  int nat = n - first;
+  int nat = n - first < depth ? n - first : depth;
   if (nat + npy == 0) return 0;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
   auto* ips = reinterpret_cast<std::uint64_t*>(raw + first);  // Python frames go after the native ones

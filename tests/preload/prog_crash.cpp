@@ -19,6 +19,18 @@
 //   static_dtor                 return 0; a static object's destructor cudaFree's after main
 //   static_dtor_global          the same from a global constructed before CUDA initialised
 //   nofree                      return 0 with the 100 blocks never freed (no cudaFree at all)
+//   raise=N                     raise(N) (any signal number): a terminating one kills the
+//                               program with signal N, whatever gpuheap does first
+//   usr1_handler                after the pairs, installs its own SIGUSR1 handler, waits
+//                               120 ms (several re-arm ticks), prints "handler kept" if the
+//                               disposition is still its handler ("handler replaced" if not),
+//                               then raise(SIGUSR1): the handler prints "handler ran" and the
+//                               program returns 0
+//   hup_ignored                 signal(SIGHUP, SIG_IGN) before any CUDA call; after the pairs,
+//                               waits 60 ms, raise(SIGHUP) (ignored), returns 0
+//   sigint_seen_at_start        prints SIGINT's disposition before any CUDA call
+//                               ("sigint at start: default"/"handled"/"ignored", what a
+//                               CPython start-up looks at), then raise(SIGINT) after the pairs
 // SLEEP_MS (optional 2nd argument) sleeps before the ending, so the test can tell "events
 // older than the flush interval" from "events of the last few ms".
 #include <cuda_runtime_api.h>
@@ -73,6 +85,12 @@ void handler_info(int sig, siginfo_t* info, void*) {
   }
   raise(sig);  // SA_RESETHAND: the disposition is SIG_DFL by now
 }
+void handler_note(int) { say("handler ran\n"); }
+bool disposition_is(int sig, void (*h)(int)) {
+  struct sigaction cur {};
+  sigaction(sig, nullptr, &cur);
+  return !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == h;
+}
 void handler_exit(int) {
   say("handler ran\n");
   _exit(42);
@@ -110,6 +128,11 @@ int main(int argc, char** argv) {
   bool nofree = std::strcmp(mode, "nofree") == 0;
   bool rearm = std::strstr(mode, "_rearm") != nullptr;
   void* live = nullptr;
+  if (std::strcmp(mode, "hup_ignored") == 0) signal(SIGHUP, SIG_IGN);
+  if (std::strcmp(mode, "sigint_seen_at_start") == 0) {
+    bool dfl = disposition_is(SIGINT, SIG_DFL), ign = disposition_is(SIGINT, SIG_IGN);
+    std::printf("sigint at start: %s\n", dfl ? "default" : ign ? "ignored" : "handled");
+  }
   if (rearm) {
     if (cudaMalloc(&live, 4096) != cudaSuccess) return 11;
     if (std::strcmp(mode, "segv_handler_rearm") == 0) {
@@ -140,6 +163,26 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "segv_exit_handler") == 0) signal(SIGSEGV, handler_exit);
   if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
 
+  if (std::strncmp(mode, "raise=", 6) == 0) {
+    raise(std::atoi(mode + 6));
+    return 22;
+  }
+  if (std::strcmp(mode, "usr1_handler") == 0) {
+    signal(SIGUSR1, handler_note);
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    say(disposition_is(SIGUSR1, handler_note) ? "handler kept\n" : "handler replaced\n");
+    raise(SIGUSR1);
+    return 0;
+  }
+  if (std::strcmp(mode, "hup_ignored") == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    raise(SIGHUP);
+    return 0;
+  }
+  if (std::strcmp(mode, "sigint_seen_at_start") == 0) {
+    raise(SIGINT);
+    return 22;
+  }
   if (std::strncmp(mode, "segv", 4) == 0) {
     volatile int* bad = reinterpret_cast<volatile int*>(16);
     *bad = 1;

@@ -7,6 +7,9 @@
 //   prog_limit race       run with GPUHEAP_LIMIT=64MiB GPUHEAP_POOL=0: threads race pass-through kinds to the cap
 //   prog_limit devices    run with GPUHEAP_LIMIT=1:8MiB, SIMCUDA_DEVICE_COUNT=2, device 0 current
 //   prog_limit vmm        run with GPUHEAP_LIMIT=8MiB: cuMemRelease before cuMemUnmap
+//   prog_limit sizemax    cudaMalloc(SIZE_MAX) with nothing held, then again holding one 1 MiB
+//                         block: both fail with cudaErrorMemoryAllocation, the next 1 MiB
+//                         one still succeeds (the OOM reports on stderr: the test checks them)
 //   prog_limit reset      run with GPUHEAP_LIMIT=64MiB: cudaDeviceReset / cuDevicePrimaryCtxReset
 //                         with live, pending and cached pool memory
 #include <cuda.h>
@@ -15,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -131,6 +135,18 @@ int main(int argc, char** argv) {
     EXPECT(cudaFree(p) == cudaSuccess);  // freed while device 0 is current
     void* q = nullptr;
     EXPECT(cudaMalloc(&q, 40 * MiB) == cudaErrorMemoryAllocation);
+  } else if (!std::strcmp(mode, "sizemax")) {
+    void* a = nullptr;
+    void* huge = nullptr;
+    void* b = nullptr;
+    EXPECT(cudaFree(nullptr) == cudaSuccess);  // the context, nothing held yet
+    EXPECT(cudaMalloc(&huge, SIZE_MAX) == cudaErrorMemoryAllocation);
+    EXPECT(cudaGetLastError() == cudaErrorMemoryAllocation);
+    EXPECT(cudaMalloc(&a, MiB) == cudaSuccess);
+    EXPECT(cudaMalloc(&huge, SIZE_MAX) == cudaErrorMemoryAllocation);
+    EXPECT(cudaGetLastError() == cudaErrorMemoryAllocation);
+    EXPECT(cudaMalloc(&b, MiB) == cudaSuccess);
+    EXPECT(cudaFree(a) == cudaSuccess && cudaFree(b) == cudaSuccess);
   } else if (!std::strcmp(mode, "uncapped")) {
     EXPECT(info(&f, &t) && t == 256 * MiB);  // run with SIMCUDA_TOTAL_MEMORY=256M
     void* p = nullptr;

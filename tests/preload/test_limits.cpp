@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <map>
 #include <vector>
 
@@ -79,6 +81,61 @@ TEST(Limits, InvalidSpecWarnsAndDoesNotCap) {
   // The one line every invalid option gets (options.h): variable, value, what is used.
   EXPECT_NE(r.err.find("GPUHEAP_LIMIT=\"lots\" is not valid"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("using the default none (no cap)"), std::string::npos) << r.err;
+}
+
+// Issue 18: a SIZE_MAX request was charged as -1 byte (size_t cast to a signed charge), so
+// the OOM report of a process holding nothing said "held by this process 16777216.00 TiB"
+// (2^64 - 1 bytes), and the request passed any cap on its way to the driver. The held
+// figure is what the process holds: nothing, then its 1 MiB block (its 2 MiB pool segment
+// when pooled).
+TEST(Limits, OomReportOfSizeMaxRequestGivesWhatTheProcessHolds) {
+  struct Case {
+    std::vector<std::string> env;
+    const char* held_later;
+  };
+  for (const Case& c : {Case{{}, "2.00 MiB"}, Case{{"GPUHEAP_LIMIT=64MiB"}, "2.00 MiB"},
+                        Case{{"GPUHEAP_LIMIT=64MiB", "GPUHEAP_POOL=0"}, "1.00 MiB"}}) {
+    ProgRun r = run("prog_limit", {"sizemax"}, c.env);
+    std::string what = c.env.empty() ? "pooled, no cap" : c.env.back();
+    EXPECT_EQ(r.status, 0) << what << r.out << r.err;
+    std::size_t first = r.err.find("Tried to allocate 16777216.00 TiB");
+    ASSERT_NE(first, std::string::npos) << what << r.err;
+    std::size_t second = r.err.find("Tried to allocate 16777216.00 TiB", first + 1);
+    ASSERT_NE(second, std::string::npos) << what << r.err;
+    std::size_t held1 = r.err.find("held by this process ", first);
+    std::size_t held2 = r.err.find("held by this process ", second);
+    ASSERT_TRUE(held1 < second && held2 != std::string::npos) << what << r.err;
+    EXPECT_EQ(r.err.compare(held1, 25, "held by this process 0 B\n"), 0) << what << r.err;
+    EXPECT_EQ(r.err.compare(held2, 21 + std::strlen(c.held_later) + 1, std::string("held by this process ") + c.held_later + "\n"), 0)
+        << what << r.err;
+    EXPECT_EQ(r.err.find("held by this process 16777216"), std::string::npos) << what << r.err;
+  }
+}
+
+// Issue 18: without a unit a GPUHEAP_LIMIT value is a fraction with a point in (0, 1]; "1.5"
+// (a 1-byte cap before) and "2" (a 2-byte cap) are refused with one warning and no cap, so
+// the 100 MiB allocation of "uncapped" succeeds.
+TEST(Limits, BareNumbersAreNotByteCaps) {
+  for (const char* v : {"1.5", "2"}) {
+    ProgRun r = run("prog_limit", {"uncapped"}, {std::string("GPUHEAP_LIMIT=") + v, "SIMCUDA_TOTAL_MEMORY=256M"});
+    EXPECT_EQ(r.status, 0) << v << r.err;
+    EXPECT_NE(r.err.find(std::string("GPUHEAP_LIMIT=\"") + v + "\" is not valid"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("gpuheap: "), r.err.rfind("gpuheap: ")) << "more than one warning: " << r.err;
+  }
+}
+
+// Issue 18: "5:1GiB" where the process has 1 device was accepted silently. Now one warning,
+// once, naming the entries; a spec naming only devices that exist gets none.
+TEST(Limits, CapForAMissingDeviceWarnsOnce) {
+  ProgRun r = run("prog_limit", {"uncapped"}, {"GPUHEAP_LIMIT=5:1GiB,7:2GiB", "SIMCUDA_TOTAL_MEMORY=256M"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::string w = "GPUHEAP_LIMIT names devices 5, 7, but this process has 1 device";
+  EXPECT_NE(r.err.find(w), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(w), r.err.rfind(w)) << r.err;
+  EXPECT_EQ(r.err.find("gpuheap: "), r.err.rfind("gpuheap: ")) << "more than one warning: " << r.err;
+  ProgRun ok = run("prog_limit", {"perdevice"}, {"GPUHEAP_LIMIT=0:32MiB,1:1GiB", "SIMCUDA_DEVICE_COUNT=2"});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(ok.err.find("names device"), std::string::npos) << ok.err;
 }
 
 // Reserve-then-allocate: threads racing pass-through kinds to the cap never overshoot it

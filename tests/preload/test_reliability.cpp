@@ -467,9 +467,17 @@ struct EndCase {
 };
 
 void end_case(const EndCase& c) {
-  std::vector<std::string> args = {c.mode, std::to_string(c.sleep_ms)};
-  ProgResult base = run("prog_crash", args, {}, false);
-  ProgResult r = run("prog_crash", args);
+  Opts o;
+  o.args = {c.mode, std::to_string(c.sleep_ms)};
+  // No core files from the core-dumping signals (the status is the same either way).
+  o.in_child = [] {
+    rlimit rl{0, 0};
+    setrlimit(RLIMIT_CORE, &rl);
+  };
+  Opts ob = o;
+  ob.preload = false;
+  ProgResult base = run("prog_crash", ob);
+  ProgResult r = run("prog_crash", o);
   ASSERT_FALSE(r.timed_out) << c.mode << " hung";
   if (c.status >= 0) EXPECT_EQ(base.status, c.status) << c.mode << " (test expectation wrong without the preload)";
   EXPECT_EQ(r.status, base.status) << c.mode << ": exit status changed by the preload";
@@ -512,6 +520,35 @@ TEST(Reliability, CrashWithProgramsHandler) {
 TEST(Reliability, CrashWithProgramsHandlerReArmed) {
   end_case({"segv_handler_rearm", 0, 128 + SIGSEGV, 1, 100, "handler ran"});
   end_case({"segv_siginfo_resethand_rearm", 0, 128 + SIGSEGV, 1, 100, "handler ran sig=11 si_signo=11 si_addr=0x10"});
+}
+// Round 2: every signal whose default action terminates the process (signal(7) "Term" and
+// "Core", SIGKILL aside) closes the trace when the program left it at SIG_DFL: `end`
+// (reason signal) written, then the default action, so the status is the signal's. Before
+// round 2 only SIGSEGV, SIGABRT, SIGBUS and SIGTERM did; the others left no `end`.
+TEST(Reliability, EveryTerminatingSignalClosesTheTrace) {
+  const int sigs[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGILL,  SIGTRAP, SIGABRT, SIGBUS, SIGFPE,
+                      SIGUSR1, SIGSEGV, SIGUSR2,   SIGPIPE, SIGALRM, SIGTERM, SIGXCPU, SIGXFSZ,
+                      SIGVTALRM, SIGPROF, SIGIO, SIGSYS,  SIGSTKFLT, SIGPWR};
+  for (int sig : sigs) {
+    std::string mode = "raise=" + std::to_string(sig);
+    end_case({mode.c_str(), 0, 128 + sig, 1, 100, nullptr});
+  }
+}
+// Real-time signals are the program's own (docs/reliability.md, Round 2): gpuheap does not
+// touch them; a stray one still kills with its own status, the trace then has no `end`.
+TEST(Reliability, RealTimeSignalsAreLeftAlone) {
+  std::string mode = "raise=" + std::to_string(SIGRTMIN + 1);
+  end_case({mode.c_str(), 0, 128 + SIGRTMIN + 1, 0, 100, nullptr});
+}
+// A handler the program installs for a default-only signal (SIGUSR1) is left alone: not
+// replaced by a re-arm (the program checks after ~6 ticks), it runs, the program goes on and
+// exits normally (`end` at exit). SIG_IGN (nohup's SIGHUP) stays ignored. SIGINT is still
+// SIG_DFL when the program starts (CPython installs its KeyboardInterrupt handler only then):
+// gpuheap takes it over at the first event, not at load.
+TEST(Reliability, ProgramsOwnSignalChoicesWin) {
+  end_case({"usr1_handler", 0, 0, 1, 100, "handler kept\nhandler ran\n"});
+  end_case({"hup_ignored", 0, 0, 1, 100, nullptr});
+  end_case({"sigint_seen_at_start", 0, 128 + SIGINT, 1, 100, "sigint at start: default"});
 }
 TEST(Reliability, ExitFromOtherThreadWhileAllocating) {
   end_case({"thread_exit", 0, 7, 1, 100, nullptr});

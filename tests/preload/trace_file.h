@@ -27,6 +27,7 @@ struct TraceFile {
   std::vector<format::RetryRecord> retries;
   std::vector<format::EmptyCacheRecord> empty_caches;
   std::set<std::uint32_t> stack_ids;
+  std::map<std::uint32_t, int> stack_depths;  // frames of each stack record
   std::set<int> devices;
   std::size_t modules = 0, records = 0;
   bool stack_before_use = true;  // every stack id used was defined earlier
@@ -72,7 +73,10 @@ inline TraceFile load_trace(const std::string& path) {
         break;
       case format::RecordType::device: t.devices.insert(r.device.device); break;
       case format::RecordType::module: ++t.modules; break;
-      case format::RecordType::stack: t.stack_ids.insert(r.stack.id); break;
+      case format::RecordType::stack:
+        t.stack_ids.insert(r.stack.id);
+        t.stack_depths[r.stack.id] = r.stack.depth;
+        break;
       case format::RecordType::alloc:
         use_stack(r.alloc.stack);
         use_device(r.alloc.device);

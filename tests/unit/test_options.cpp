@@ -219,19 +219,22 @@ TEST(Options, PathFile) {
 }
 
 TEST(Options, Limit) {
-  for (const char* ok : {"8GiB", "0.5", "1.0", "0:8GiB,1:12GiB", "63:1", " 2gb ", "1"}) {
+  for (const char* ok : {"8GiB", "0.5", "1.0", ".25", "0:8GiB,1:12GiB", "63:1b", " 2gb ", "4096b", "1:0.5"}) {
     d::Settings s = parse({{"GPUHEAP_LIMIT", ok}});
     EXPECT_TRUE(g_warnings.empty()) << ok;
     EXPECT_STREQ(s.limit, ok);
   }
-  for (const char* bad : {"lots", "0", "64:1GiB", "-1GiB", "0:", "1.5x", "nan", "0.0"}) {
+  // A number without a unit must be a fraction with a point in (0, 1]: "1.5" was a 1-byte
+  // cap and "2" a 2-byte cap before round 2 (issue 18).
+  for (const char* bad : {"lots", "0", "64:1GiB", "-1GiB", "0:", "1.5x", "nan", "0.0", "1.5", "2", "1", "63:1",
+                          "0:8GiB,3", "1.0001", "5.", "inf"}) {
     d::Settings s = parse({{"GPUHEAP_LIMIT", bad}});
     ASSERT_EQ(g_warnings.size(), 1u) << bad;
     EXPECT_NE(g_warnings[0].find("GPUHEAP_LIMIT"), std::string::npos);
     EXPECT_NE(g_warnings[0].find("using the default none (no cap)"), std::string::npos) << g_warnings[0];
     EXPECT_STREQ(s.limit, "");
   }
-  d::Settings s = parse({{"GPUHEAP_LIMIT", std::string(1024, '1')}});  // longer than kept
+  d::Settings s = parse({{"GPUHEAP_LIMIT", std::string(1020, '1') + "GiB"}});  // longer than kept
   EXPECT_EQ(g_warnings.size(), 1u);
   EXPECT_STREQ(s.limit, "");
 }

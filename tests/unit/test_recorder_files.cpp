@@ -153,6 +153,7 @@ TEST(Recorder, AnnouncesPathOnStderrAndInThePathFile) {
   use_dir(dir);
   unsetenv("GPUHEAP_QUIET");
   std::string list = dir.path + "/paths.txt";
+  std::ofstream(list).flush();  // the recorder appends, never creates (outpath.h)
   setenv("GPUHEAP_PATH_FILE", list.c_str(), 1);
   CaptureStderr err(dir);
   ASSERT_TRUE(start_recorder());  // a session without events: no file, nothing announced
