@@ -40,6 +40,16 @@
 
   var D = JSON.parse(document.getElementById('gpuheap-data').textContent);
   var drawn = { series: 0, rects: 0, markers: 0 };
+  // uPlot draws asynchronously: the status is written once every chart has drawn (and the
+  // rest of the page was built), so "ok" means the timelines are on screen.
+  var pendingCharts = D.timelines.length, built = false;
+  function finish() {
+    if (!built || pendingCharts > 0 || document.body.getAttribute('data-status') === 'error') return;
+    document.body.setAttribute('data-status', 'ok');
+    document.title = 'gpuheap report: ok';
+    statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
+      ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn';
+  }
 
   // ---- meta ----
   var meta = document.getElementById('meta');
@@ -65,6 +75,7 @@
       data.push(tl[k]);
       drawn.series++;
     });
+    var first = true;
     function drawMarkers(u) {
       var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
       ctx.save();
@@ -81,7 +92,12 @@
         ctx.fillText(m.label, x + 3 * devicePixelRatio, top + (12 + 12 * (i % 3)) * devicePixelRatio);
       });
       ctx.restore();
-      drawn.markers += tl.markers.length;
+      if (first) {
+        first = false;
+        drawn.markers += tl.markers.length;
+        pendingCharts--;
+        finish();
+      }
     }
     var width = Math.max(600, (parent.clientWidth || 1000) - 10);
     var u = new uPlot({
@@ -281,8 +297,6 @@
   det.appendChild(el('pre', 'summary', D.summary_text));
   tbBox.appendChild(det);
 
-  document.body.setAttribute('data-status', 'ok');
-  document.title = 'gpuheap report: ok';
-  statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
-    ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn';
+  built = true;
+  finish();
 })();
