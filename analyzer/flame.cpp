@@ -100,14 +100,18 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
       out.push_back(std::move(s));
     };
     switch (metric) {
-      case FlameMetric::peak:
-        // Each device's consumers at its own peak; with several devices a device frame on top.
+      case FlameMetric::peak: {
+        // Each device's consumers at its own peak; with several devices a device frame on top
+        // (pinned host memory, device -1, has no peak consumers and does not count).
+        std::size_t with_peak = 0;
+        for (const auto& d : m.devices) with_peak += !d.peak_consumers.empty();
         for (const auto& d : m.devices) {
           auto p = pre;
-          if (m.devices.size() > 1) p.push_back(fmt::format("cuda:{}", d.device));
+          if (with_peak > 1) p.push_back(d.device < 0 ? std::string("host") : fmt::format("cuda:{}", d.device));
           for (const auto& s : d.peak_consumers) add(s.stack, s.bytes, p);
         }
         break;
+      }
       case FlameMetric::leaked:
         for (const auto& l : m.leaks) add(l.stack, l.bytes, pre);
         break;

@@ -5,6 +5,7 @@
 // the headless-browser test reads.
 (function () {
   'use strict';
+  var t0 = performance.now();
   var statusEl = document.getElementById('status');
   function fail(msg) {
     document.title = 'gpuheap report: error';
@@ -46,6 +47,8 @@
   function finish() {
     if (!built || pendingCharts > 0 || document.body.getAttribute('data-status') === 'error') return;
     document.body.setAttribute('data-status', 'ok');
+    // Time from the script's start to every chart drawn (bench/results: report-*.json).
+    document.body.setAttribute('data-render-ms', String(Math.round(performance.now() - t0)));
     document.title = 'gpuheap report: ok';
     statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
       ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn';
