@@ -66,14 +66,14 @@ std::string chromium() {
 
 // Runs headless Chromium on the page with a fresh profile; `what` is "--dump-dom" or
 // "--screenshot=PATH".
-Result browse(const std::string& html, const std::string& what) {
+Result browse(const std::string& html, const std::string& what, const char* window = "1400,2200") {
   std::string exe = chromium();
   if (exe.empty()) return {127, "no chromium in PATH (scripts/setup.sh installs Debian's chromium package)"};
   char tmpl[] = "/tmp/gpuheap-chromium-XXXXXX";
   std::string profile = ::mkdtemp(tmpl);
   auto r = run("timeout 120 " + exe +
                " --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update"
-               " --disable-sync --disable-dev-shm-usage --no-first-run --hide-scrollbars --window-size=1400,2200"
+               " --disable-sync --disable-dev-shm-usage --no-first-run --hide-scrollbars --window-size=" + window +
                " --virtual-time-budget=15000 --user-data-dir=" + profile + " " + what + " file://" + html +
                " 2>/dev/null");
   run("rm -rf " + profile);
@@ -157,7 +157,7 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
   expect_rendered(dom.out);
   std::remove(png.c_str());
-  auto shot = browse(html, "--screenshot=" + png);
+  auto shot = browse(html, "--screenshot=" + png, "1280,1500");
   EXPECT_EQ(shot.code, 0) << shot.out;
   auto img = slurp(png);
   ASSERT_GT(img.size(), 20000u) << "no (or an empty) screenshot at " << png;
