@@ -174,7 +174,10 @@ class ChromeStacks {
     const auto& fr = res.frames(stack);
     for (auto f = fr.rbegin(); f != fr.rend(); ++f) {
       std::string name = frame_name(*f);
-      auto [n, fresh] = ids_.emplace(id + '\x1f' + name, "");
+      std::string k = id;
+      k += '\x1f';
+      k += name;
+      auto [n, fresh] = ids_.emplace(std::move(k), "");
       if (fresh) {
         n->second = std::to_string(ids_.size());
         frames_.push_back({n->second, name, id});
