@@ -6,6 +6,7 @@
 // and that state at the end is what `segments` lists (gaps in a segment as inactive blocks).
 // Pickle protocol 2 (memory_viz's own unpickler rejects 5; 2 needs no framing), integers
 // beyond 32 bits as LONG1, strings and each stack's frame list memoized (written once).
+#include <iterator>
 #include <map>
 #include <unordered_map>
 
@@ -81,11 +82,27 @@ class Pickler {
   void ukey(const char* k, std::uint64_t v) { str(k), uinteger(v); }
   void skey(const char* k, const std::string& v) { str(k), str(v); }
   void flush() { out_.maybe_flush(); }
+  // List items go in MARK ... APPENDS batches of 1000, as Python's pickler writes them:
+  // memory_viz's unpickler spreads one batch into a call's arguments, and millions would
+  // overflow its stack. Call item() before each element, end_items() after the last.
+  void begin_items() { batch_ = 0; }
+  void item() {
+    if (batch_ % 1000 == 0) {
+      if (batch_) op('e');
+      op('(');
+    }
+    ++batch_;
+  }
+  void end_items() {
+    if (batch_) op('e');
+    batch_ = 0;
+  }
 
  private:
   OutFile& out_;
   fmt::memory_buffer& b_;
   std::uint32_t memo_ = 0;
+  std::size_t batch_ = 0;
   std::unordered_map<std::string, std::uint32_t> strings_;
 };
 
@@ -129,7 +146,7 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     std::uint32_t idx = p.put();
     const auto& fr = res.frames(stack);  // innermost first, as torch lists them
     if (!fr.empty()) {
-      p.op('(');
+      p.op('(');  // at most 256 frames (kMaxStackDepth, plus inlined ones): one batch
       for (const auto& f : fr) {
         p.op('}'), p.op('(');
         p.skey("filename", f.file.empty() ? f.module : f.file);
@@ -181,6 +198,12 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
         const auto& x = r.alloc;
         bool mine = own_segment(x.kind);
         if (x.kind != format::AllocKind::device_pooled && !mine) break;
+        if (!mine) {
+          // A pooled block in no recorded segment (a trace that does not start at the
+          // pool's start): its own segment, since the viewer needs every block inside one.
+          auto sg = segs.upper_bound(x.ptr);
+          mine = sg == segs.begin() || x.ptr >= std::prev(sg)->first + std::prev(sg)->second.size;
+        }
         if (mine && add(x.device, "segment_alloc", x.ptr, x.size, x.stream, x.ts, x.stack))
           segs[x.ptr] = {x.device, x.size, x.stream, false, x.stack};
         if (add(x.device, "alloc", x.ptr, x.size, x.stream, x.ts, x.stack)) {
@@ -232,8 +255,9 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
   p.str("segments");
   p.op(']');
   p.put();
-  p.op('(');
+  p.begin_items();
   for (const auto& [addr, s] : segs) {
+    p.item();
     p.op('}'), p.op('(');
     p.key("device", s.device);
     p.ukey("address", addr);
@@ -257,8 +281,15 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     p.str("is_expandable"), p.boolean(false);
     p.str("frames"), frames(s.stack);
     p.str("blocks");
-    p.op(']'), p.put(), p.op('(');
+    // Nested in the segments' batch: blocks batch on their own counter.
+    p.op(']'), p.put();
+    std::size_t nb = 0;
     auto block = [&](std::uint64_t at, std::uint64_t size, std::uint64_t req, const char* state, std::uint32_t stack) {
+      if (nb % 1000 == 0) {
+        if (nb) p.op('e');
+        p.op('(');
+      }
+      ++nb;
       p.op('}'), p.op('(');
       p.ukey("address", at);
       p.ukey("size", size);
@@ -275,11 +306,11 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
       at = std::max(at, b->first + b->second.size);
     }
     if (at < addr + s.size) block(at, addr + s.size - at, 0, "inactive", 0);
-    p.op('e');
+    if (nb) p.op('e');
     p.op('u');
     p.flush();
   }
-  p.op('e');
+  p.end_items();
   p.str("device_traces");
   p.op(']');
   p.put();
@@ -287,9 +318,10 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
   for (int d = 0; d <= max_dev; ++d) {
     p.op(']'), p.put();
     auto it = traces.find(d);
-    if (it != traces.end() && !it->second.empty()) {
-      p.op('(');
+    if (it != traces.end()) {
+      p.begin_items();
       for (const auto& e : it->second) {
+        p.item();
         p.op('}'), p.op('(');
         p.str("action"), p.str(e.action);
         p.ukey(std::string_view(e.action) == "oom" ? "device_free" : "addr", e.addr);
@@ -300,7 +332,7 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
         p.op('u');
         p.flush();
       }
-      p.op('e');
+      p.end_items();
     }
   }
   p.op('e');

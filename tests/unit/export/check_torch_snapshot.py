@@ -13,6 +13,7 @@ equals the one replayed from the CSV. Exit 0 when all hold, 1 with the reasons o
 """
 import csv
 import pickle
+import pickletools
 import sys
 
 errors = []
@@ -133,6 +134,10 @@ def main():
     check(csegs == {a: s for a, (_, s, _) in final.items()}, "final segments differ from the recorded events'")
     check(cblks == in_segs, "final blocks differ from the recorded events'")
 
+    # Lists come in batches of at most 1000 (memory_viz's unpickler spreads a batch into
+    # one call's arguments): at least one APPENDS per 1000 trace entries.
+    appends = sum(1 for op, _, _ in pickletools.genops(raw) if op.name == "APPENDS")
+    check(appends >= n_entries // 1000, f"{appends} APPENDS for {n_entries} entries: batches over 1000")
     if "segments" in want:
         check(len(final) == want["segments"], f"{len(final)} segments, expected {want['segments']}")
     if "blocks" in want:
