@@ -50,6 +50,7 @@
     // Time from the script's start to every chart drawn (bench/results: report-*.json).
     document.body.setAttribute('data-render-ms', String(Math.round(performance.now() - t0)));
     document.title = 'gpuheap report: ok';
+    if (location.hash === '#selftest') setTimeout(selftest, 0);  // outside uPlot's draw hook
     statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
       ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn';
   }
@@ -117,7 +118,7 @@
   }
   var tlBox = document.getElementById('timelines');
   if (!D.timelines.length) tlBox.appendChild(el('p', null, 'No device memory events in the trace.'));
-  D.timelines.forEach(function (t) { timeline(t, tlBox); });
+  var charts = D.timelines.map(function (t) { return timeline(t, tlBox); });
 
   // ---- flame graphs (icicle: callers on top, callees below) ----
   var ROW = 18;
@@ -234,11 +235,14 @@
     input.addEventListener('input', function () { query = input.value.trim().toLowerCase(); draw(); });
     window.addEventListener('resize', draw);
     draw();
+    return { canvas: canvas, input: input, found: found, rects: function () { return rects; },
+             root: function () { return root; }, name: name };
   }
   var flBox = document.getElementById('flames');
+  var flames = [];
   D.flames.forEach(function (f) {
     if (!f.total) { flBox.appendChild(el('h3', null, f.title + ': none')); return; }
-    Flame(f, flBox);
+    flames.push(Flame(f, flBox));
   });
 
   // ---- tables (from the summary's JSON) ----
@@ -299,6 +303,49 @@
   det.appendChild(el('summary', null, 'gpuheap summary (text)'));
   det.appendChild(el('pre', 'summary', D.summary_text));
   tbBox.appendChild(det);
+
+  // report.html#selftest: drives the page as a user would (a click on a flame frame, a search,
+  // a zoom and a hover on the timeline) and writes the outcome to body[data-selftest], for the
+  // headless-browser test, which cannot click.
+  function selftest() {
+    var why = [];
+    flames.forEach(function (fl, k) {
+      var r = fl.rects().filter(function (r) { return r[3] !== 0 && r[2] > 2; })[0];
+      if (!r) return;
+      var b = fl.canvas.getBoundingClientRect();
+      var click = function (x, y) {
+        fl.canvas.dispatchEvent(new MouseEvent('click', { clientX: b.left + x, clientY: b.top + y, bubbles: true }));
+      };
+      click(r[0] + 1, r[1] + 2);
+      if (fl.root() !== r[3]) why.push('flame ' + k + ': click did not zoom');
+      click(1, 2);  // the zoomed frame is the top row now: a click there zooms out
+      if (fl.root() === r[3]) why.push('flame ' + k + ': click on the zoomed frame did not zoom out');
+      fl.input.value = fl.name[r[3]];
+      fl.input.dispatchEvent(new Event('input'));
+      if (fl.found.textContent.indexOf('matched') !== 0) why.push('flame ' + k + ': search found nothing');
+      fl.input.value = '';
+      fl.input.dispatchEvent(new Event('input'));
+    });
+    var asked = charts.map(function (u) {
+      var t = u.data[0];
+      if (t.length < 4) return null;
+      var lo = t[Math.floor(t.length / 4)], hi = t[Math.floor(t.length / 2)];
+      u.setScale('x', { min: lo, max: hi });
+      return [lo, t[t.length - 1] - t[0]];
+    });
+    setTimeout(function () {  // uPlot commits scale changes asynchronously
+      charts.forEach(function (u, k) {
+        if (!asked[k]) return;
+        var lo = asked[k][0], full = asked[k][1], span = u.scales.x.max - u.scales.x.min;
+        // uPlot may round the range a little: zoomed means about the asked span.
+        if (!(span < 0.6 * full && Math.abs(u.scales.x.min - lo) < 0.1 * full))
+          why.push('chart ' + k + ': zoom did not apply (' + u.scales.x.min + '..' + u.scales.x.max + ')');
+        u.setCursor({ left: u.bbox.width / devicePixelRatio / 2, top: 10 });
+        if (u.cursor.idx === null || u.cursor.idx === undefined) why.push('chart ' + k + ': hover found no point');
+      });
+      document.body.setAttribute('data-selftest', why.length ? 'fail: ' + why.join('; ') : 'ok');
+    }, 50);
+  }
 
   built = true;
   finish();

@@ -1,7 +1,7 @@
 // `gpuheap report`: the page in a real browser (headless Chromium): it loads without script
 // errors (report.js writes data-status="ok" only after drawing everything, and an error
-// handler writes "error"), the timeline and flame graphs render, names from the trace stay
-// text, and a screenshot is taken (GPUHEAP_TEST_OUT; the README's docs/report.png is that of
+// handler writes "error"), the timeline and flame graphs render, click-zoom, search, zoom and
+// hover work (report.html#selftest), names from the trace stay text, and a screenshot is taken (GPUHEAP_TEST_OUT; the README's docs/report.png is that of
 // the shipped H200 trace). Chromium missing is a failure, not a skip: setup.sh installs it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -156,6 +156,13 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
   expect_rendered(dom.out);
+  // Interaction: report.js's #selftest clicks a flame frame (zoom in, out), searches, zooms
+  // and hovers the timeline, and says whether each did what it should.
+  auto self = browse(html + "#selftest", "--dump-dom");
+  ASSERT_EQ(self.code, 0) << self.out.substr(0, 2000);
+  std::smatch st;
+  ASSERT_TRUE(std::regex_search(self.out, st, std::regex("data-selftest=\"([^\"]*)\""))) << self.out.substr(0, 2000);
+  EXPECT_EQ(st[1], "ok");
   std::remove(png.c_str());
   auto shot = browse(html, "--screenshot=" + png, "1280,1500");
   EXPECT_EQ(shot.code, 0) << shot.out;
