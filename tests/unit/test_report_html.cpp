@@ -202,7 +202,23 @@ TEST(ReportHtml, LargeTraceIsDownsampledWithExactPeaks) {
       }
     EXPECT_TRUE(found) << t["label"];
   }
-  for (const auto& f : data["flames"]) EXPECT_LE(f["nodes"].size(), 50u) << f["id"];
+  for (const auto& f : data["flames"]) {
+    const auto& nodes = f["nodes"];  // [name, file, line, value, parent], parents first
+    EXPECT_LE(nodes.size(), 50u) << f["id"];
+    ASSERT_FALSE(nodes.empty());
+    EXPECT_EQ(nodes[0][3], f["total"]);  // merging keeps every byte
+    std::vector<std::uint64_t> below(nodes.size(), 0);
+    bool merged = false;
+    for (std::size_t i = 1; i < nodes.size(); ++i) {
+      std::size_t parent = nodes[i][4];
+      ASSERT_LT(parent, i);
+      below[parent] += nodes[i][3].get<std::uint64_t>();
+      merged |= f["names"][nodes[i][0].get<std::size_t>()].get<std::string>().find("smaller frame") !=
+                std::string::npos;
+    }
+    for (std::size_t i = 0; i < nodes.size(); ++i) EXPECT_LE(below[i], nodes[i][3].get<std::uint64_t>()) << i;
+    if (f["id"] == "allocated") EXPECT_TRUE(merged) << "the cap merged nothing: the test proves nothing";
+  }
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
   EXPECT_NE(dom.out.find("data-status=\"ok\""), std::string::npos);
