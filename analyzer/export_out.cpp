@@ -1,5 +1,6 @@
 #include "analyzer/export_out.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,16 +16,21 @@ OutFile::OutFile(std::string path) : path_(std::move(path)) {
     f_ = stdout;
     return;
   }
-  tmp_ = path_ + ".tmp" + std::to_string(::getpid());
+  // A device or pipe (/dev/null, /dev/stdout, a FIFO) is written directly: it cannot be
+  // replaced by a rename, and a partial write to it cannot be taken back anyway.
+  struct stat st {};
+  bool special = ::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+  tmp_ = special ? path_ : path_ + ".tmp" + std::to_string(::getpid());
   f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_) throw InputError(fmt::format("cannot create {}: {}", tmp_, std::strerror(errno)));
+  direct_ = special;
 }
 
 OutFile::~OutFile() {
   if (closed_ || f_ == stdout) return;
   // Not closed: an error happened on the way; the partial file goes.
   std::fclose(f_);
-  std::remove(tmp_.c_str());
+  if (!direct_) std::remove(tmp_.c_str());
 }
 
 void OutFile::flush() {
@@ -41,9 +47,9 @@ void OutFile::close() {
   }
   bool bad = failed_ || std::fflush(f_) != 0;
   bad = std::fclose(f_) != 0 || bad;
-  if (bad || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (bad || (!direct_ && std::rename(tmp_.c_str(), path_.c_str()) != 0)) {
     int err = errno;
-    std::remove(tmp_.c_str());
+    if (!direct_) std::remove(tmp_.c_str());
     throw InputError(fmt::format("cannot write {}: {}", path_, std::strerror(err)));
   }
 }

@@ -1,5 +1,6 @@
 // Buffered output of an export: a file (written to a temporary name and renamed into place
-// when complete, so a failed export never leaves a half file under the asked name) or stdout.
+// when complete, so a failed export never leaves a half file under the asked name), stdout
+// ("-"), or a device or pipe such as /dev/null (written directly).
 #pragma once
 
 #include <cstdio>
@@ -33,7 +34,7 @@ class OutFile {
   static constexpr std::size_t kChunk = std::size_t{1} << 20;
   std::string path_, tmp_;
   std::FILE* f_ = nullptr;
-  bool closed_ = false, failed_ = false;
+  bool closed_ = false, failed_ = false, direct_ = false;
   fmt::memory_buffer buf_;
 };
 

@@ -298,4 +298,10 @@ TEST_F(Export, UsageErrors) {
   auto r = run(cli + " export --format csv -o /nonexistent-dir/x.csv " + *path_);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(run(cli + " export --format csv -o /dev/null /nonexistent.trace").code, 2);
+  // A device is written directly (no temporary file next to it), and nothing is left behind.
+  EXPECT_EQ(run(cli + " export -q --format csv -o /dev/null " + *path_).code, 0);
+  std::string dir = TraceBuilder::dir() + "/bad-out";
+  run("mkdir -p " + dir);
+  EXPECT_EQ(run(cli + " export -q --format csv -o " + dir + "/x.csv /nonexistent.trace").code, 2);
+  EXPECT_EQ(run("ls -A " + dir).out, "") << "a failed export left a file";
 }
