@@ -1,4 +1,4 @@
-// gpuheap CLI: run, dump, summary, check, diff. Exit 2 on bad input or usage.
+// gpuheap CLI: run, dump, summary, check, diff, export, report. Exit 2 on bad input or usage.
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "analyzer/check.h"
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
+#include "analyzer/export.h"
 #include "analyzer/report.h"
 #include "analyzer/units.h"
 
@@ -89,6 +90,29 @@ int real_main(int argc, char** argv) {
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
   diff->add_flag("-q,--quiet", quiet, quiet_help);
 
+  // report / export (analyzer/report_html.cpp, analyzer/export_*.cpp; docs/cli.md)
+  ExportOptions xopt;
+  auto* xport = app.add_subcommand("export", "Convert traces for other tools (Perfetto, speedscope, memory_viz, RMM)");
+  xport->add_option("--format", xopt.format, "chrome|folded|speedscope|torch-snapshot|csv|rmm-csv")
+      ->required()->check(CLI::IsMember({"chrome", "folded", "speedscope", "torch-snapshot", "csv", "rmm-csv"}));
+  xport->add_option("--metric", xopt.metric, "folded: peak (default), leaked, allocated or count")
+      ->check(CLI::IsMember({"peak", "leaked", "allocated", "count"}));
+  xport->add_option("--device", xopt.device, "Only this device (event formats)");
+  xport->add_option("-o,--output", xopt.output, "Output file (- = stdout)")->required();
+  xport->add_flag("--all-frames", xopt.all_frames, "Keep gpuheap/CUDA-internal frames");
+  xport->add_option("traces", traces, "TRACE...")->required();
+  xport->add_flag("-q,--quiet", quiet, quiet_help);
+  ReportOptions ropt;
+  auto* report = app.add_subcommand("report", "Self-contained HTML report: timeline, flame graphs, tables");
+  report->add_option("-o,--output", ropt.output, "The HTML file (- = stdout)")->required();
+  report->add_option("--points", ropt.points, "Timeline points per series (default 4096; peaks stay exact)")
+      ->check(CLI::Range(16, 1 << 20));
+  report->add_option("--max-nodes", ropt.max_nodes, "Flame graph nodes per graph; smaller ones merge (default 4000)")
+      ->check(CLI::Range(16, 1 << 22));
+  report->add_flag("--all-frames", ropt.all_frames, "Keep gpuheap/CUDA-internal frames");
+  report->add_option("traces", traces, "TRACE...")->required();
+  report->add_flag("-q,--quiet", quiet, quiet_help);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -109,6 +133,8 @@ int real_main(int argc, char** argv) {
   AnalyzeOptions aopt;
   aopt.progress = !quiet;
   if (*dump) return dump_trace(dump_path, stdout, !quiet);
+  if (*xport) return xopt.progress = !quiet, export_command(traces, xopt);
+  if (*report) return ropt.progress = !quiet, report_command(traces, ropt);
   if (*summary) {
     sopt.top = static_cast<std::size_t>(top);
     auto a = analyze(traces, aopt);

@@ -79,7 +79,7 @@ void Model::touch_ts(std::uint64_t ts) {
 
 void Model::sample(DeviceState& d, std::uint64_t ts) {
   d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
-                    d.stat[kReservedBytes][0].current);
+                    d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
 }
 
 void Model::feed(const format::Record& r) {

@@ -46,12 +46,15 @@ class Timeline {
  public:
   struct Point {
     std::uint64_t t = 0;  // bucket start, ns since the timeline's first sample
-    std::int64_t requested = 0, allocated = 0, reserved = 0;
+    std::int64_t requested = 0, allocated = 0, reserved = 0, active = 0;
   };
   Timeline() : Timeline(2048) {}
   explicit Timeline(std::size_t max_buckets) : max_(max_buckets < 2 ? 2 : max_buckets) {}
 
-  void sample(std::uint64_t ts, std::int64_t requested, std::int64_t allocated, std::int64_t reserved) {
+  // active: allocated + freed blocks still pending (the HTML report's fourth series; the
+  // merged multi-process timeline has none and passes 0).
+  void sample(std::uint64_t ts, std::int64_t requested, std::int64_t allocated, std::int64_t reserved,
+              std::int64_t active = 0) {
     if (!started_) t0_ = ts, started_ = true;
     if (ts < t0_) ts = t0_;  // threads' timestamps may interleave slightly out of order
     // width_ is a power of two: a shift, not a division, on the per-event path.
@@ -63,17 +66,18 @@ class Timeline {
     if (idx >= b_.size()) b_.resize(idx + 1);
     auto& x = b_[idx];
     if (!x.used) {
-      x = {requested, allocated, reserved, true};
+      x = {requested, allocated, reserved, active, true};
     } else {
       if (requested > x.requested) x.requested = requested;
       if (allocated > x.allocated) x.allocated = allocated;
       if (reserved > x.reserved) x.reserved = reserved;
+      if (active > x.active) x.active = active;
     }
   }
   std::vector<Point> points() const {
     std::vector<Point> out;
     for (std::size_t i = 0; i < b_.size(); ++i)
-      if (b_[i].used) out.push_back({i * width_, b_[i].requested, b_[i].allocated, b_[i].reserved});
+      if (b_[i].used) out.push_back({i * width_, b_[i].requested, b_[i].allocated, b_[i].reserved, b_[i].active});
     return out;
   }
   std::uint64_t start() const { return t0_; }
@@ -82,7 +86,7 @@ class Timeline {
 
  private:
   struct Bucket {
-    std::int64_t requested = 0, allocated = 0, reserved = 0;
+    std::int64_t requested = 0, allocated = 0, reserved = 0, active = 0;
     bool used = false;
   };
   void compact() {
@@ -99,6 +103,7 @@ class Timeline {
         if (s.requested > d.requested) d.requested = s.requested;
         if (s.allocated > d.allocated) d.allocated = s.allocated;
         if (s.reserved > d.reserved) d.reserved = s.reserved;
+        if (s.active > d.active) d.active = s.active;
       }
     }
     b_.swap(n);

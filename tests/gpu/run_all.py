@@ -18,6 +18,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gh  # noqa: E402
+import torch_snapshot_case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_JOB = os.path.join(HERE, "torch_job.py")
@@ -349,7 +350,8 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("cupy", case_cupy), ("jax", case_jax), ("cpp_static_shared", case_cpp),
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
          ("real_trace", case_real_trace), ("limit", case_limit),
-         ("torch_python_lines", case_torch_python_lines)]
+         ("torch_python_lines", case_torch_python_lines),
+         ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS))]
 
 
 def versions():

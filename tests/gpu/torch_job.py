@@ -108,7 +108,11 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed ones")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--snapshot", default=None,
+                    help="record the caching allocator's history and write torch.cuda.memory._dump_snapshot here")
     a = ap.parse_args()
+    if a.snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000)
 
     torch.manual_seed(a.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)  # resnet18: adaptive_avg_pool2d backward has none
@@ -133,6 +137,8 @@ def main():
             times.append(dt)
             losses.append(loss.item())
     stats = torch.cuda.memory_stats()
+    if a.snapshot:
+        torch.cuda.memory._dump_snapshot(a.snapshot)
     res = {
         "model": a.model,
         "steps": a.steps,

@@ -1,0 +1,244 @@
+// Call-stack trees for the flame graphs and the folded/speedscope exports, built from the
+// replay's per-site figures (peak consumers, leaks, per-site totals): nothing re-derived.
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "analyzer/error.h"
+#include "analyzer/export.h"
+
+namespace gpuheap::detail {
+
+std::string utf8_clean(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len > 1) {
+      // Overlong forms, surrogates and code points past U+10FFFF are invalid too.
+      std::uint32_t cp = c & (0x7F >> len);
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+      static const std::uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= min_cp[len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (ok) {
+      o.append(s, i, len);
+      i += len;
+    } else {
+      o += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return o;
+}
+
+FlameMetric parse_metric(const std::string& s) {
+  if (s == "peak") return FlameMetric::peak;
+  if (s == "leaked") return FlameMetric::leaked;
+  if (s == "allocated") return FlameMetric::allocated;
+  if (s == "count") return FlameMetric::count;
+  throw UsageError(fmt::format("unknown metric '{}' (peak, leaked, allocated or count)", s));
+}
+const char* metric_name(FlameMetric m) {
+  switch (m) {
+    case FlameMetric::peak: return "peak";
+    case FlameMetric::leaked: return "leaked";
+    case FlameMetric::allocated: return "allocated";
+    case FlameMetric::count: return "count";
+  }
+  return "?";
+}
+
+std::string frame_name(const Frame& f) {
+  if (!f.function.empty()) return f.function;
+  if (!f.module.empty()) return fmt::format("{}+{:#x}", f.module.substr(f.module.rfind('/') + 1), f.offset);
+  return fmt::format("{:#x}", f.ip);
+}
+
+namespace {
+const Frame& no_stack_frame() {
+  static const Frame f = [] {
+    Frame x;
+    x.function = "[no stack]";
+    return x;
+  }();
+  return f;
+}
+}  // namespace
+
+std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bool all_frames,
+                                       std::vector<std::unique_ptr<StackResolver>>& resolvers) {
+  std::vector<FlameSample> out;
+  std::vector<std::string> keys;  // parallel to out: the stack's identity, for the sort
+  // Resolvers given by an earlier call are reused (symbolizing once, warning once).
+  if (resolvers.size() != a.traces.size()) {
+    resolvers.clear();
+    for (const auto& mp : a.traces) resolvers.push_back(std::make_unique<StackResolver>(*mp, all_frames));
+  }
+  for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
+    const Model& m = *a.traces[ti];
+    StackResolver& res = *resolvers[ti];
+    std::vector<std::string> pre;
+    if (a.traces.size() > 1) pre.push_back(fmt::format("pid {}", m.info.pid));
+    auto add = [&](std::uint32_t stack, std::uint64_t w, std::vector<std::string> prefix) {
+      if (w == 0) return;
+      FlameSample s;
+      s.prefix = std::move(prefix);
+      s.weight = w;
+      const auto& fr = res.frames(stack);
+      if (fr.empty()) s.frames.push_back(&no_stack_frame());
+      for (auto it = fr.rbegin(); it != fr.rend(); ++it) s.frames.push_back(&*it);
+      std::string k;
+      for (const auto& p : s.prefix) k += p + ";";
+      keys.push_back(k + res.key(stack));
+      out.push_back(std::move(s));
+    };
+    switch (metric) {
+      case FlameMetric::peak: {
+        // Each device's consumers at its own peak; with several devices a device frame on top
+        // (pinned host memory, device -1, has no peak consumers and does not count).
+        std::size_t with_peak = 0;
+        for (const auto& d : m.devices) with_peak += !d.peak_consumers.empty();
+        for (const auto& d : m.devices) {
+          auto p = pre;
+          if (with_peak > 1) p.push_back(d.device < 0 ? std::string("host") : fmt::format("cuda:{}", d.device));
+          for (const auto& s : d.peak_consumers) add(s.stack, s.bytes, p);
+        }
+        break;
+      }
+      case FlameMetric::leaked:
+        for (const auto& l : m.leaks) add(l.stack, l.bytes, pre);
+        break;
+      case FlameMetric::allocated:
+      case FlameMetric::count:
+        for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+          const auto& s = m.sites[id];
+          add(id, metric == FlameMetric::count ? s.allocs : s.alloc_bytes, pre);
+        }
+        break;
+    }
+  }
+  std::vector<std::size_t> order(out.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    if (out[x].weight != out[y].weight) return out[x].weight > out[y].weight;
+    return keys[x] < keys[y];
+  });
+  std::vector<FlameSample> sorted;
+  sorted.reserve(out.size());
+  for (auto i : order) sorted.push_back(std::move(out[i]));
+  return sorted;
+}
+
+FlameTree build_flame(const std::vector<FlameSample>& samples) {
+  FlameTree t;
+  t.nodes.emplace_back();
+  t.nodes[0].name = "all";
+  // (parent, name, file, line) -> child: one hash lookup per frame.
+  std::unordered_map<std::string, std::uint32_t> child;
+  auto step = [&](std::uint32_t parent, const std::string& name, const std::string& file, int line,
+                  std::uint64_t w) {
+    std::string k = fmt::format("{}\x1f{}\x1f{}\x1f{}", parent, name, file, line);
+    auto [it, fresh] = child.emplace(std::move(k), static_cast<std::uint32_t>(t.nodes.size()));
+    if (fresh) {
+      FlameNode n;
+      n.name = name, n.file = file, n.line = line, n.parent = parent;
+      t.nodes.push_back(std::move(n));
+      t.nodes[parent].children.push_back(it->second);
+    }
+    t.nodes[it->second].value += w;
+    return it->second;
+  };
+  for (const auto& s : samples) {
+    t.nodes[0].value += s.weight;
+    std::uint32_t at = 0;
+    for (const auto& p : s.prefix) at = step(at, p, "", 0, s.weight);
+    for (const Frame* f : s.frames) at = step(at, frame_name(*f), f->file, f->line, s.weight);
+  }
+  for (auto& n : t.nodes)
+    std::sort(n.children.begin(), n.children.end(), [&](std::uint32_t x, std::uint32_t y) {
+      if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
+      return t.nodes[x].name < t.nodes[y].name;
+    });
+  return t;
+}
+
+void cap_flame(FlameTree& t, std::size_t max_nodes) {
+  if (max_nodes < 2) max_nodes = 2;
+  if (t.nodes.size() <= max_nodes) return;
+  // Rank by value (ties: lower index = nearer the root or earlier, so parents precede
+  // children); keep the first max_nodes. A child never outranks its parent: its value is at
+  // most the parent's and its index is larger. Merged nodes added below count against the cap.
+  std::vector<std::uint32_t> order(t.nodes.size());
+  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
+    return x < y;
+  });
+  // Keeping the first k nodes adds one merged node per kept parent that loses children;
+  // the largest k whose total fits the cap is found by bisection (each probe is O(nodes)).
+  std::vector<char> keep(t.nodes.size(), 0);
+  auto total_for = [&](std::size_t k) {
+    std::fill(keep.begin(), keep.end(), 0);
+    for (std::size_t i = 0; i < k; ++i) keep[order[i]] = 1;
+    std::size_t merged = 0;
+    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+      if (!keep[i]) continue;
+      for (auto c : t.nodes[i].children)
+        if (!keep[c]) {
+          ++merged;
+          break;
+        }
+    }
+    return k + merged;
+  };
+  std::size_t lo = 1, hi = max_nodes;  // total_for(1) = 2 <= max_nodes
+  while (lo < hi) {
+    std::size_t mid = (lo + hi + 1) / 2;
+    if (total_for(mid) <= max_nodes) lo = mid;
+    else hi = mid - 1;
+  }
+  total_for(lo);
+  FlameTree out;
+  std::vector<std::uint32_t> remap(t.nodes.size(), ~0u);
+  // Breadth-first copy of the kept nodes, so that parents come before their children.
+  std::vector<std::uint32_t> queue{0};
+  out.nodes.push_back(t.nodes[0]);
+  out.nodes[0].children.clear();
+  remap[0] = 0;
+  for (std::size_t qi = 0; qi < queue.size(); ++qi) {
+    std::uint32_t old = queue[qi], now = remap[old];
+    std::uint64_t dropped = 0, dropped_n = 0;
+    for (auto c : t.nodes[old].children) {
+      if (!keep[c]) {
+        dropped += t.nodes[c].value;
+        ++dropped_n;
+        continue;
+      }
+      FlameNode n = t.nodes[c];
+      n.children.clear();
+      n.parent = now;
+      remap[c] = static_cast<std::uint32_t>(out.nodes.size());
+      out.nodes[now].children.push_back(remap[c]);
+      out.nodes.push_back(std::move(n));
+      queue.push_back(c);
+    }
+    if (dropped_n) {
+      FlameNode n;
+      n.name = fmt::format("[{} smaller frame{}]", dropped_n, dropped_n == 1 ? "" : "s");
+      n.value = dropped;
+      n.parent = now;
+      out.nodes[now].children.push_back(static_cast<std::uint32_t>(out.nodes.size()));
+      out.nodes.push_back(std::move(n));
+    }
+  }
+  t = std::move(out);
+}
+
+}  // namespace gpuheap::detail
