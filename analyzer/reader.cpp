@@ -150,7 +150,7 @@ void TraceReader::end_of_data() {
     std::uint32_t len = 0;
     if (len_ - pos_ >= format::kFrameHeaderSize) std::memcpy(&len, buf_ + pos_ + 1, 4);
     std::size_t from = pos_ + format::kFrameHeaderSize + (len <= format::kMaxPayload ? len : 0);
-    std::size_t to = std::min(len_, pos_ + kZeroProbe);
+    std::size_t to = std::min(len_, from + kZeroRun);
     const unsigned char* nz = nullptr;
     if (len > format::kMaxPayload) {
       nz = buf_ + pos_ + 1;  // a length no frame can have: not a frame being copied
