@@ -29,12 +29,22 @@ int open_regular(const std::string& path, std::uint64_t* size, std::string* why,
     *why = "a name with a NUL byte";
     return -1;
   }
+  // stat() first: a device is never opened (opening some has effects: a watchdog starts, a
+  // tape rewinds). fstat() after the open catches a name swapped in between.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    *why = std::strerror(errno);
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *why = kind_of(st.st_mode);
+    return -1;
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     *why = std::strerror(errno);
     return -1;
   }
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     *why = std::strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {

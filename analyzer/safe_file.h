@@ -9,8 +9,9 @@
 
 namespace gpuheap {
 
-// Opens `path` read-only with O_NONBLOCK | O_NOCTTY | O_CLOEXEC (a FIFO or terminal cannot
-// block the open nor become the controlling tty), then fstat()s the descriptor: only a
+// stat()s `path` (anything but a regular file is refused unopened), opens it read-only with
+// O_NONBLOCK | O_NOCTTY | O_CLOEXEC (should a FIFO or terminal be swapped in meanwhile, it
+// cannot block the open nor become the controlling tty), then fstat()s the descriptor: only a
 // regular file of at least `min_size` and at most `max_size` bytes is kept. Returns the fd
 // (O_NONBLOCK is harmless on a regular file) and its size in *size, or -1 with *why set to
 // a short reason ("a FIFO, not a regular file", strerror(errno), ...).
