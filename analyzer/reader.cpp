@@ -46,12 +46,16 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     if (why.find("regular file") != std::string::npos) throw InputError(fmt::format("{}: {}", path, why));
     throw InputError(fmt::format("{}: cannot open: {}", path, why));
   }
-  window_.reset(new unsigned char[kWindowCap]);  // uninitialized
-  buf_ = window_.get();
   unsigned char head[4] = {0, 0, 0, 0};
   ssize_t got = file_size_ >= 4 ? ::pread(fd_, head, 4, 0) : 0;
   if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   compressed_ = got == 4 && std::memcmp(head, kZstdMagic, 4) == 0;
+  // A small plain file gets a window its size (grown should the file grow before its end is
+  // first read; what is appended after that is not read, as with a snapshot at open):
+  // thousands of small traces a second (the fuzzer) need not each allocate megabytes.
+  cap_ = compressed_ ? kWindowCap : static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, file_size_ + 64));
+  window_.reset(new unsigned char[cap_]);  // uninitialized
+  buf_ = window_.get();
   if (compressed_) {
     z_ = std::make_unique<Zstd>();
     z_->ctx = ZSTD_createDCtx();
@@ -106,10 +110,17 @@ bool TraceReader::refill() {
   base_offset_ += pos_;
   len_ = keep;
   pos_ = 0;
+  if (len_ == cap_ && cap_ < kWindowCap) {
+    std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowCap]);
+    std::memcpy(w.get(), window_.get(), len_);
+    window_ = std::move(w);
+    buf_ = window_.get();
+    cap_ = kWindowCap;
+  }
   std::size_t produced = 0;
-  while (!eof_ && produced < kChunk / 2 && len_ < kWindowCap) {
+  while (!eof_ && produced < kChunk / 2 && len_ < cap_) {
     if (!compressed_) {
-      std::size_t n = fill(window_.get() + len_, std::min(kChunk, kWindowCap - len_));
+      std::size_t n = fill(window_.get() + len_, std::min(kChunk, cap_ - len_));
       if (n == 0) eof_ = true;
       len_ += n;
       produced += n;
@@ -124,7 +135,7 @@ bool TraceReader::refill() {
       }
       z.ib = {z.in.data(), n, 0};
     }
-    ZSTD_outBuffer ob{window_.get() + len_, std::min(kChunk, kWindowCap - len_), 0};
+    ZSTD_outBuffer ob{window_.get() + len_, std::min(kChunk, cap_ - len_), 0};
     std::size_t rc = ZSTD_decompressStream(z.ctx, &ob, &z.ib);
     len_ += ob.pos;
     produced += ob.pos;

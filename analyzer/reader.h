@@ -96,7 +96,7 @@ class TraceReader {
   // The window of stream bytes [buf_, buf_+len_), buf_ = window_.
   std::unique_ptr<unsigned char[]> window_;
   const unsigned char* buf_ = nullptr;
-  std::size_t len_ = 0, pos_ = 0;
+  std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
   std::uint64_t base_offset_ = 0;  // stream offset of buf_[0]
   std::unique_ptr<Zstd> z_;
 };

@@ -262,6 +262,15 @@ TEST(Round2, NonFiniteNumbersAreRefused) {
     auto d = run_cli(kCli + " summary --debuginfod-timeout '" + v + "' " + good);
     EXPECT_EQ(d.status, 2) << v;
   }
+  // The other number options: sizes, counts, the device.
+  for (std::string opt : {"check --max-leaked", "check --max-requested", "summary --top", "summary --device",
+                                 "diff --top"}) {
+    for (const char* v : {"nan", "inf", "1e999"}) {
+      std::string args = opt.starts_with("diff") ? good + " " + good : good;
+      auto r = run_cli(kCli + " " + opt + " " + v + " " + args);
+      EXPECT_EQ(r.status, 2) << opt << " " << v << ": " << r.out << r.err;
+    }
+  }
   for (const char* v : {"0", "5", "12.5"}) {
     EXPECT_EQ(run_cli(kCli + " check --baseline " + bpath + " --tolerance " + v + " " + good).status, 0) << v;
   }
