@@ -50,16 +50,17 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   ssize_t got = file_size_ >= 4 ? ::pread(fd_, head, 4, 0) : 0;
   if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   compressed_ = got == 4 && std::memcmp(head, kZstdMagic, 4) == 0;
-  // A small plain file gets a window its size (grown should the file grow before its end is
-  // first read; what is appended after that is not read, as with a snapshot at open):
-  // thousands of small traces a second (the fuzzer) need not each allocate megabytes.
-  cap_ = compressed_ ? kWindowCap : static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, file_size_ + 64));
+  // Small first: a small trace (a plain one its size, a zstd one up to 256 KiB of data) is
+  // read whole into a small window, so thousands of small traces a second (the fuzzer) need
+  // not each allocate megabytes. The window grows to its full size at the first refill that
+  // did not reach the end, or when a frame fills it.
+  cap_ = static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, compressed_ ? 256u << 10 : file_size_ + 64));
   window_.reset(new unsigned char[cap_]);  // uninitialized
   buf_ = window_.get();
   if (compressed_) {
     z_ = std::make_unique<Zstd>();
     z_->ctx = ZSTD_createDCtx();
-    z_->in.resize(kInChunk);
+    z_->in.resize(static_cast<std::size_t>(std::clamp<std::uint64_t>(file_size_, 4096, kInChunk)));
   }
   while (len_ < format::kFileHeaderSize && refill()) {
   }
@@ -110,13 +111,14 @@ bool TraceReader::refill() {
   base_offset_ += pos_;
   len_ = keep;
   pos_ = 0;
-  if (len_ == cap_ && cap_ < kWindowCap) {
+  if (cap_ < kWindowCap && (len_ == cap_ || (!eof_ && refilled_))) {
     std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowCap]);
     std::memcpy(w.get(), window_.get(), len_);
     window_ = std::move(w);
     buf_ = window_.get();
     cap_ = kWindowCap;
   }
+  refilled_ = true;
   std::size_t produced = 0;
   while (!eof_ && produced < kChunk / 2 && len_ < cap_) {
     if (!compressed_) {

@@ -90,7 +90,7 @@ class TraceReader {
 
   std::string path_;
   bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false, unwritten_tail_ = false;
-  bool eof_ = false, shrank_ = false;
+  bool eof_ = false, shrank_ = false, refilled_ = false;
   std::uint64_t records_ = 0, file_size_ = 0, file_read_ = 0;
   int fd_ = -1;
   // The window of stream bytes [buf_, buf_+len_), buf_ = window_.
