@@ -46,7 +46,10 @@ int record_device(const format::Record& r) {
 }
 
 void warn_trace(const TraceReader& rd, const Model& m) {
-  if (rd.cut_mid_record())
+  if (rd.shrank())
+    spdlog::warn("{}: the file shrank while it was read (from {} to {} bytes): cut at byte {}, using the {} "
+                 "whole records before it", rd.path(), rd.file_size(), rd.file_pos(), rd.offset(), rd.records());
+  else if (rd.cut_mid_record())
     spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(),
                  rd.offset(), rd.records());
   if (!rd.has_end())

@@ -1,16 +1,19 @@
 #include "analyzer/check.h"
 
-#include <fstream>
-
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
 #include "analyzer/report.h"
+#include "analyzer/safe_file.h"
+#include "analyzer/text_safe.h"
 #include "analyzer/units.h"
 
 namespace gpuheap {
 
 namespace {
+
+// A summary --json document is a few KiB to a few MiB; anything far larger is not one.
+constexpr std::uint64_t kMaxBaselineBytes = std::uint64_t{256} << 20;
 
 std::string bytes_both(std::int64_t v) {
   return fmt::format("{} ({} B)", human_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v)), v);
@@ -118,12 +121,12 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     if (!t->info.truncated) continue;
     incomplete = true;
     if (opt.allow_truncated)
-      r.notes.push_back(fmt::format("{} is incomplete ({}); checking what it holds (--allow-truncated)", t->info.path,
+      r.notes.push_back(fmt::format("{} is incomplete ({}); checking what it holds (--allow-truncated)", text_safe(t->info.path),
                                     incompleteness(t->info)));
     else
       r.violations.push_back(fmt::format("{} is incomplete ({}), so its numbers cannot be trusted; "
                                          "pass --allow-truncated to check what it holds",
-                                         t->info.path, incompleteness(t->info)));
+                                         text_safe(t->info.path), incompleteness(t->info)));
   }
   auto cur = measure(a);
   struct Item {
@@ -154,11 +157,11 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     }
   }
   if (!opt.baseline.empty()) {
-    std::ifstream in(opt.baseline);
-    if (!in) throw InputError(fmt::format("{}: cannot open baseline", opt.baseline));
+    // Through the regular-file guard: a FIFO or device named as the baseline must not hang.
+    const std::string text = read_regular(opt.baseline, kMaxBaselineBytes, "a baseline");
     nlohmann::json doc;
     try {
-      doc = nlohmann::json::parse(in);
+      doc = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       throw InputError(fmt::format("{}: baseline is not valid JSON: {}", opt.baseline, e.what()));
     }

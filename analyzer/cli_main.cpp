@@ -1,20 +1,27 @@
 // gpuheap CLI: run, dump, summary, check, diff, export, report. Exit 2 on bad input or usage.
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "analyzer/analysis.h"
 #include "analyzer/check.h"
 #include "analyzer/commands.h"
+#include "analyzer/debuginfo.h"
 #include "analyzer/error.h"
 #include "analyzer/export.h"
 #include "analyzer/report.h"
+#include "analyzer/text_safe.h"
 #include "analyzer/units.h"
 
 using namespace gpuheap;
@@ -24,6 +31,49 @@ namespace {
 std::optional<std::uint64_t> size_opt(const std::string& s) {
   if (s.empty()) return std::nullopt;
   return parse_size(s);
+}
+
+// Every number option is a finite, non-negative number: CLI11's NonNegativeNumber lets
+// "nan" and "inf" through (nan > limit is false, so --tolerance nan passed every check).
+const CLI::Validator kFiniteNonNegative(
+    [](std::string& v) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || end == v.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d) || d < 0)
+        return "a finite number >= 0 is needed, not '" + v + "'";
+      return {};
+    },
+    "FINITE>=0", "finite non-negative number");
+
+// Log lines name files and modules from traces: each message is escaped once, here.
+class EscapedPayload : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    auto s = text_safe(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(s.data(), s.data() + s.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedPayload>(); }
+};
+
+// A report is only as good as its last byte: a full disk or a closed pipe must not leave a
+// silently cut baseline behind with exit 0.
+void flush_or_throw() {
+  std::cout.flush();
+  bool bad = !std::cout.good();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) bad = true;
+  if (bad) throw InputError(fmt::format("cannot write the output: {}", std::strerror(errno ? errno : EIO)));
+}
+
+// --debuginfod on the commands that symbolize.
+struct DebuginfodOpt {
+  bool on = false;
+  double timeout_s = 10;
+};
+void add_debuginfod(CLI::App* cmd, DebuginfodOpt& o) {
+  cmd->add_flag("--debuginfod", o.on, "Ask the debuginfod servers in DEBUGINFOD_URLS for missing debug info");
+  cmd->add_option("--debuginfod-timeout", o.timeout_s, "Seconds per download with --debuginfod (default 10)")
+      ->check(kFiniteNonNegative);
 }
 
 int real_main(int argc, char** argv) {
@@ -63,6 +113,8 @@ int real_main(int argc, char** argv) {
   summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
   summary->add_option("traces", traces, "TRACE...")->required();
   summary->add_flag("-q,--quiet", quiet, quiet_help);
+  DebuginfodOpt dopt;
+  add_debuginfod(summary, dopt);
 
   CheckOptions copt;
   std::string max_req, max_alloc, max_res, max_leak;
@@ -74,11 +126,12 @@ int real_main(int argc, char** argv) {
   check->add_option("--max-leaked", max_leak, "Limit on bytes live at the end (SIZE)");
   check->add_option("--baseline", copt.baseline, "summary --json of an earlier run");
   check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kFiniteNonNegative);
   check->add_flag("--all-frames", copt.all_frames, "Keep gpuheap/CUDA-internal frames in site names");
   check->add_flag("--allow-truncated", copt.allow_truncated,
                   "Check a trace without an end record (killed or still running) instead of failing");
   check->add_flag("-q,--quiet", quiet, quiet_help);
+  add_debuginfod(check, dopt);
 
   std::string diff_a, diff_b;
   bool diff_all = false;
@@ -89,6 +142,7 @@ int real_main(int argc, char** argv) {
   diff->add_option("--top", diff_top, "Rows shown (default 20)")->check(CLI::PositiveNumber);
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
   diff->add_flag("-q,--quiet", quiet, quiet_help);
+  add_debuginfod(diff, dopt);
 
   // report / export (analyzer/report_html.cpp, analyzer/export_*.cpp; docs/cli.md)
   ExportOptions xopt;
@@ -112,6 +166,8 @@ int real_main(int argc, char** argv) {
   report->add_flag("--all-frames", ropt.all_frames, "Keep gpuheap/CUDA-internal frames");
   report->add_option("traces", traces, "TRACE...")->required();
   report->add_flag("-q,--quiet", quiet, quiet_help);
+  add_debuginfod(xport, dopt);
+  add_debuginfod(report, dopt);
 
   try {
     app.parse(argc, argv);
@@ -130,9 +186,14 @@ int real_main(int argc, char** argv) {
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }
+  configure_debuginfod(dopt.on, dopt.timeout_s);
   AnalyzeOptions aopt;
   aopt.progress = !quiet;
-  if (*dump) return dump_trace(dump_path, stdout, !quiet);
+  if (*dump) {
+    int rc = dump_trace(dump_path, stdout, !quiet);
+    flush_or_throw();
+    return rc;
+  }
   if (*xport) return xopt.progress = !quiet, export_command(traces, xopt);
   if (*report) return ropt.progress = !quiet, report_command(traces, ropt);
   if (*summary) {
@@ -145,6 +206,7 @@ int real_main(int argc, char** argv) {
     } else {
       std::cout << summary_text(a, sopt);
     }
+    flush_or_throw();
     return 0;
   }
   if (*check) {
@@ -159,6 +221,7 @@ int real_main(int argc, char** argv) {
     for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
     for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());
     for (const auto& v : r.violations) std::printf("gpuheap check: FAIL: %s\n", v.c_str());
+    flush_or_throw();
     return r.violations.empty() ? 0 : 1;
   }
   if (*diff) {
@@ -166,6 +229,7 @@ int real_main(int argc, char** argv) {
     auto b = analyze({diff_b}, aopt);
     auto rows = diff_sites(*a.traces[0], *b.traces[0], diff_all);
     std::cout << diff_text(rows, static_cast<std::size_t>(diff_top), *a.traces[0], *b.traces[0]);
+    flush_or_throw();
     return 0;
   }
   return 2;
@@ -175,7 +239,9 @@ int real_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_st("gpuheap");
-  logger->set_pattern("gpuheap: %^%l%$: %v");
+  auto fmt = std::make_unique<spdlog::pattern_formatter>();
+  fmt->add_flag<EscapedPayload>('*').set_pattern("gpuheap: %^%l%$: %*");
+  logger->set_formatter(std::move(fmt));
   spdlog::set_default_logger(logger);
   try {
     return real_main(argc, argv);

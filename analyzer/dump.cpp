@@ -8,19 +8,18 @@
 #include "analyzer/commands.h"
 #include "analyzer/progress.h"
 #include "analyzer/reader.h"
+#include "analyzer/text_safe.h"
 
 namespace gpuheap {
 
 namespace {
 
+// Quoted fields: NULs (argv separators in cmdline) as spaces, the rest through text_safe.
 std::string printable(std::string_view s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '\0') o += ' ';
-    else if (static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\') o += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    else o += c;
-  }
-  return o;
+  std::string o(s);
+  for (char& c : o)
+    if (c == '\0') c = ' ';
+  return text_safe(o, true);
 }
 std::string hex(std::string_view s) {
   std::string o;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "analyzer/text_safe.h"
+
 namespace gpuheap {
 
 std::string progress_bytes(std::uint64_t b) {
@@ -27,7 +29,7 @@ std::string progress_rate(double per_s) {
 
 std::string progress_line(const std::string& what, std::uint64_t done, std::uint64_t total, double records_per_s) {
   if (total > 0 && done > total) done = total;  // the size grew while reading (a live trace)
-  std::string s = fmt::format("gpuheap: reading {}: {}", what, progress_bytes(done));
+  std::string s = fmt::format("gpuheap: reading {}: {}", text_safe(what), progress_bytes(done));
   if (total > 0) {
     int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
     s += fmt::format(" / {} ({}%)", progress_bytes(total), pct);

@@ -1,68 +1,68 @@
 #include "analyzer/reader.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
+#include "analyzer/safe_file.h"
 
 namespace gpuheap {
 
 namespace {
 constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
-// Decompressed data is produced kOutChunk at a time into a fixed window (no reallocation,
-// no zero-filling): small enough that what was just decompressed is still in L2 when the
-// records are decoded, large enough that the per-refill cost is noise.
+constexpr std::size_t kMaxFrame = format::kFrameHeaderSize + format::kMaxPayload;
+// Bytes are produced kChunk at a time into a fixed window (no reallocation, no
+// zero-filling): small enough that what was just read is still in L2 when the records are
+// decoded, large enough that the per-refill cost is noise. The window also holds what the
+// zero-run check looks at: a zero type byte, the frame that may follow it, then kZeroRun.
 constexpr std::size_t kInChunk = 1u << 20;
-constexpr std::size_t kOutChunk = 512u << 10;
-constexpr std::size_t kWindowCap = kOutChunk + format::kFrameHeaderSize + format::kMaxPayload;
+constexpr std::size_t kChunk = 512u << 10;
+constexpr std::size_t kZeroProbe = kMaxFrame + TraceReader::kZeroRun;
+constexpr std::size_t kWindowCap = kChunk + kZeroProbe;
 }  // namespace
 
 struct TraceReader::Zstd {
   ZSTD_DCtx* ctx = nullptr;
   std::vector<unsigned char> in;
-  std::unique_ptr<unsigned char[]> out{new unsigned char[kWindowCap]};  // uninitialized
   ZSTD_inBuffer ib{nullptr, 0, 0};
-  std::uint64_t file_read = 0;
-  bool eof = false;
+  // The last ZSTD_decompressStream() result: 0 once a frame is complete. Non-zero at the
+  // end of the file means the stream stops inside a frame: a cut file.
+  std::size_t last_rc = 0;
+  bool error = false;
   ~Zstd() { ZSTD_freeDCtx(ctx); }
 };
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    throw InputError(fmt::format("{}: not a regular file", path));
+  std::string why;
+  fd_ = open_regular(path, &file_size_, &why);
+  if (fd_ < 0) {
+    if (why.find("regular file") != std::string::npos) throw InputError(fmt::format("{}: {}", path, why));
+    throw InputError(fmt::format("{}: cannot open: {}", path, why));
   }
-  file_size_ = static_cast<std::uint64_t>(st.st_size);
   unsigned char head[4] = {0, 0, 0, 0};
   ssize_t got = file_size_ >= 4 ? ::pread(fd_, head, 4, 0) : 0;
   if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   compressed_ = got == 4 && std::memcmp(head, kZstdMagic, 4) == 0;
+  // Small first: a small trace (a plain one its size, a zstd one up to 256 KiB of data) is
+  // read whole into a small window, so thousands of small traces a second (the fuzzer) need
+  // not each allocate megabytes. The window grows to its full size at the first refill that
+  // did not reach the end, or when a frame fills it.
+  cap_ = static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, compressed_ ? 256u << 10 : file_size_ + 64));
+  window_.reset(new unsigned char[cap_]);  // uninitialized
+  buf_ = window_.get();
   if (compressed_) {
     z_ = std::make_unique<Zstd>();
     z_->ctx = ZSTD_createDCtx();
-    z_->in.resize(kInChunk);
-    refill();
-  } else if (file_size_ > 0) {
-    void* m = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (m == MAP_FAILED) throw InputError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
-    ::madvise(m, file_size_, MADV_SEQUENTIAL);
-    map_ = static_cast<const unsigned char*>(m);
-    buf_ = map_;
-    len_ = file_size_;
+    z_->in.resize(static_cast<std::size_t>(std::clamp<std::uint64_t>(file_size_, 4096, kInChunk)));
+  }
+  while (len_ < format::kFileHeaderSize && refill()) {
   }
   std::uint16_t version = 0;
   auto hs = format::decode_file_header(buf_, len_, &version);
@@ -77,9 +77,10 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
       // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
       // before writing, a wrong path). Every command refuses it rather than report on it.
       if (compressed_)
-        throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream decompresses to {} bytes, "
+        throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream {}decompresses to {} bytes, "
                                          "shorter than the {}-byte header)",
-                                         path, len_, format::kFileHeaderSize));
+                                         path, z_->last_rc != 0 || z_->error ? "is cut short and " : "", len_,
+                                         format::kFileHeaderSize));
       throw EmptyTraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
                                      : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
                                                    path, len_, format::kFileHeaderSize));
@@ -87,58 +88,108 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
 }
 
 TraceReader::~TraceReader() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
 std::uint64_t TraceReader::offset() const { return base_offset_ + pos_; }
 
-std::uint64_t TraceReader::file_pos() const { return compressed_ ? z_->file_read : pos_; }
+std::size_t TraceReader::fill(unsigned char* dst, std::size_t cap) {
+  for (;;) {
+    ssize_t n = ::read(fd_, dst, cap);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
+    file_read_ += static_cast<std::uint64_t>(n);
+    return static_cast<std::size_t>(n);
+  }
+}
 
 bool TraceReader::refill() {
-  auto& z = *z_;
-  // The unconsumed tail moves to the front of the window. It is a partial frame (at most
-  // kFrameHeaderSize + kMaxPayload bytes), or zeros after the data (the preload's unwritten
-  // space): then the window may be full, nothing more is decoded, and the caller finds the
-  // zero type byte exactly as it would after decompressing the rest.
+  // The unconsumed tail (a partial frame, or what the zero-run check still looks at) moves
+  // to the front of the window; new bytes go after it.
   std::size_t keep = len_ - pos_;
-  if (keep && pos_) std::memmove(z.out.get(), buf_ + pos_, keep);
+  if (keep && pos_) std::memmove(window_.get(), buf_ + pos_, keep);
   base_offset_ += pos_;
-  buf_ = z.out.get();
   len_ = keep;
   pos_ = 0;
+  if (cap_ < kWindowCap && (len_ == cap_ || (!eof_ && refilled_))) {
+    std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowCap]);
+    std::memcpy(w.get(), window_.get(), len_);
+    window_ = std::move(w);
+    buf_ = window_.get();
+    cap_ = kWindowCap;
+  }
+  refilled_ = true;
   std::size_t produced = 0;
-  while (produced < kOutChunk / 2 && len_ < kWindowCap) {
+  while (!eof_ && produced < kChunk / 2 && len_ < cap_) {
+    if (!compressed_) {
+      std::size_t n = fill(window_.get() + len_, std::min(kChunk, cap_ - len_));
+      if (n == 0) eof_ = true;
+      len_ += n;
+      produced += n;
+      continue;
+    }
+    auto& z = *z_;
     if (z.ib.pos == z.ib.size) {
-      if (z.eof) break;
-      ssize_t n = ::read(fd_, z.in.data(), z.in.size());
-      if (n < 0) throw InputError(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
+      std::size_t n = fill(z.in.data(), z.in.size());
       if (n == 0) {
-        z.eof = true;
+        eof_ = true;
         break;
       }
-      z.file_read += static_cast<std::uint64_t>(n);
-      z.ib = {z.in.data(), static_cast<std::size_t>(n), 0};
+      z.ib = {z.in.data(), n, 0};
     }
-    ZSTD_outBuffer ob{z.out.get() + len_, std::min(kOutChunk, kWindowCap - len_), 0};
+    ZSTD_outBuffer ob{window_.get() + len_, std::min(kChunk, cap_ - len_), 0};
     std::size_t rc = ZSTD_decompressStream(z.ctx, &ob, &z.ib);
     len_ += ob.pos;
     produced += ob.pos;
     if (ZSTD_isError(rc)) {
-      // A damaged or cut compressed stream: keep what decoded, treat the rest as cut.
-      z.eof = true;
-      z.ib = {nullptr, 0, 0};
+      // A damaged compressed stream: keep what decoded, treat the rest as cut.
+      z.error = true;
+      eof_ = true;
       break;
     }
+    z.last_rc = rc;
   }
   return produced > 0;
 }
 
-void TraceReader::release_read() {
-  // Views handed out by earlier next() calls are dead by contract; keep 1 MiB of slack.
-  std::size_t upto = (pos_ - (1u << 20)) & ~std::size_t{0xFFFFF};
-  ::madvise(const_cast<unsigned char*>(map_) + released_, upto - released_, MADV_DONTNEED);
-  released_ = upto;
+void TraceReader::end_of_data() {
+  done_ = true;
+  if (len_ > pos_ && buf_[pos_] == 0) {
+    // A zero type byte. The frame at pos_ may be one the preload copied but for its type
+    // byte (stored last): its length field is then a valid one and its bytes anything.
+    // Past it, only zeros may follow, to the end of the file or for kZeroRun bytes.
+    while (len_ - pos_ < kZeroProbe && refill()) {
+    }
+    std::uint32_t len = 0;
+    if (len_ - pos_ >= format::kFrameHeaderSize) std::memcpy(&len, buf_ + pos_ + 1, 4);
+    std::size_t from = pos_ + format::kFrameHeaderSize + (len <= format::kMaxPayload ? len : 0);
+    std::size_t to = std::min(len_, from + kZeroRun);
+    const unsigned char* nz = nullptr;
+    if (len > format::kMaxPayload) {
+      nz = buf_ + pos_ + 1;  // a length no frame can have: not a frame being copied
+    } else if (from < to) {
+      auto* it = std::find_if(buf_ + from, buf_ + to, [](unsigned char c) { return c != 0; });
+      if (it != buf_ + to) nz = it;
+    }
+    if (nz != nullptr) {
+      auto at = offset();
+      throw CorruptTraceError(fmt::format("{}: damaged trace: a zero type byte at byte offset {} is followed by "
+                                          "data at offset {} (a zeroed or overwritten record, not the unwritten "
+                                          "end of the file)",
+                                          path_, at, base_offset_ + static_cast<std::uint64_t>(nz - buf_)),
+                              at);
+    }
+    unwritten_tail_ = true;
+  } else {
+    cut_ = len_ > pos_;
+  }
+  if (compressed_ && (z_->error || z_->last_rc != 0) && !unwritten_tail_) cut_ = true;
+  if (!compressed_ && eof_ && file_read_ < file_size_) {
+    // Shorter at the end than when opened: truncated while it was read (by the program
+    // still writing it, or a copy in progress). What was read is used, as for any cut.
+    shrank_ = true;
+    cut_ = true;
+  }
 }
 
 bool TraceReader::next(format::Record& r) {
@@ -151,7 +202,6 @@ bool TraceReader::next(format::Record& r) {
         throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record (type {})",
                                          path_, static_cast<int>(r.type)));
       pos_ += consumed;
-      if (map_ && pos_ - released_ > kReleaseStep) release_read();
       ++records_;
       if (r.type == format::RecordType::end) {
         has_end_ = true;
@@ -164,16 +214,10 @@ bool TraceReader::next(format::Record& r) {
                                           len_ - pos_ > 0 ? buf_[pos_] : 0, offset()),
                               offset());
     }
-    // need_more
-    if (compressed_ && refill()) continue;
-    // A zero type byte is where the preload stopped writing (its file space is preallocated
-    // and a frame's type byte is stored last): a killed or still-running process, not a cut.
-    if (len_ > pos_ && buf_[pos_] == 0) {
-      unwritten_tail_ = true;
-    } else {
-      cut_ = len_ > pos_;
-    }
-    done_ = true;
+    // need_more: an incomplete frame, or a zero type byte (decode_frame's "end of the
+    // written data"). More bytes may complete the former; the latter is judged at once.
+    if (!(len_ > pos_ && buf_[pos_] == 0) && refill()) continue;
+    end_of_data();
     if (records_ == 0) {
       // A header and nothing whole after it: no process record, so nothing to report on.
       throw EmptyTraceError(fmt::format("{}: not a gpuheap trace: no process record after the header ({})", path_,

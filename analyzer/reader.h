@@ -1,12 +1,19 @@
-// Sequential trace reader: memory-maps plain traces, stream-decompresses zstd ones
-// (detected by the zstd frame magic, whatever the file is called).
+// Sequential trace reader: reads plain traces into a window with read(2) (never mmap: a
+// file truncated while it is read, e.g. by the still-running program, would raise SIGBUS),
+// stream-decompresses zstd ones (detected by the zstd frame magic, whatever the file is
+// called) into the same window. Memory stays bounded by the window whatever the file holds.
 //
 // Truncation is reported as two distinct facts: `cut_mid_record()` (the file ends inside a
 // frame: everything up to the last whole record is used) and `has_end()` (an `end` record
 // was seen: the process closed the trace cleanly). A trace is truncated when either fails.
 // A file whose data stops at a zero type byte (`unwritten_tail()`: the preload's
 // preallocated space after the last record it wrote, in a killed or still-running process's
-// trace) is not cut mid-record; it only lacks its end record.
+// trace) is not cut mid-record; it only lacks its end record. That holds only when
+// nothing but zeros follows (after the one frame that may have been copied but for its type
+// byte), to the end of the file or for longer than the largest record (kZeroRun bytes, so a
+// file of gigabytes of zeros, e.g. a zstd bomb, is not read to its end). A zero type byte
+// followed by other data is damage: CorruptTraceError. A file that shrank while it was read
+// (`shrank()`), and a zstd stream that ends inside a frame, are cut.
 //
 // A file is a trace only with a whole header followed by a process record: an empty file,
 // one cut inside its header, or one whose first record is missing or of another type is
@@ -51,7 +58,6 @@ class TraceReader {
           format::decode_event(p[0], p + format::kFrameHeaderSize, len, ev)) {
         pos_ += format::kFrameHeaderSize + len;
         ++records_;
-        if (map_ && pos_ - released_ > kReleaseStep) release_read();
         return Got::event;
       }
     }
@@ -64,30 +70,34 @@ class TraceReader {
   bool has_end() const { return has_end_; }
   bool unwritten_tail() const { return unwritten_tail_; }
   bool truncated() const { return cut_ || !has_end_; }
+  // The file was shorter at its end than when it was opened (cut_mid_record() is then set).
+  bool shrank() const { return shrank_; }
   std::uint64_t records() const { return records_; }
   std::uint64_t offset() const;  // stream offset of the next unread byte
-  // Progress: bytes of the *file* consumed so far and its size.
-  std::uint64_t file_pos() const;
+  // Progress: bytes of the *file* consumed so far and its size (when it was opened).
+  std::uint64_t file_pos() const { return file_read_; }
   std::uint64_t file_size() const { return file_size_; }
+
+  // A run of zero bytes this long after a zero type byte (and the frame that may follow it)
+  // ends the data: longer than any record, so no record the preload wrote can be in it.
+  static constexpr std::size_t kZeroRun = format::kFrameHeaderSize + format::kMaxPayload + 1;
 
  private:
   struct Zstd;
-  bool refill();  // zstd: decompress more into the window; false at EOF
-  // Plain: gives back the mapped pages already read (MADV_DONTNEED), so RSS stays bounded
-  // by the window, not the file. Called each time kReleaseStep more bytes were consumed.
-  void release_read();
-  static constexpr std::size_t kReleaseStep = std::size_t{64} << 20;
+  bool refill();  // more bytes into the window (read or decompressed); false when none came
+  std::size_t fill(unsigned char* dst, std::size_t cap);  // plain: read(2) up to cap bytes
+  void end_of_data();  // sets cut_/unwritten_tail_/shrank_ where the data stops; may throw
 
   std::string path_;
   bool compressed_ = false, cut_ = false, has_end_ = false, done_ = false, unwritten_tail_ = false;
-  std::uint64_t records_ = 0, file_size_ = 0;
+  bool eof_ = false, shrank_ = false, refilled_ = false;
+  std::uint64_t records_ = 0, file_size_ = 0, file_read_ = 0;
   int fd_ = -1;
-  // Plain: the mapping. zstd: a window of decompressed bytes [buf_, buf_+len_).
-  const unsigned char* map_ = nullptr;
+  // The window of stream bytes [buf_, buf_+len_), buf_ = window_.
+  std::unique_ptr<unsigned char[]> window_;
   const unsigned char* buf_ = nullptr;
-  std::size_t len_ = 0, pos_ = 0;
+  std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
   std::uint64_t base_offset_ = 0;  // stream offset of buf_[0]
-  std::size_t released_ = 0;       // plain: mapped bytes already given back (MADV_DONTNEED)
   std::unique_ptr<Zstd> z_;
 };
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/report.h"
+#include "analyzer/text_safe.h"
 #include "analyzer/units.h"
 
 namespace gpuheap {
@@ -63,7 +64,7 @@ void torch_table(std::string& out, const DeviceState& d) {
   }
   out += kDouble + "\n";
   std::string title = fmt::format("gpuheap memory summary, device ID {} ({})", d.device,
-                                  d.name.empty() ? "unknown" : d.name);
+                                  d.name.empty() ? "unknown" : text_safe(d.name));
   if (title.size() > 73) title = title.substr(0, 70) + "...)";
   out += fmt::format(" {:^73} \n", title);
   out += kRule + "\n";
@@ -142,14 +143,14 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
   StackResolver res(m, opt.all_frames);
   std::string cmd;
-  for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + c;
-  out += fmt::format("gpuheap summary of {}\n", in.path);
+  for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + text_safe(c);
+  out += fmt::format("gpuheap summary of {}\n", text_safe(in.path));
   out += fmt::format("  command:   {}\n", cmd.empty() ? "(unknown)" : cmd);
-  out += fmt::format("  pid:       {} (ppid {}) on {}\n", in.pid, in.ppid, in.hostname.empty() ? "?" : in.hostname);
+  out += fmt::format("  pid:       {} (ppid {}) on {}\n", in.pid, in.ppid, in.hostname.empty() ? "?" : text_safe(in.hostname));
   out += fmt::format("  duration:  {}\n", human_duration_ns(in.duration_ns()));
   for (const auto& d : m.devices)
     if (host_only(d)) out += "  host:      pinned host memory, no device\n";
-    else out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : d.name,
+    else out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
                        d.total_memory ? human_bytes(d.total_memory) : "total unknown");
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!in.truncated) {
@@ -184,14 +185,14 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
       const auto& r = merged[i];
       out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} [{}]\n", i + 1, both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s", library_label(res.frames(r.stack)));
+                         r.count == 1 ? "" : "s", text_safe(library_label(res.frames(r.stack))));
       append_stack(out, res, r.stack, opt);
     }
     auto libs = peak_by_library(merged, res);
     if (libs.size() > 1) {
       out += fmt::format("  by library at the peak:");
       for (const auto& l : libs)
-        out += fmt::format(" {} {} ({:.1f}%);", l.library, human_bytes(l.bytes),
+        out += fmt::format(" {} {} ({:.1f}%);", text_safe(l.library), human_bytes(l.bytes),
                            100.0 * static_cast<double>(l.bytes) / static_cast<double>(d.peak_held));
       out.back() = '\n';
     }
@@ -306,7 +307,8 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt) {
 }
 
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b) {
-  std::string out = fmt::format("gpuheap diff: A = {}\n              B = {}\n", a.info.path, b.info.path);
+  std::string out = fmt::format("gpuheap diff: A = {}\n              B = {}\n", text_safe(a.info.path),
+                                text_safe(b.info.path));
   out += "Per-site change (B - A) in peak held and total requested bytes, largest first\n";
   if (rows.empty()) out += "  no differences\n";
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
@@ -315,7 +317,7 @@ std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const M
                        human_bytes(static_cast<std::uint64_t>(r.peak_a)), human_bytes(static_cast<std::uint64_t>(r.peak_b)),
                        signed_bytes(r.d_total()), human_bytes(static_cast<std::uint64_t>(r.total_a)),
                        human_bytes(static_cast<std::uint64_t>(r.total_b)));
-    if (r.frames.empty()) out += fmt::format("        {}\n", r.key);
+    if (r.frames.empty()) out += fmt::format("        {}\n", text_safe(r.key));
     for (std::size_t j = 0; j < r.frames.size() && j < 12; ++j)
       out += fmt::format("        at {}\n", Symbolizer::format_frame(r.frames[j]));
   }

@@ -5,12 +5,6 @@
 // stack at all.
 #include "analyzer/symbolize.h"
 
-#include <cxxabi.h>
-#include <dwarf.h>
-#include <elfutils/libdw.h>
-#include <elfutils/libdwfl.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,41 +18,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "analyzer/debuginfo.h"
+#include "analyzer/safe_file.h"
+#include "analyzer/symbolize_dwarf.h"
+#include "analyzer/text_safe.h"
+
 namespace gpuheap {
 namespace detail {
 namespace {
-
-// Search path for separate debug info: nullptr means libdwfl's default
-// (":.debug:/usr/lib/debug"), which covers /usr/lib/debug/.build-id/xx/yyyy.debug as
-// installed by Debian's -dbg/-dbgsym packages and .gnu_debuglink files next to the binary.
-char* g_debuginfo_path = nullptr;
-
-const Dwfl_Callbacks kOfflineCallbacks = {
-    .find_elf = dwfl_build_id_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .section_address = dwfl_offline_section_address,
-    .debuginfo_path = &g_debuginfo_path,
-};
-
-std::string demangle(const char* name) {
-  if (name == nullptr) return {};
-  // Versioned symbol-table names ("memcpy@@GLIBC_2.14"): the version is noise in a report.
-  if (const char* at = std::strchr(name, '@'); at != nullptr && at != name)
-    return demangle(std::string(name, at).c_str());
-  // Only Itanium-mangled names: __cxa_demangle would otherwise "demangle" plain C names
-  // that happen to look like type encodings (e.g. "f" -> "float").
-  if (name[0] == '_' && name[1] == 'Z') {
-    int status = 0;
-    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-    if (status == 0 && d != nullptr) {
-      std::string out(d);
-      std::free(d);
-      return out;
-    }
-    std::free(d);
-  }
-  return name;
-}
 
 std::string_view basename_of(std::string_view path) {
   auto slash = path.rfind('/');
@@ -85,180 +52,6 @@ bool startup_function(std::string_view fn) {
          fn == "__libc_start_main_impl" || fn == "start_thread" || fn == "clone" || fn == "clone3";
 }
 
-bool is_function_scope(Dwarf_Die* die) {
-  int tag = dwarf_tag(die);
-  return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
-}
-
-// Symbols of one module's ELF symbol table, sorted for binary search. libdwfl's own
-// dwfl_module_addrinfo scans every symbol on each call, which is far too slow for the
-// hundred thousand distinct addresses of a long trace.
-class SymbolIndex {
- public:
-  void build(Dwfl_Module* mod) {
-    int n = dwfl_module_getsymtab(mod);
-    for (int i = 1; i < n; ++i) {
-      GElf_Sym sym;
-      GElf_Addr addr = 0;
-      GElf_Word shndx = 0;
-      const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, nullptr, nullptr);
-      int type = GELF_ST_TYPE(sym.st_info);
-      if (name == nullptr || *name == '\0' || shndx == SHN_UNDEF ||
-          (type != STT_FUNC && type != STT_GNU_IFUNC))
-        continue;
-      int bind = GELF_ST_BIND(sym.st_info);
-      int rank = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
-      syms_.push_back({addr, sym.st_size, name, rank});
-    }
-    // Aliases at one address: keep the global, then weak, then local name.
-    std::sort(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) {
-      return a.addr != b.addr ? a.addr < b.addr : a.rank < b.rank;
-    });
-    syms_.erase(std::unique(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) { return a.addr == b.addr; }),
-                syms_.end());
-  }
-
-  // *exact: the symbol's size covers pc (not just the nearest sizeless one before it).
-  const char* find(std::uint64_t pc, bool* exact) const {
-    *exact = false;
-    auto it = std::upper_bound(syms_.begin(), syms_.end(), pc, [](std::uint64_t v, const Sym& s) { return v < s.addr; });
-    if (it == syms_.begin()) return nullptr;
-    --it;
-    if (it->size == 0) return it->name;  // assembly without .size: nearest preceding
-    // A sized symbol not covering pc may sit inside a bigger one (nested labels).
-    for (int back = 0; back < 8; ++back, --it) {
-      if (pc < it->addr + it->size) {
-        *exact = true;
-        return it->name;
-      }
-      if (it == syms_.begin()) break;
-    }
-    return nullptr;
-  }
-
- private:
-  struct Sym {
-    std::uint64_t addr, size;
-    const char* name;  // in the ELF string table, alive as long as the Dwfl
-    int rank;
-  };
-  std::vector<Sym> syms_;
-};
-
-// Per compilation unit: the concrete functions with their address ranges, and the
-// namespace/class prefix of every subprogram DIE. Built in one walk of the unit on its first
-// use; dwarf_getscopes would walk the unit again for every address.
-struct CuIndex {
-  struct Fn {
-    Dwarf_Addr lo, hi;
-    Dwarf_Die die;
-  };
-  std::vector<Fn> fns;  // sorted by lo
-  std::unordered_map<Dwarf_Off, std::string> prefix;
-
-  void build(Dwarf_Die* cudie) {
-    std::string scope;
-    walk(cudie, scope, 0);
-    std::sort(fns.begin(), fns.end(), [](const Fn& a, const Fn& b) { return a.lo < b.lo; });
-  }
-
-  const Dwarf_Die* find(Dwarf_Addr pc) const {
-    auto it = std::upper_bound(fns.begin(), fns.end(), pc, [](Dwarf_Addr v, const Fn& f) { return v < f.lo; });
-    if (it == fns.begin()) return nullptr;
-    --it;
-    return pc < it->hi ? &it->die : nullptr;
-  }
-
- private:
-  // Visits every DIE once (functions nested in functions, e.g. members of local classes,
-  // included) and follows DW_TAG_imported_unit into partial units (dwz-compressed debug
-  // info), so that an address inside any function is found without a fallback scan.
-  void walk(Dwarf_Die* parent, std::string& scope, int depth) {
-    Dwarf_Die child;
-    if (depth > 64 || dwarf_child(parent, &child) != 0) return;
-    do {
-      int tag = dwarf_tag(&child);
-      if (tag == DW_TAG_subprogram) {
-        if (!scope.empty()) prefix.emplace(dwarf_dieoffset(&child), scope);
-        Dwarf_Addr base = 0, lo = 0, hi = 0;
-        ptrdiff_t off = 0;
-        while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0)
-          if (lo < hi) fns.push_back({lo, hi, child});
-        if (dwarf_haschildren(&child) > 0) walk(&child, scope, depth + 1);
-      } else if (tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
-                 tag == DW_TAG_union_type) {
-        const char* name = dwarf_diename(&child);
-        auto saved = scope.size();
-        scope += name != nullptr ? name : tag == DW_TAG_namespace ? "(anonymous namespace)" : "{anonymous}";
-        scope += "::";
-        walk(&child, scope, depth + 1);
-        scope.resize(saved);
-      } else if (tag == DW_TAG_imported_unit) {
-        Dwarf_Attribute attr;
-        Dwarf_Die unit;
-        if (dwarf_formref_die(dwarf_attr(&child, DW_AT_import, &attr), &unit) != nullptr &&
-            imported.insert(dwarf_dieoffset(&unit)).second)
-          walk(&unit, scope, depth + 1);
-      } else if (dwarf_haschildren(&child) > 0) {
-        walk(&child, scope, depth + 1);  // lexical blocks, inline instances, ...
-      }
-    } while (dwarf_siblingof(&child, &child) == 0);
-  }
-  std::set<Dwarf_Off> imported;
-};
-
-// Name of a subprogram / inlined_subroutine DIE. dwarf_attr_integrate follows
-// DW_AT_abstract_origin and DW_AT_specification, so an inlined instance or an out-of-line
-// member definition yields its declaration's name. The demangled linkage name is
-// qualified and carries parameter types, like ELF symbol names; without one (e.g. members
-// of classes in anonymous namespaces) the scope prefix comes from the unit's index.
-std::string die_function_name(Dwarf_Die* die, const CuIndex* idx) {
-  Dwarf_Attribute attr;
-  const char* linkage = nullptr;
-  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) != nullptr ||
-      dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr) != nullptr)
-    linkage = dwarf_formstring(&attr);
-  if (linkage != nullptr) return demangle(linkage);
-  const char* name = dwarf_diename(die);
-  if (name == nullptr) return {};
-  // Find the scope prefix of the DIE at the end of the origin/specification chain.
-  Dwarf_Die cur = *die, next;
-  for (int hops = 0; idx != nullptr && hops < 8; ++hops) {
-    auto it = idx->prefix.find(dwarf_dieoffset(&cur));
-    if (it != idx->prefix.end()) return it->second + name;
-    if (dwarf_attr(&cur, DW_AT_abstract_origin, &attr) == nullptr &&
-        dwarf_attr(&cur, DW_AT_specification, &attr) == nullptr)
-      break;
-    if (dwarf_formref_die(&attr, &next) == nullptr) break;
-    cur = next;
-  }
-  return name;
-}
-
-// Chain of inlined_subroutine DIEs containing pc inside a concrete function, innermost
-// first: descends through lexical blocks and inline instances whose ranges hold pc.
-std::vector<Dwarf_Die> inline_chain(Dwarf_Die fn, Dwarf_Addr pc) {
-  std::vector<Dwarf_Die> chain;
-  Dwarf_Die scope = fn, child;
-  for (int depth = 0; depth < 256 && dwarf_child(&scope, &child) == 0; ++depth) {
-    bool found = false;
-    do {
-      int tag = dwarf_tag(&child);
-      if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block || tag == DW_TAG_try_block ||
-           tag == DW_TAG_catch_block) &&
-          dwarf_haspc(&child, pc) > 0) {
-        if (tag == DW_TAG_inlined_subroutine) chain.push_back(child);
-        scope = child;
-        found = true;
-        break;
-      }
-    } while (dwarf_siblingof(&child, &child) == 0);
-    if (!found) break;
-  }
-  std::reverse(chain.begin(), chain.end());
-  return chain;
-}
-
 }  // namespace
 }  // namespace detail
 
@@ -268,6 +61,7 @@ struct Symbolizer::Impl {
     std::uint64_t base = 0, lo = 0, hi = 0;
     bool hidden = false;
     bool tried = false;  // open attempted (successfully or not)
+    bool use_dwarf = false;  // DWARF is read (not when its dwz file could not be opened safely)
     Dwfl* dwfl = nullptr;
     Dwfl_Module* mod = nullptr;
     detail::SymbolIndex syms;
@@ -312,29 +106,19 @@ void Symbolizer::Impl::open(Module& m) {
   const std::string& p = m.path;
   bool sane = !p.empty() && p[0] == '/' && p.find('\0') == std::string::npos &&
               p.find('\n') == std::string::npos;
-  struct stat st {};
   if (!sane) {  // e.g. "linux-vdso.so.1", which has no file
     spdlog::debug("symbolize: '{}' is not an absolute path; its frames are shown as module+offset", p);
     return;
   }
-  const char* why = ::stat(p.c_str(), &st) != 0 ? std::strerror(errno)
-                    : !S_ISREG(st.st_mode)          ? "not a regular file"
-                                                    : nullptr;
-  if (why != nullptr) {
+  std::uint64_t size = 0;
+  std::string why;
+  int fd = open_regular(p, &size, &why, detail::kMinElfBytes, detail::kMaxElfBytes);
+  if (fd < 0) {
     warn_once(m, fmt::format("symbolize: cannot use '{}' ({}); its frames are shown as module+offset", p, why),
               false);
     return;
   }
-  // O_NONBLOCK: should the path be swapped for a FIFO between stat and open, the open
-  // must not hang; fstat below then rejects it.
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (fd >= 0) ::close(fd);
-    warn_once(m, fmt::format("symbolize: cannot open '{}': {}; its frames are shown as module+offset",
-                             p, std::strerror(errno)), false);
-    return;
-  }
-  Dwfl* dwfl = dwfl_begin(&detail::kOfflineCallbacks);
+  Dwfl* dwfl = dwfl_begin(&detail::kGuardedCallbacks);
   if (dwfl == nullptr) {
     ::close(fd);
     return;
@@ -367,7 +151,19 @@ void Symbolizer::Impl::open(Module& m) {
   }
   m.dwfl = dwfl;
   m.mod = mod;
+  // Every file libdwfl looks for (separate debug info, the dwz alternate file) is looked
+  // for now, through the guarded callbacks (debuginfo.h). Should the DWARF name a dwz file
+  // that was not found that way, libdw would search for it itself on first use, with a
+  // plain open(2) of names the file chooses: the module's DWARF is then left unread.
+  detail::DebugLookup look;
+  detail::DebugLookupScope scope(&look);
   m.syms.build(mod);
+  Dwarf_Addr bias = 0;
+  Dwarf* dw = dwfl_module_getdwarf(mod, &bias);
+  m.use_dwarf = dw != nullptr && (!detail::needs_alt(dw) || look.alt_found);
+  if (dw != nullptr && !m.use_dwarf)
+    warn_once(m, fmt::format("symbolize: the debug info of '{}' needs a dwz file that was not found; its frames "
+                             "are named from the symbol table only", p), false);
 }
 
 // Appends the DWARF frames for addr: every inline instance containing it (innermost first),
@@ -460,7 +256,7 @@ std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr) {
   if (m->mod == nullptr) return {proto};
 
   std::vector<Frame> out;
-  dwarf_frames(*m, addr, proto, out);
+  if (m->use_dwarf) dwarf_frames(*m, addr, proto, out);
   if (out.empty()) out.push_back(proto);
   // The concrete function's name: the symbol table's (qualified, with parameter types,
   // also read from separate debug info) is preferred over DWARF's, unless it is only the
@@ -526,11 +322,14 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
 }
 
 std::string Symbolizer::format_frame(const Frame& f) {
-  std::string fn = f.function.empty() ? fmt::format("{:#x}", f.ip) : f.function;
+  // Names come from the trace and from DWARF on this machine: both escaped (text_safe.h).
+  std::string fn = f.function.empty() ? fmt::format("{:#x}", f.ip) : text_safe(f.function);
   if (f.inlined) fn = "[inlined] " + fn;
-  if (!f.file.empty())
-    return f.line > 0 ? fmt::format("{} ({}:{})", fn, f.file, f.line) : fmt::format("{} ({})", fn, f.file);
-  if (!f.module.empty()) return fmt::format("{} ({}+{:#x})", fn, f.module, f.offset);
+  if (!f.file.empty()) {
+    auto file = text_safe(f.file);
+    return f.line > 0 ? fmt::format("{} ({}:{})", fn, file, f.line) : fmt::format("{} ({})", fn, file);
+  }
+  if (!f.module.empty()) return fmt::format("{} ({}+{:#x})", fn, text_safe(f.module), f.offset);
   if (!f.function.empty()) return fmt::format("{} ({:#x})", fn, f.ip);
   return fn;
 }

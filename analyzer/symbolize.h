@@ -1,7 +1,8 @@
 // Offline symbolization of trace stacks: module map (from `module` records) + libdw.
 // Never executes or dlopens anything named in a trace: it only reads ELF/DWARF files
-// (regular files, opened read-only) at the recorded paths, checking the build-id when the
-// trace recorded one (a mismatch falls back to module+offset).
+// (regular files, opened read-only through safe_file.h) at the recorded paths, checking the
+// build-id when the trace recorded one (a mismatch falls back to module+offset); separate
+// debug files and dwz files are looked for through the same guard (debuginfo.h).
 #pragma once
 
 #include <cstdint>

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan, tests/fuzz/) and runs each on the checked-in
-# seed corpus: fuzz_model (reader + model replay, thousands of inputs/s) and fuzz_trace (the
-# whole `gpuheap summary` path with check, diff and dump; slower). Exit 1 on a crash, hang,
+# seed corpus: fuzz_model (reader + model replay, thousands of inputs/s), fuzz_model_zstd (the
+# same with each input wrapped in a zstd stream, maybe cut) and fuzz_trace (the whole
+# `gpuheap summary` path with check, diff and dump; slower). Exit 1 on a crash, hang,
 # leak or sanitizer report (the reproducer is left in $FUZZ_DIR/<target>/artifacts).
-#   scripts/fuzz.sh [SECONDS=60]    each target runs SECONDS
-#   FUZZ_TARGETS="fuzz_model fuzz_trace"   FUZZ_BUILD_DIR=build-fuzz   FUZZ_DIR=<build>/fuzz-run
+#   scripts/fuzz.sh [SECONDS=60]    fuzz_trace runs SECONDS; fuzz_model and fuzz_model_zstd
+#                                   share SECONDS (half each), so the total time is unchanged
+#   FUZZ_TARGETS="fuzz_model fuzz_model_zstd fuzz_trace"   FUZZ_BUILD_DIR=build-fuzz   FUZZ_DIR=<build>/fuzz-run
 #   FUZZ_BIN_DIR=dir   use prebuilt targets from dir (no build; e.g. carried to a bigger machine)
 #   FUZZ_FORK=N        run N worker processes (libFuzzer -fork=N); FUZZ_ARGS: more flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 dir=${FUZZ_BUILD_DIR:-build-fuzz}
-targets=${FUZZ_TARGETS:-fuzz_model fuzz_trace}
+targets=${FUZZ_TARGETS:-fuzz_model fuzz_model_zstd fuzz_trace}
 bin=${FUZZ_BIN_DIR:-}
 if [ -z "$bin" ]; then
   if ! command -v clang++ >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
@@ -28,6 +30,11 @@ if [ -z "$bin" ]; then
 fi
 status=0
 for t in $targets; do
+  tsecs=$secs
+  # The two reader/model targets split their time when both run.
+  if [[ "$t" == fuzz_model* && " $targets " == *" fuzz_model "* && " $targets " == *" fuzz_model_zstd "* ]]; then
+    tsecs=$(((secs + 1) / 2))
+  fi
   run=${FUZZ_DIR:-$dir/fuzz-run}/$t
   mkdir -p "$run/corpus" "$run/artifacts"
   # A fresh working corpus each run: the checked-in seeds plus what earlier runs here found.
@@ -35,7 +42,7 @@ for t in $targets; do
   # follows the file size); -timeout: one input must not take seconds.
   set +e
   # shellcheck disable=SC2086
-  "$bin/$t" "$run/corpus" tests/fuzz/corpus -max_total_time="$secs" -max_len=65536 -timeout=10 \
+  "$bin/$t" "$run/corpus" tests/fuzz/corpus -max_total_time="$tsecs" -max_len=65536 -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$run/artifacts/" \
     ${FUZZ_FORK:+-fork=$FUZZ_FORK} ${FUZZ_ARGS:-} >"$run/fuzz.log" 2>&1
   rc=$?
@@ -49,6 +56,6 @@ for t in $targets; do
   # -fork mode prints no final stats; its last status line carries the total count.
   n=$(grep -E '^stat::number_of_executed_units' "$run/fuzz.log" | awk '{print $2}' || true)
   [ -n "$n" ] || n=$(grep -oE '^#[0-9]+' "$run/fuzz.log" | tail -1 | tr -d '#' || true)
-  echo "fuzz: $t ok: ${n:-?} executions in ${secs} s, $(ls "$run/artifacts" | wc -l) artifacts"
+  echo "fuzz: $t ok: ${n:-?} executions in ${tsecs} s, $(ls "$run/artifacts" | wc -l) artifacts"
 done
 exit $status

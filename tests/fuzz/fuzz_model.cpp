@@ -1,40 +1,15 @@
 // libFuzzer target for the trace reader and the model (the replay of events): arbitrary
 // bytes as a trace file through analyze(), without the reports, so it runs at thousands of
 // inputs per second (the long runs counted in docs/reliability.md use this target).
-// An InputError is the clean "bad input" answer; anything else that escapes is a finding,
-// as is any sanitizer report, a hang (-timeout) or memory beyond -rss_limit_mb.
+// Findings: anything but an InputError escaping, a sanitizer report, a hang (-timeout) or
+// memory beyond -rss_limit_mb.
 #include <cstdint>
 
-#include "analyzer/analysis.h"
-#include "analyzer/error.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/model_probe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static gpuheap::test::FuzzInput input;
-  gpuheap::AnalyzeOptions opt;
-  opt.progress = false;
-  opt.warn_truncated = false;
-  opt.timeline_buckets = 64;
-  try {
-    gpuheap::Analysis a = gpuheap::analyze({input.set(data, size)}, opt);
-    // Read what the reports read (per-device totals, OOMs, leaks, peak consumers, stacks of
-    // the leaks) so a model left inconsistent shows up under ASan/UBSan here.
-    const gpuheap::Model& m = *a.traces[0];
-    std::uint64_t sum = m.info.records + m.leaked_bytes;
-    for (const auto& d : m.devices) {
-      auto t = m.totals(d.device);
-      sum += static_cast<std::uint64_t>(t.requested + t.allocated + t.reserved + d.held);
-      for (const auto& c : d.peak_consumers) sum += m.sites.size() > c.stack ? m.sites[c.stack].allocs : c.bytes;
-    }
-    for (const auto& o : m.ooms) sum += o.model_held + o.top_live.size();
-    for (const auto& l : m.leaks) {
-      auto it = m.stacks.find(l.stack);
-      if (it != m.stacks.end()) sum += it->second.size();
-    }
-    volatile std::uint64_t keep = sum;
-    (void)keep;
-  } catch (const gpuheap::InputError&) {
-    // clean rejection
-  }
+  gpuheap::test::probe_model(input.set(data, size));
   return 0;
 }

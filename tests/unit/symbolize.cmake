@@ -1,4 +1,4 @@
-# Offline symbolizer (analyzer/symbolize.cpp) tests. Compiles symbolize.cpp directly so the
+# Offline symbolizer (analyzer/symbolize*.cpp, debuginfo.cpp) tests. Compiles them directly so the
 # tests do not depend on the rest of the analyzer library.
 include(GoogleTest)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
@@ -6,6 +6,7 @@ pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
 pkg_check_modules(LIBUNWIND REQUIRED IMPORTED_TARGET libunwind)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
+find_package(ZLIB REQUIRED)
 
 set(_symtest_data ${CMAKE_CURRENT_SOURCE_DIR}/symbolize_data)
 
@@ -27,7 +28,11 @@ target_link_options(symtest_nodebug PRIVATE -Wl,--build-id)
 add_executable(test_symbolize
   test_symbolize.cpp
   test_symbolize_perf.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/symbolize.cpp)
+  ${CMAKE_SOURCE_DIR}/analyzer/symbolize.cpp
+  ${CMAKE_SOURCE_DIR}/analyzer/symbolize_dwarf.cpp
+  ${CMAKE_SOURCE_DIR}/analyzer/debuginfo.cpp
+  ${CMAKE_SOURCE_DIR}/analyzer/safe_file.cpp
+  ${CMAKE_SOURCE_DIR}/analyzer/text_safe.cpp)
 # Exact call-site lines need unoptimized test code; the symbolizer itself keeps the build's
 # optimization level so the performance check measures what users run.
 set_source_files_properties(test_symbolize.cpp PROPERTIES COMPILE_OPTIONS "-O0;-g")
@@ -38,5 +43,5 @@ target_link_options(test_symbolize PRIVATE ${GPUHEAP_SAN_FLAGS} -Wl,--build-id)
 target_link_libraries(test_symbolize PRIVATE
   symtest_inline symtest_nodebug
   PkgConfig::LIBDW PkgConfig::LIBELF PkgConfig::LIBUNWIND
-  spdlog::spdlog fmt::fmt GTest::gtest Threads::Threads)
+  spdlog::spdlog fmt::fmt ZLIB::ZLIB ${CMAKE_DL_LIBS} GTest::gtest Threads::Threads)
 gtest_discover_tests(test_symbolize DISCOVERY_MODE PRE_TEST)
