@@ -21,22 +21,7 @@ namespace {
 
 constexpr std::uint64_t MiB = 1u << 20;
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout + stderr
-};
-
-Result sh(const std::string& args) {
-  std::string cmd = std::string(GPUHEAP_CLI) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+Result sh(const std::string& args) { return run(std::string(GPUHEAP_CLI) + " " + args); }
 
 TraceBuilder sample() {
   TraceBuilder b;

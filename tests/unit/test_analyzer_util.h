@@ -1,7 +1,12 @@
 // Builds synthetic traces in memory with format/trace.h's encoders, for analyzer tests.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
 
 #include <cstdint>
 #include <fstream>
@@ -12,6 +17,29 @@
 #include "format/trace.h"
 
 namespace gpuheap::test {
+
+// A shell command's exit status (128+N when killed by signal N) and its stdout + stderr.
+struct Result {
+  int code = -1;
+  std::string out;
+};
+inline Result run(const std::string& cmd) {
+  Result r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 using format::AllocKind;
 

@@ -26,26 +26,6 @@ constexpr std::uint64_t P1 = 0x9000000, P2 = 0x9100000;
 // A module path that is markup, CSV, JSON and folded-syntax at once.
 const char* kHostile = "/tmp/a;b,\"c\"\n<img src=x onerror=alert(1)>\xff.so";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-Result run(const std::string& cmd) {
-  Result r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 TraceBuilder sample() {
   TraceBuilder b;

@@ -30,26 +30,6 @@ constexpr std::uint64_t MiB = 1u << 20;
 const char* kHostileModule = "/tmp/<img src=x onerror=document.body.setAttribute('data-pwned','1')>.so";
 const char* kHostileCmd = "</script><script>document.body.setAttribute('data-pwned','1')</script>";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-Result run(const std::string& cmd) {
-  Result r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 std::string out_dir() {
   std::string d = GPUHEAP_TEST_OUT;
   ::mkdir(d.c_str(), 0755);
