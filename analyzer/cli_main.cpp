@@ -13,6 +13,7 @@
 #include "analyzer/check.h"
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
+#include "analyzer/replay.h"
 #include "analyzer/report.h"
 #include "analyzer/units.h"
 
@@ -87,6 +88,18 @@ int real_main(int argc, char** argv) {
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
   diff->add_flag("-q,--quiet", quiet, quiet_help);
 
+  // replay (analyzer/replay*.cpp): the trace through gpuheap's pool under other policies/limits.
+  ReplayCli rp;
+  auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
+  replay->add_option("trace", rp.trace)->required();
+  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., none");
+  replay->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
+  replay->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
+  replay->add_option("--sweep", rp.sweep, "Policies separated by ';': one table row per policy x limit");
+  replay->add_option("--limits", rp.limits, "Limits separated by ',' for the table");
+  replay->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
+  replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -133,6 +146,7 @@ int real_main(int argc, char** argv) {
     for (const auto& v : r.violations) std::printf("gpuheap check: FAIL: %s\n", v.c_str());
     return r.violations.empty() ? 0 : 1;
   }
+  if (*replay) return replay_command(rp);
   if (*diff) {
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);
