@@ -185,12 +185,31 @@ class Replayer {
     TraceReader rd(res_.trace);
     format::EventRecord ev;
     format::Record r;
-    for (;;) {
+    // Events wait kAhead records in a ring after their map slots were prefetched, so the
+    // cache misses of consecutive events overlap (the replay's cost is those misses). Any
+    // other record first drains the ring: order is kept.
+    Ahead ring[kAhead];
+    std::size_t head = 0, n = 0;
+    bool ok = true;
+    auto drain_one = [&] {
+      Ahead& a = ring[head];
+      head = (head + 1) % kAhead, --n;
+      return on_event(a.ev, a.index);
+    };
+    while (ok) {
       auto got = rd.next_any(ev, r);
       if (got == TraceReader::Got::none) break;
-      bool ok = got == TraceReader::Got::event ? on_event(ev, rd.records()) : on_record(r, rd.records());
-      if (!ok) break;  // out of memory under the limit: the job stops there
+      if (got == TraceReader::Got::event) {
+        if (n == kAhead) ok = drain_one();
+        prefetch(ev);
+        ring[(head + n) % kAhead] = {ev, rd.records()};
+        ++n;
+        continue;
+      }
+      while (ok && n) ok = drain_one();
+      if (ok) ok = on_record(r, rd.records());
     }
+    while (ok && n) ok = drain_one();  // !ok: out of memory under the limit, the job stops there
     res_.truncated = rd.truncated();
     for (auto& d : devs_) {
       if (d->pool) d->out.retries = d->segs.retries();
@@ -202,6 +221,17 @@ class Replayer {
   }
 
  private:
+  static constexpr std::size_t kAhead = 8;
+  struct Ahead {
+    format::EventRecord ev;
+    std::uint64_t index = 0;
+  };
+  void prefetch(const format::EventRecord& e) const {
+    if (e.type == RecordType::alloc) live_.prefetch(e.alloc.ptr);
+    else if (e.type == RecordType::free) live_.prefetch(e.free.ptr);
+    else if (e.type == RecordType::free_completed) pending_.prefetch(e.free_completed.ptr);
+  }
+
   DeviceSim& dev(int device, std::uint16_t* idx) {
     int& i = dev_index_[static_cast<std::uint16_t>(device)];
     if (i < 0) {
