@@ -62,7 +62,9 @@ int sweep(const ReplayCli& cli, const std::vector<ReplayPolicy>& policies, const
                         {"peak_reserved", d.reserved.peak},
                         {"peak_allocated", d.allocated.peak},
                         {"non_releasable_at_peak", d.non_releasable_at_peak},
-                        {"fits", lim ? nlohmann::json(!r.oom.hit) : nlohmann::json(nullptr)}});
+                        // this device / the whole job (another device may be the one that fails)
+                        {"fits", lim ? nlohmann::json(fits) : nlohmann::json(nullptr)},
+                        {"job_fits", lim ? nlohmann::json(!r.oom.hit) : nlohmann::json(nullptr)}});
       }
     }
   }

@@ -222,6 +222,18 @@ TEST(ReplayCli, ExitCodes) {
   Cmd sweep = cli("replay -q --sweep 'gpuheap;none' --limits 13MiB,16MiB " + path);
   EXPECT_EQ(sweep.status, 0) << sweep.out;
   EXPECT_NE(sweep.out.find("NO"), std::string::npos) << sweep.out;
+  Cmd sj = cli("replay -q --json --sweep 'gpuheap;none' --limits 13MiB,16MiB " + path);
+  ASSERT_EQ(sj.status, 0) << sj.out;
+  auto rows = nlohmann::json::parse(sj.out)["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  // 13 MiB cannot hold the 14 MiB request under either policy; 16 MiB can: gpuheap by its
+  // retry path, none because it caches nothing.
+  EXPECT_EQ(rows[0]["fits"], false);
+  EXPECT_EQ(rows[1]["fits"], true);
+  EXPECT_EQ(rows[1]["peak_reserved"], 14 * MiB);
+  EXPECT_EQ(rows[2]["fits"], false);
+  EXPECT_EQ(rows[3]["fits"], true);
+  EXPECT_EQ(rows[3]["peak_reserved"], 14 * MiB);
   Cmd min = cli("replay -q --find-min-limit " + path);
   EXPECT_EQ(min.status, 0) << min.out;
   EXPECT_NE(min.out.find("(14680064 B)"), std::string::npos) << min.out;
