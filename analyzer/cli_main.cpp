@@ -20,6 +20,7 @@
 #include "analyzer/debuginfo.h"
 #include "analyzer/error.h"
 #include "analyzer/export.h"
+#include "analyzer/replay.h"
 #include "analyzer/report.h"
 #include "analyzer/text_safe.h"
 #include "analyzer/units.h"
@@ -169,6 +170,19 @@ int real_main(int argc, char** argv) {
   add_debuginfod(xport, dopt);
   add_debuginfod(report, dopt);
 
+  // replay (analyzer/replay*.cpp): the trace through gpuheap's pool under other policies/limits.
+  ReplayCli rp;
+  auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
+  replay->add_option("trace", rp.trace)->required();
+  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., none");
+  replay->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
+  replay->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
+  replay->add_option("--sweep", rp.sweep, "Policies separated by ';': one table row per policy x limit");
+  replay->add_option("--limits", rp.limits, "Limits separated by ',' for the table");
+  replay->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
+  replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
+  add_debuginfod(replay, dopt);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -224,6 +238,7 @@ int real_main(int argc, char** argv) {
     flush_or_throw();
     return r.violations.empty() ? 0 : 1;
   }
+  if (*replay) return replay_command(rp);
   if (*diff) {
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);

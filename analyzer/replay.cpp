@@ -1,0 +1,436 @@
+// The replay engine of `gpuheap replay` (replay.h): one simulated device per trace device,
+// each with gpuheap's Pool on a fake upstream whose fences are the trace's free_completed
+// records. Reports (text/JSON), the policy parser and the limit bisection are in
+// replay_report.cpp.
+#include "analyzer/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+
+#include "analyzer/flat_map.h"
+#include "analyzer/model.h"
+#include "analyzer/reader.h"
+#include "analyzer/report.h"
+#include "analyzer/symbolize.h"
+#include "format/decode.h"
+
+namespace gpuheap {
+namespace {
+
+using format::AllocKind;
+using format::RecordType;
+constexpr std::uint64_t kDriverGranularity = std::uint64_t{2} << 20;  // cudaMalloc's 2 MiB
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
+
+// "The GPU" of one device: segments are fake addresses (never memory: a 100 GiB trace
+// replays in a few MB), the limit is the device cap, and a fence is done when the trace
+// says the freed block completed (or when the pool waits for it: the host blocking on the
+// GPU, as fence_wait does in-process).
+class SimUpstream final : public detail::Upstream {
+ public:
+  explicit SimUpstream(ReplayDevice* out, std::uint64_t limit) : out_(out), limit_(limit) {}
+
+  void* allocate(std::size_t bytes) noexcept override {
+    if (limit_ && (bytes > limit_ || reserved_ + other_ > limit_ - bytes)) return nullptr;
+    // Addresses are never handed out twice: 2^64 bytes of segment churn cannot occur.
+    std::uint64_t a = next_;
+    next_ += round_up(bytes, kDriverGranularity);
+    reserved_ += bytes;
+    out_->reserved.add(static_cast<std::int64_t>(bytes));
+    held_changed();
+    return reinterpret_cast<void*>(a);
+  }
+  void deallocate(void* /*p*/, std::size_t bytes) noexcept override {
+    reserved_ -= bytes;
+    out_->reserved.add(-static_cast<std::int64_t>(bytes));
+  }
+  Fence fence_record() noexcept override {
+    fences_.push_back(0);
+    return base_ + fences_.size();
+  }
+  bool fence_done(Fence f) noexcept override { return f <= base_ || (fences_[f - base_ - 1] & kDone); }
+  void fence_wait(Fence f) noexcept override { complete(f); }
+  void fence_release(Fence f) noexcept override {
+    if (f <= base_) return;
+    fences_[f - base_ - 1] |= kReleased;
+    // The pool releases fences oldest first, so the front is dropped at once.
+    while (!fences_.empty() && (fences_.front() & kReleased)) fences_.pop_front(), ++base_;
+  }
+  std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
+
+  void complete(Fence f) noexcept {
+    if (f > base_) fences_[f - base_ - 1] |= kDone;
+  }
+  Fence last_fence() const { return base_ + fences_.size(); }
+  // Device memory of kinds the pool does not serve: charged against the limit.
+  void charge_other(std::int64_t d) {
+    other_ += static_cast<std::uint64_t>(d);
+    if (d > 0) held_changed();
+  }
+  bool fits(std::uint64_t bytes) const {
+    return !limit_ || (bytes <= limit_ && reserved_ + other_ <= limit_ - bytes);
+  }
+  std::uint64_t reserved() const { return reserved_; }
+
+ private:
+  static constexpr std::uint8_t kDone = 1, kReleased = 2;
+  void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
+  ReplayDevice* out_;
+  std::uint64_t limit_, reserved_ = 0, other_ = 0;
+  std::uint64_t next_ = std::uint64_t{1} << 40;
+  std::deque<std::uint8_t> fences_;
+  Fence base_ = 0;  // fences <= base_ are released (and done)
+};
+
+// Segments of one replayed pool, for what PoolStats does not say: the free bytes pinned by
+// live blocks (non-releasable: empty_cache cannot give them back).
+class SegTracker final : public detail::PoolObserver {
+ public:
+  void on_segment_alloc(void* p, std::size_t n, bool /*small*/) noexcept override {
+    auto a = reinterpret_cast<std::uint64_t>(p);
+    std::uint32_t slot;
+    if (!free_.empty()) slot = free_.back(), free_.pop_back();
+    else slot = static_cast<std::uint32_t>(segs_.size()), segs_.emplace_back();
+    segs_[slot] = {a, n, 0, 0};
+    auto it = std::lower_bound(starts_.begin(), starts_.end(), a);  // usually the end
+    slots_.insert(slots_.begin() + (it - starts_.begin()), slot);
+    starts_.insert(it, a);
+  }
+  void on_segment_free(void* p, std::size_t /*n*/, bool /*small*/) noexcept override {
+    auto a = reinterpret_cast<std::uint64_t>(p);
+    auto it = std::lower_bound(starts_.begin(), starts_.end(), a);
+    auto i = it - starts_.begin();
+    free_.push_back(slots_[static_cast<std::size_t>(i)]);
+    slots_.erase(slots_.begin() + i);
+    starts_.erase(it);
+  }
+  void on_retry(std::size_t /*requested*/) noexcept override { ++retries_; }
+
+  std::uint32_t find(std::uint64_t a) const {
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), a);
+    return slots_[static_cast<std::size_t>(it - starts_.begin() - 1)];
+  }
+  // Σ over segments with a live block of (size - live bytes), kept per event.
+  void add(std::uint32_t slot, std::uint64_t n) {
+    Seg& s = segs_[slot];
+    if (s.live++ == 0) non_releasable_ += s.size - n;
+    else non_releasable_ -= n;
+    s.live_bytes += n;
+  }
+  void remove(std::uint32_t slot, std::uint64_t n) {
+    Seg& s = segs_[slot];
+    s.live_bytes -= n;
+    if (--s.live == 0) non_releasable_ -= s.size - n;
+    else non_releasable_ += n;
+  }
+  std::uint64_t non_releasable() const { return non_releasable_; }
+  std::size_t count() const { return starts_.size(); }
+  std::uint64_t retries() const { return retries_; }
+
+ private:
+  struct Seg {
+    std::uint64_t base = 0, size = 0, live_bytes = 0;
+    std::uint32_t live = 0;
+  };
+  std::vector<Seg> segs_;
+  std::vector<std::uint32_t> free_;
+  std::vector<std::uint64_t> starts_;  // sorted
+  std::vector<std::uint32_t> slots_;   // parallel to starts_
+  std::uint64_t non_releasable_ = 0, retries_ = 0;
+};
+
+struct DeviceSim {
+  DeviceSim(int device, const ReplayOptions& o) : up(&out, o.limit), none(o.policy.kind == ReplayPolicy::Kind::none) {
+    out.device = device;
+    if (!none) {
+      detail::PoolConfig cfg = o.policy.pool;
+      cfg.seal_interval_ns = 0;  // one fence per free: each completes on its own record
+      cfg.unsafe_reuse = false;
+      cfg.limit = 0;             // the upstream is the cap, as in-process
+      pool = std::make_unique<detail::Pool>(up, cfg, &segs);
+    }
+  }
+  ReplayDevice out;
+  SimUpstream up;
+  SegTracker segs;
+  std::unique_ptr<detail::Pool> pool;
+  bool none;
+  std::uint64_t none_segments = 0, snap_reserved = 0;
+  std::int64_t recorded_reserved = 0;
+};
+
+struct Live {
+  std::uint64_t addr = 0, requested = 0, size = 0;
+  std::uint32_t seg = 0;
+  std::uint16_t dev = 0;
+  std::uint8_t passthrough = 0;
+};
+struct Pending {
+  std::uint64_t fence = 0;
+  std::uint16_t dev = 0;
+};
+
+class Replayer {
+ public:
+  Replayer(const std::string& path, const ReplayOptions& o) : opt_(o), model_(path), dev_index_(65536, -1) {
+    res_.trace = path, res_.policy = o.policy.name, res_.limit = o.limit;
+  }
+
+  ReplayResult run() {
+    auto t0 = std::chrono::steady_clock::now();
+    TraceReader rd(res_.trace);
+    format::EventRecord ev;
+    format::Record r;
+    // Events wait kAhead records in a ring after their map slots were prefetched, so the
+    // cache misses of consecutive events overlap (the replay's cost is those misses). Any
+    // other record first drains the ring: order is kept.
+    Ahead ring[kAhead];
+    std::size_t head = 0, n = 0;
+    bool ok = true;
+    auto drain_one = [&] {
+      Ahead& a = ring[head];
+      head = (head + 1) % kAhead, --n;
+      return on_event(a.ev, a.index);
+    };
+    while (ok) {
+      auto got = rd.next_any(ev, r);
+      if (got == TraceReader::Got::none) break;
+      if (got == TraceReader::Got::event) {
+        if (n == kAhead) ok = drain_one();
+        prefetch(ev);
+        ring[(head + n) % kAhead] = {ev, rd.records()};
+        ++n;
+        continue;
+      }
+      while (ok && n) ok = drain_one();
+      if (ok) ok = on_record(r, rd.records());
+    }
+    while (ok && n) ok = drain_one();  // !ok: out of memory under the limit, the job stops there
+    res_.truncated = rd.truncated();
+    for (auto& d : devs_) {
+      if (d->pool) d->out.retries = d->segs.retries();
+      res_.devices.push_back(std::move(d->out));
+    }
+    std::sort(res_.devices.begin(), res_.devices.end(), [](auto& a, auto& b) { return a.device < b.device; });
+    res_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::move(res_);
+  }
+
+ private:
+  static constexpr std::size_t kAhead = 8;
+  struct Ahead {
+    format::EventRecord ev;
+    std::uint64_t index = 0;
+  };
+  void prefetch(const format::EventRecord& e) const {
+    if (e.type == RecordType::alloc) live_.prefetch(e.alloc.ptr);
+    else if (e.type == RecordType::free) live_.prefetch(e.free.ptr);
+    else if (e.type == RecordType::free_completed) pending_.prefetch(e.free_completed.ptr);
+  }
+
+  DeviceSim& dev(int device, std::uint16_t* idx) {
+    int& i = dev_index_[static_cast<std::uint16_t>(device)];
+    if (i < 0) {
+      i = static_cast<int>(devs_.size());
+      devs_.push_back(std::make_unique<DeviceSim>(device, opt_));
+    }
+    *idx = static_cast<std::uint16_t>(i);
+    return *devs_[static_cast<std::size_t>(i)];
+  }
+  static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
+  // Other device kinds live in their own key space (a VMM handle may equal an address).
+  static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
+    return ptr ^ (static_cast<std::uint64_t>(k) << 56);
+  }
+
+  bool on_record(const format::Record& r, std::uint64_t index) {
+    switch (r.type) {
+      case RecordType::process: mono0_ = r.process.mono_ns; break;
+      case RecordType::device: {
+        std::uint16_t i;
+        dev(r.device.device, &i).out.name = std::string(r.device.name);
+        break;
+      }
+      case RecordType::stack:
+      case RecordType::module:
+      case RecordType::py_code: model_.feed(r); break;  // for the failing event's stack
+      case RecordType::alloc:
+      case RecordType::free:
+      case RecordType::free_completed:
+      case RecordType::segment_alloc:
+      case RecordType::segment_free: {
+        format::EventRecord ev;
+        ev.type = r.type;
+        if (r.type == RecordType::alloc) ev.alloc = r.alloc;
+        else if (r.type == RecordType::free) ev.free = r.free;
+        else if (r.type == RecordType::free_completed) ev.free_completed = r.free_completed;
+        else ev.segment = r.segment;
+        return on_event(ev, index);
+      }
+      case RecordType::empty_cache: {
+        // What the program (gpuheap_empty_cache) or its settings (GPUHEAP_RELEASE_THRESHOLD)
+        // asked for is asked again; the OOM path's releases happen by themselves, and the
+        // exit-time release changes no peak.
+        std::uint16_t i;
+        DeviceSim& d = dev(r.empty_cache.device, &i);
+        if (!d.pool) break;
+        if (r.empty_cache.reason == format::EmptyCacheReason::api) d.pool->empty_cache(format::EmptyCacheReason::api);
+        else if (r.empty_cache.reason == format::EmptyCacheReason::threshold)
+          d.pool->trim(format::EmptyCacheReason::threshold);
+        break;
+      }
+      default: break;
+    }
+    return true;
+  }
+
+  bool on_event(const format::EventRecord& e, std::uint64_t index) {
+    switch (e.type) {
+      case RecordType::alloc: ++res_.events; return on_alloc(e.alloc, index);
+      case RecordType::free: ++res_.events, on_free(e.free); break;
+      case RecordType::free_completed: {
+        ++res_.events;
+        if (Pending* p = pending_.find(e.free_completed.ptr)) {
+          devs_[p->dev]->up.complete(p->fence);
+          pending_.erase(e.free_completed.ptr);
+        }
+        break;
+      }
+      case RecordType::segment_alloc:
+      case RecordType::segment_free: {
+        std::uint16_t i;
+        DeviceSim& d = dev(e.segment.device, &i);
+        d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) * static_cast<std::int64_t>(e.segment.size);
+        d.out.recorded_reserved_peak =
+            std::max<std::uint64_t>(d.out.recorded_reserved_peak, static_cast<std::uint64_t>(std::max<std::int64_t>(d.recorded_reserved, 0)));
+        break;
+      }
+      default: break;
+    }
+    return true;
+  }
+
+  bool on_alloc(const format::AllocRecord& a, std::uint64_t index) {
+    std::uint16_t di;
+    DeviceSim& d = dev(a.device, &di);
+    if (!pool_kind(a.kind)) {
+      ++res_.other_kind_events;
+      if (!format::holds_device_memory(a.kind)) return true;
+      bool inserted = false;
+      std::uint64_t& held = other_.get(other_key(a.ptr, a.kind), &inserted);
+      if (!inserted) d.up.charge_other(-static_cast<std::int64_t>(held));
+      held = a.size;
+      d.up.charge_other(static_cast<std::int64_t>(a.size));
+      return true;
+    }
+    if (live_.find(a.ptr)) return true;  // recorded twice without a free: a corrupt trace
+    Live l;
+    l.requested = a.requested, l.dev = di, l.passthrough = a.kind == AllocKind::device_passthrough;
+    if (d.none) {
+      l.size = round_up(a.requested ? a.requested : 1, kDriverGranularity);
+      if (!d.up.fits(l.size)) return oom(d, a, index, 0);
+      d.out.reserved.add(static_cast<std::int64_t>(l.size));
+      d.up.charge_other(static_cast<std::int64_t>(l.size));  // the driver's bytes count as held
+      ++d.none_segments;
+    } else {
+      detail::PoolBlock b;
+      if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
+        return oom(d, a, index, d.pool->stats().largest_free);
+      }
+      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), l.size = b.size;
+      l.seg = d.segs.find(l.addr);
+      d.segs.add(l.seg, b.size);
+    }
+    d.out.allocated.add(static_cast<std::int64_t>(l.size));
+    d.out.requested.add(static_cast<std::int64_t>(l.requested));
+    live_.get(a.ptr) = l;
+    std::uint64_t reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
+    if (reserved > d.snap_reserved) {  // a new peak of reserved bytes: what it looked like then
+      d.snap_reserved = reserved;
+      if (d.none) {
+        d.out.segments_at_peak = d.none_segments;
+      } else {
+        d.out.non_releasable_at_peak = d.segs.non_releasable();
+        d.out.largest_free_at_peak = d.pool->stats().largest_free;
+        d.out.segments_at_peak = d.segs.count();
+      }
+    }
+    return true;
+  }
+
+  void on_free(const format::FreeRecord& f) {
+    if (f.flags & format::kFlagFailed) return;  // the call failed: nothing was freed
+    if (!pool_kind(f.kind)) {
+      ++res_.other_kind_events;
+      std::uint64_t k = other_key(f.ptr, f.kind);
+      if (std::uint64_t* held = other_.find(k)) {
+        std::uint16_t di;
+        dev(f.device, &di).up.charge_other(-static_cast<std::int64_t>(*held));
+        other_.erase(k);
+      }
+      return;
+    }
+    Live* lp = live_.find(f.ptr);
+    if (!lp) {
+      ++res_.unmatched_frees;
+      return;
+    }
+    Live l = *lp;
+    live_.erase(f.ptr);
+    DeviceSim& d = *devs_[l.dev];
+    d.out.allocated.add(-static_cast<std::int64_t>(l.size));
+    d.out.requested.add(-static_cast<std::int64_t>(l.requested));
+    if (d.none) {  // cudaFree: back to the driver at once
+      d.out.reserved.add(-static_cast<std::int64_t>(l.size));
+      d.up.charge_other(-static_cast<std::int64_t>(l.size));
+      --d.none_segments;
+      return;
+    }
+    detail::Upstream::Fence before = d.up.last_fence();
+    std::size_t size = 0;
+    if (!d.pool->deallocate(reinterpret_cast<void*>(l.addr), &size))
+      throw std::logic_error("replay: the pool does not know a block it handed out");
+    d.segs.remove(l.seg, size);
+    detail::Upstream::Fence f_id = d.up.last_fence();
+    if (f_id == before) throw std::logic_error("replay: a free recorded no fence");
+    // A pass-through cudaFree synchronized the device: reusable at once. A pooled free is
+    // reusable when the trace's free_completed for it appears.
+    if (l.passthrough) d.up.complete(f_id);
+    else pending_.get(f.ptr) = {f_id, l.dev};
+  }
+
+  bool oom(DeviceSim& d, const format::AllocRecord& a, std::uint64_t index, std::uint64_t largest_free) {
+    ReplayOom& o = res_.oom;
+    o.hit = true, o.device = a.device, o.event_index = index, o.requested = a.requested;
+    o.ts_ns = a.ts >= mono0_ ? a.ts - mono0_ : 0;
+    o.reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
+    o.allocated = static_cast<std::uint64_t>(d.out.allocated.current);
+    o.largest_free = largest_free;
+    o.stack = a.stack;
+    if (a.stack) {
+      StackResolver sr(model_, false);
+      for (const Frame& f : sr.frames(a.stack)) o.frames.push_back(Symbolizer::format_frame(f));
+    }
+    return false;
+  }
+
+  const ReplayOptions& opt_;
+  ReplayResult res_;
+  Model model_;  // stacks, modules and Python code only: what StackResolver needs
+  std::vector<int> dev_index_;  // by u16(device)
+  std::vector<std::unique_ptr<DeviceSim>> devs_;
+  detail::FlatMap<Live> live_;         // trace address -> replayed block
+  detail::FlatMap<Pending> pending_;   // trace address of a pooled free -> its fence
+  detail::FlatMap<std::uint64_t> other_;  // other device kinds: bytes held
+  std::uint64_t mono0_ = 0;
+};
+
+}  // namespace
+
+ReplayResult replay_trace(const std::string& path, const ReplayOptions& opt) { return Replayer(path, opt).run(); }
+
+}  // namespace gpuheap

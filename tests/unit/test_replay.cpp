@@ -1,0 +1,240 @@
+// gpuheap replay (analyzer/replay*.cpp) on synthetic traces: fences follow free_completed,
+// the none policy's figures, the limit and the pool's retry path, the minimal limit, policy
+// parsing and the CLI's exit codes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "analyzer/error.h"
+#include "analyzer/replay.h"
+#include "tests/unit/test_analyzer_util.h"
+
+using namespace gpuheap;
+using gpuheap::test::TraceBuilder;
+
+namespace {
+constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
+constexpr std::uint64_t kA = 0x7f0000000000, kB = 0x7f0010000000;
+
+ReplayResult replay(const TraceBuilder& b, const std::string& name, const std::string& policy = "gpuheap",
+                    std::uint64_t limit = 0) {
+  ReplayOptions o;
+  o.policy = parse_policy(policy);
+  o.limit = limit;
+  return replay_trace(b.write(name), o);
+}
+
+// 10 MiB (own segment), freed, then 10 MiB again; `complete` records the first block's
+// free_completed before the second request.
+TraceBuilder reuse_trace(bool complete, format::AllocKind kind = format::AllocKind::device_pooled) {
+  TraceBuilder b;
+  b.alloc(kA, 10 * MiB, 10 * MiB, 0, kind);
+  b.free(kA, kind);
+  if (complete && kind == format::AllocKind::device_pooled) b.completed(kA);
+  b.alloc(kB, 10 * MiB, 10 * MiB, 0, kind);
+  b.free(kB, kind);
+  b.end();
+  return b;
+}
+
+// A 20 MiB large-pool segment: Z [0, 8), X [8, 16), free [16, 20). X is freed, then 9 MiB is
+// asked for: only X coalesced with the free tail can hold it, and only once X completed.
+TraceBuilder coalesce_trace(bool complete) {
+  TraceBuilder b;
+  b.alloc(kA, 8 * MiB, 8 * MiB);
+  b.alloc(kB, 8 * MiB, 8 * MiB);
+  b.free(kB);
+  if (complete) b.completed(kB);
+  b.alloc(kB + MiB, 9 * MiB, 9 * MiB);
+  b.end();
+  return b;
+}
+
+// 12 MiB in its own segment, freed and completed, then 14 MiB: it cannot reuse the 12 MiB
+// segment, so unlimited it reserves 26 MiB; under a 16 MiB limit only the pool's OOM path
+// (release the free segment, retry) makes it fit.
+TraceBuilder retry_trace() {
+  TraceBuilder b;
+  b.alloc(kA, 12 * MiB, 12 * MiB);
+  b.free(kA);
+  b.completed(kA);
+  b.alloc(kB, 14 * MiB, 14 * MiB);
+  b.free(kB);
+  b.completed(kB);
+  b.end();
+  return b;
+}
+
+struct Cmd {
+  int status = -1;
+  std::string out;
+};
+Cmd cli(const std::string& args) {
+  Cmd c;
+  FILE* p = ::popen((std::string(GPUHEAP_CLI) + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return c;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) c.out.append(buf, n);
+  int st = ::pclose(p);
+  c.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return c;
+}
+}  // namespace
+
+TEST(ReplayPolicy, Parses) {
+  ReplayPolicy d = parse_policy("gpuheap");
+  EXPECT_EQ(d.kind, ReplayPolicy::Kind::gpuheap);
+  EXPECT_EQ(d.pool.round, detail::PoolConfig{}.round);
+  EXPECT_EQ(d.pool.max_split_size, detail::PoolConfig{}.max_split_size);
+  ReplayPolicy p = parse_policy("gpuheap:max_split=64MiB, round=1KiB,large_segment=40MiB");
+  EXPECT_EQ(p.pool.max_split_size, 64 * MiB);
+  EXPECT_EQ(p.pool.round, KiB);
+  EXPECT_EQ(p.pool.large_segment, 40 * MiB);
+  EXPECT_EQ(p.pool.small_segment, detail::PoolConfig{}.small_segment);
+  EXPECT_EQ(parse_policy("none").kind, ReplayPolicy::Kind::none);
+  for (const char* bad : {"pytorch", "gpuheap:bogus=1", "gpuheap:round=pow2:4", "gpuheap:round=0", "gpuheap:max_split",
+                          "gpuheap:round=12parsecs", "gpuheapx"})
+    EXPECT_THROW(parse_policy(bad), UsageError) << bad;
+}
+
+TEST(Replay, FreedBlockIsReusableOnlyAfterItsFreeCompleted) {
+  ReplayResult pending = replay(coalesce_trace(false), "pending.trace");
+  ASSERT_EQ(pending.devices.size(), 1u);
+  EXPECT_EQ(pending.devices[0].reserved.peak, static_cast<std::int64_t>(40 * MiB));  // could not reuse: grew
+  EXPECT_EQ(pending.devices[0].segments_at_peak, 2u);
+  ReplayResult done = replay(coalesce_trace(true), "done.trace");
+  EXPECT_EQ(done.devices[0].reserved.peak, static_cast<std::int64_t>(20 * MiB));
+  EXPECT_EQ(done.devices[0].segments_at_peak, 1u);
+  EXPECT_EQ(done.devices[0].allocated.allocated, static_cast<std::int64_t>(25 * MiB));
+  EXPECT_EQ(done.devices[0].requested.peak, static_cast<std::int64_t>(17 * MiB));
+  EXPECT_EQ(done.events, 5u);
+  EXPECT_FALSE(done.oom.hit);
+}
+
+// gpuheap's pool waits for pending frees rather than grow when they could serve the request
+// (pool_impl.h miss()): the replay does the same, so the trace's missing free_completed
+// does not make it grow.
+TEST(Replay, PendingBytesThatCouldServeAreWaitedFor) {
+  EXPECT_EQ(replay(reuse_trace(false), "wait.trace").devices.at(0).reserved.peak, static_cast<std::int64_t>(10 * MiB));
+}
+
+// A cudaFree with the pool off synchronized the device: no free_completed is needed.
+TEST(Replay, PassThroughFreeCompletesAtOnce) {
+  ReplayResult r = replay(reuse_trace(false, format::AllocKind::device_passthrough), "pt.trace");
+  EXPECT_EQ(r.devices.at(0).reserved.peak, static_cast<std::int64_t>(10 * MiB));
+}
+
+TEST(Replay, PeakLayout) {
+  TraceBuilder b;
+  b.alloc(kA, 1000, 1024);           // small pool: 2 MiB segment, 1 KiB block
+  b.alloc(kB, MiB + 1, MiB + 512);   // large: a 20 MiB segment, split
+  b.end();
+  ReplayResult r = replay(b, "layout.trace");
+  const ReplayDevice& d = r.devices.at(0);
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>(22 * MiB));
+  EXPECT_EQ(d.allocated.peak, static_cast<std::int64_t>(KiB + MiB + 512));
+  EXPECT_EQ(d.non_releasable_at_peak, (2 * MiB - KiB) + (20 * MiB - MiB - 512));
+  EXPECT_EQ(d.largest_free_at_peak, 19 * MiB - 512);
+  EXPECT_EQ(d.segments_at_peak, 2u);
+}
+
+// `none`: every request its own driver allocation, rounded up to 2 MiB, released at free.
+TEST(Replay, NonePolicyFiguresMatchAnIndependentCount) {
+  TraceBuilder b;
+  const std::uint64_t sizes[] = {1, 2 * MiB, 2 * MiB + 1, 5 * MiB, 100, 7 * MiB + 3, 64 * MiB};
+  std::map<std::uint64_t, std::uint64_t> live;
+  std::uint64_t cur = 0, peak = 0, peak_count = 0, total = 0;
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    std::uint64_t ptr = kA + i * 256 * MiB;
+    b.alloc(ptr, sizes[i], sizes[i]);
+    std::uint64_t r = (sizes[i] + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+    live[ptr] = r, cur += r, total += r;
+    if (cur > peak) peak = cur, peak_count = live.size();
+    if (i % 3 == 1) {  // free every third, right away
+      b.free(ptr);
+      b.completed(ptr);
+      cur -= live[ptr];
+      live.erase(ptr);
+    }
+  }
+  b.end();
+  ReplayResult r = replay(b, "none.trace", "none");
+  const ReplayDevice& d = r.devices.at(0);
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>(peak));
+  EXPECT_EQ(d.reserved.current, static_cast<std::int64_t>(cur));
+  EXPECT_EQ(d.reserved.allocated, static_cast<std::int64_t>(total));
+  EXPECT_EQ(d.segments_at_peak, peak_count);
+  EXPECT_EQ(d.largest_free_at_peak, 0u);
+  // Under a limit one 2 MiB granule below the peak, `none` fails at the request that made it.
+  ReplayResult lim = replay(b, "none.trace", "none", peak - 2 * MiB);
+  EXPECT_TRUE(lim.oom.hit);
+  EXPECT_EQ(lim.oom.requested, 64 * MiB);
+}
+
+// Under a limit the pool's own OOM path runs: wait for the fences, give fully free segments
+// back, retry once.
+TEST(Replay, LimitUsesThePoolsReleaseAndRetry) {
+  TraceBuilder b = retry_trace();
+  EXPECT_EQ(replay(b, "retry.trace").devices.at(0).reserved.peak, static_cast<std::int64_t>(26 * MiB));
+  ReplayResult fits = replay(b, "retry.trace", "gpuheap", 16 * MiB);
+  EXPECT_FALSE(fits.oom.hit);
+  EXPECT_EQ(fits.devices.at(0).retries, 1u);
+  EXPECT_EQ(fits.devices.at(0).reserved.peak, static_cast<std::int64_t>(14 * MiB));
+  ReplayResult oom = replay(b, "retry.trace", "gpuheap", 13 * MiB);
+  ASSERT_TRUE(oom.oom.hit);
+  EXPECT_EQ(oom.oom.requested, 14 * MiB);
+  EXPECT_EQ(oom.oom.event_index, 6u);  // 1-based: process, device, alloc, free, completed, alloc
+  EXPECT_EQ(oom.oom.reserved, 0u);     // the retry gave the 12 MiB segment back first
+  EXPECT_EQ(oom.oom.ts_ns, 4 * 1000u);  // the 4th event; TraceBuilder ticks 1 us per event
+}
+
+TEST(Replay, FindMinLimitBisects) {
+  std::string path = retry_trace().write("min.trace");
+  ReplayOptions o;
+  MinLimit m = find_min_limit(path, o, 2 * MiB);
+  EXPECT_EQ(m.limit, 14 * MiB);  // 12 MiB cannot hold the 14 MiB request; 14 can, by the retry
+  EXPECT_FALSE(m.at_limit.oom.hit);
+  EXPECT_GT(m.replays, 1);
+}
+
+TEST(ReplayCli, ExitCodes) {
+  std::string path = retry_trace().write("cli.trace");
+  EXPECT_EQ(cli("replay -q " + path).status, 0);
+  Cmd oom = cli("replay -q --limit 13MiB " + path);
+  EXPECT_EQ(oom.status, 1) << oom.out;
+  EXPECT_NE(oom.out.find("OUT OF MEMORY on device 0"), std::string::npos) << oom.out;
+  EXPECT_EQ(cli("replay -q --limit 16MiB " + path).status, 0);
+  for (const char* bad : {"--policy pytorchish", "--policy gpuheap:nope=1", "--policy gpuheap:round=pow2:4",
+                          "--limit lots", "--find-min-limit --limit 1GiB"}) {
+    Cmd c = cli(std::string("replay -q ") + bad + " " + path);
+    EXPECT_EQ(c.status, 2) << bad << ": " << c.out;
+  }
+  Cmd js = cli("replay -q --json " + path);
+  ASSERT_EQ(js.status, 0) << js.out;
+  auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["schema"], "gpuheap.replay/1");
+  EXPECT_EQ(j["devices"][0]["reserved_bytes"]["peak"], 26 * MiB);
+  EXPECT_EQ(j["devices"][0]["reserved_bytes"]["freed"], 0);
+  EXPECT_EQ(j["devices"][0]["allocated_bytes"]["freed"], 26 * MiB);
+  EXPECT_EQ(j["oom"]["would_oom"], false);
+  Cmd sweep = cli("replay -q --sweep 'gpuheap;none' --limits 13MiB,16MiB " + path);
+  EXPECT_EQ(sweep.status, 0) << sweep.out;
+  EXPECT_NE(sweep.out.find("NO"), std::string::npos) << sweep.out;
+  Cmd sj = cli("replay -q --json --sweep 'gpuheap;none' --limits 13MiB,16MiB " + path);
+  ASSERT_EQ(sj.status, 0) << sj.out;
+  auto rows = nlohmann::json::parse(sj.out)["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  // 13 MiB cannot hold the 14 MiB request under either policy; 16 MiB can: gpuheap by its
+  // retry path, none because it caches nothing.
+  EXPECT_EQ(rows[0]["fits"], false);
+  EXPECT_EQ(rows[1]["fits"], true);
+  EXPECT_EQ(rows[1]["peak_reserved"], 14 * MiB);
+  EXPECT_EQ(rows[2]["fits"], false);
+  EXPECT_EQ(rows[3]["fits"], true);
+  EXPECT_EQ(rows[3]["peak_reserved"], 14 * MiB);
+  Cmd min = cli("replay -q --find-min-limit " + path);
+  EXPECT_EQ(min.status, 0) << min.out;
+  EXPECT_NE(min.out.find("(14680064 B)"), std::string::npos) << min.out;
+}
