@@ -288,6 +288,24 @@ def case_torch_python_lines(ctx):
     return bool(fwd) and bool(optim) and bool(with_native) and forward_lines_ok, res
 
 
+def case_replay_truth(ctx):
+    """Issue 15: `gpuheap replay` of a PyTorch job recorded with the pool on (NO_CACHING: every
+    tensor through gpuheap's pool) reproduces the recorded peak reserved bytes exactly."""
+    res, ok = {}, True
+    for model in ("gpt", "cnn"):
+        _, tr = ctx.torch(f"{model}_nocache", model, env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        p = subprocess.run([gh.CLI, "replay", "--json", "-q", tr], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"gpuheap replay {tr} exited {p.returncode}: {p.stderr[-2000:]}")
+        r = json.loads(p.stdout)
+        dev = [d for d in r["devices"] if d.get("device", 0) >= 0][0]
+        recorded = gh.gpu_device(gh.summary_json(tr))["reserved_bytes"]["peak"]
+        res[model] = {"replayed_reserved_peak": dev["reserved_bytes"]["peak"], "recorded_reserved_peak": recorded,
+                      "events": r["events"], "unmatched_frees": r.get("unmatched_frees")}
+        ok &= dev["reserved_bytes"]["peak"] == recorded
+    return ok, res
+
+
 def case_real_trace(ctx):
     """A small real training trace to ship (examples/traces): summary must read it."""
     j, tr = ctx.torch("gpt_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
@@ -350,7 +368,7 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("cupy", case_cupy), ("jax", case_jax), ("cpp_static_shared", case_cpp),
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
          ("real_trace", case_real_trace), ("limit", case_limit),
-         ("torch_python_lines", case_torch_python_lines),
+         ("torch_python_lines", case_torch_python_lines), ("replay_truth", case_replay_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS))]
 
 
