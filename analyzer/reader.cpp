@@ -46,44 +46,52 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     if (why.find("regular file") != std::string::npos) throw InputError(fmt::format("{}: {}", path, why));
     throw InputError(fmt::format("{}: cannot open: {}", path, why));
   }
-  unsigned char head[4] = {0, 0, 0, 0};
-  ssize_t got = file_size_ >= 4 ? ::pread(fd_, head, 4, 0) : 0;
-  if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  compressed_ = got == 4 && std::memcmp(head, kZstdMagic, 4) == 0;
-  // Small first: a small trace (a plain one its size, a zstd one up to 256 KiB of data) is
-  // read whole into a small window, so thousands of small traces a second (the fuzzer) need
-  // not each allocate megabytes. The window grows to its full size at the first refill that
-  // did not reach the end, or when a frame fills it.
-  cap_ = static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, compressed_ ? 256u << 10 : file_size_ + 64));
-  window_.reset(new unsigned char[cap_]);  // uninitialized
-  buf_ = window_.get();
-  if (compressed_) {
-    z_ = std::make_unique<Zstd>();
-    z_->ctx = ZSTD_createDCtx();
-    z_->in.resize(static_cast<std::size_t>(std::clamp<std::uint64_t>(file_size_, 4096, kInChunk)));
-  }
-  while (len_ < format::kFileHeaderSize && refill()) {
-  }
-  std::uint16_t version = 0;
-  auto hs = format::decode_file_header(buf_, len_, &version);
-  switch (hs) {
-    case format::HeaderStatus::ok: pos_ = format::kFileHeaderSize; break;
-    case format::HeaderStatus::not_a_trace:
-      throw NotATraceError(fmt::format("{}: not a gpuheap trace (bad magic)", path));
-    case format::HeaderStatus::newer_version:
-      throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})",
-                                     path, version, format::kFormatVersion));
-    case format::HeaderStatus::short_file:
-      // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
-      // before writing, a wrong path). Every command refuses it rather than report on it.
-      if (compressed_)
-        throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream {}decompresses to {} bytes, "
-                                         "shorter than the {}-byte header)",
-                                         path, z_->last_rc != 0 || z_->error ? "is cut short and " : "", len_,
-                                         format::kFileHeaderSize));
-      throw EmptyTraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
-                                     : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
-                                                   path, len_, format::kFileHeaderSize));
+  // A constructor that throws runs no destructor: the fd must be closed here (the fuzzer,
+  // which opens thousands of bad headers per second, ran out of descriptors).
+  try {
+    unsigned char head[4] = {0, 0, 0, 0};
+    ssize_t got = file_size_ >= 4 ? ::pread(fd_, head, 4, 0) : 0;
+    if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+    compressed_ = got == 4 && std::memcmp(head, kZstdMagic, 4) == 0;
+    // Small first: a small trace (a plain one its size, a zstd one up to 256 KiB of data) is
+    // read whole into a small window, so thousands of small traces a second (the fuzzer) need
+    // not each allocate megabytes. The window grows to its full size at the first refill that
+    // did not reach the end, or when a frame fills it.
+    cap_ = static_cast<std::size_t>(std::min<std::uint64_t>(kWindowCap, compressed_ ? 256u << 10 : file_size_ + 64));
+    window_.reset(new unsigned char[cap_]);  // uninitialized
+    buf_ = window_.get();
+    if (compressed_) {
+      z_ = std::make_unique<Zstd>();
+      z_->ctx = ZSTD_createDCtx();
+      z_->in.resize(static_cast<std::size_t>(std::clamp<std::uint64_t>(file_size_, 4096, kInChunk)));
+    }
+    while (len_ < format::kFileHeaderSize && refill()) {
+    }
+    std::uint16_t version = 0;
+    auto hs = format::decode_file_header(buf_, len_, &version);
+    switch (hs) {
+      case format::HeaderStatus::ok: pos_ = format::kFileHeaderSize; break;
+      case format::HeaderStatus::not_a_trace:
+        throw NotATraceError(fmt::format("{}: not a gpuheap trace (bad magic)", path));
+      case format::HeaderStatus::newer_version:
+        throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})",
+                                       path, version, format::kFormatVersion));
+      case format::HeaderStatus::short_file:
+        // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
+        // before writing, a wrong path). Every command refuses it rather than report on it.
+        if (compressed_)
+          throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream {}decompresses to {} bytes, "
+                                           "shorter than the {}-byte header)",
+                                           path, z_->last_rc != 0 || z_->error ? "is cut short and " : "", len_,
+                                           format::kFileHeaderSize));
+        throw EmptyTraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
+                                       : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
+                                                     path, len_, format::kFileHeaderSize));
+    }
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
   }
 }
 

@@ -2,6 +2,7 @@
 // bomb, a FIFO as the trace or the baseline, a trace truncated while it is read, a zero byte
 // in the middle of a trace, a zstd stream cut short, an empty file, a full disk under
 // stdout, non-finite numbers. Every hostile file is made here.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -221,6 +222,26 @@ TEST(Round2, ZstdStreamCutShortIsReportedAsCut) {
   r = run_cli(kCli + " summary " + path);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("is cut short"), std::string::npos) << r.err;
+}
+
+// A reader whose constructor throws (empty file, bad magic, newer version) closes its file:
+// found by fuzz_model running out of descriptors after ~250,000 refused inputs.
+TEST(Round2, RefusedTraceLeavesNoDescriptorOpen) {
+  auto open_fds = [] {
+    int n = 0;
+    for (int fd = 0; fd < 65536; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
+    return n;
+  };
+  std::string empty = RawTrace::dir() + "/fd-empty.trace", junk = RawTrace::dir() + "/fd-junk.trace";
+  write_file(empty, nullptr, 0);
+  const unsigned char bad[20] = {'N', 'O', 'T', 'A', 'T', 'R', 'A', 'C', 'E'};
+  write_file(junk, bad, sizeof bad);
+  int before = open_fds();
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_THROW(TraceReader{empty}, EmptyTraceError);
+    EXPECT_THROW(TraceReader{junk}, NotATraceError);
+  }
+  EXPECT_EQ(open_fds(), before);
 }
 
 TEST(Round2, EmptyFileIsRefusedByEveryCommand) {
