@@ -149,6 +149,14 @@ int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
                        printable(r.py_code.filename), printable(r.py_code.name),
                        r.py_code.linetable.empty() ? "-" : hex(r.py_code.linetable));
         break;
+      case T::phase: {
+        static constexpr const char* kOps[] = {"mark", "push", "pop"};
+        static constexpr const char* kSources[] = {"api", "nvtx"};
+        fmt::format_to(it, "phase ts={} tid={} op={} source={} name=\"{}\"\n", r.phase.ts, r.phase.tid,
+                       kOps[static_cast<int>(r.phase.op)], kSources[static_cast<int>(r.phase.source)],
+                       printable(r.phase.name));
+        break;
+      }
       case T::end:
         fmt::format_to(it, "end ts={} reason={} records={}\n", r.end.ts, end_reason(r.end.reason), r.end.records);
         break;

@@ -144,6 +144,7 @@ void Model::feed(const format::Record& r) {
       break;
     }
     case RecordType::thread: threads[r.thread.tid] = std::string(r.thread.name); break;
+    case RecordType::phase: touch_ts(r.phase.ts); break;
     case RecordType::end:
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;

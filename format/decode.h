@@ -31,6 +31,7 @@ struct Record {
   ThreadRecord thread;
   EndRecord end;
   PyCodeRecord py_code;
+  PhaseRecord phase;
 };
 
 enum class FrameStatus {
@@ -161,6 +162,17 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
       x.firstlineno = r.get<std::int32_t>();
       x.filename = r.str(), x.name = r.str(), x.linetable = r.str();
       if (x.id == 0 || x.id > kMaxPyCodeId) return FrameStatus::corrupt;
+      break;
+    }
+    case RecordType::phase: {
+      auto& x = out.phase;
+      x.ts = r.get<std::uint64_t>(), x.tid = r.get<std::uint32_t>();
+      auto op = r.get<std::uint8_t>(), source = r.get<std::uint8_t>();
+      x.name = r.str();
+      if (op > static_cast<std::uint8_t>(PhaseOp::pop) || source > static_cast<std::uint8_t>(PhaseSource::nvtx) ||
+          x.name.size() > kMaxPhaseName)
+        return FrameStatus::corrupt;
+      x.op = static_cast<PhaseOp>(op), x.source = static_cast<PhaseSource>(source);
       break;
     }
   }

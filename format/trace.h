@@ -27,13 +27,15 @@ namespace format {
 
 inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // Version 2 added py_code records and Python frame entries in stacks (see kPyFrameTag). A
-// version-1 file is still read (it has neither).
-inline constexpr std::uint16_t kFormatVersion = 2;
+// version-1 file is still read (it has neither). Version 3 added phase records; older files
+// are still read.
+inline constexpr std::uint16_t kFormatVersion = 3;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
 // No record is larger than this; a frame declaring more is corruption, not a big record.
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;
 inline constexpr std::uint16_t kMaxStackDepth = 256;
+inline constexpr std::uint32_t kMaxPhaseName = 256;
 
 enum class RecordType : std::uint8_t {
   process = 1,          // once, first record: who ran
@@ -52,8 +54,9 @@ enum class RecordType : std::uint8_t {
   thread = 14,          // thread id -> name
   end = 15,             // clean close: no record follows
   py_code = 16,         // a Python code object, written once before a stack names it (v2)
+  phase = 17,           // a phase marker: gpuheap_mark/push/pop or an NVTX range (v3)
 };
-inline constexpr std::uint8_t kMaxRecordType = 16;
+inline constexpr std::uint8_t kMaxRecordType = 17;
 
 // A stack entry with bit 63 set is a Python frame, not a return address (no user-space
 // address on x86-64 or aarch64 has that bit): bits 32..62 hold the py_code id (from 1),
@@ -123,6 +126,11 @@ inline constexpr std::uint8_t kFlagFailed = 1u << 2;     // free: the call retur
 
 enum class EmptyCacheReason : std::uint8_t { api = 0, threshold = 1, oom_retry = 2, exit = 3 };
 enum class EndReason : std::uint8_t { exit = 0, signal = 1, stopped = 2 };
+// A phase record marks a point (mark) or opens/closes a range (push/pop) on one thread.
+// Ranges nest per thread; a pop closes the innermost open range of its thread (NVTX's
+// nvtxRangePop carries no name, so the name of a pop may be empty).
+enum class PhaseOp : std::uint8_t { mark = 0, push = 1, pop = 2 };
+enum class PhaseSource : std::uint8_t { api = 0 /* gpuheap_mark/push/pop */, nvtx = 1 };
 
 // ---- decoded records (plain structs; strings are views into the frame) ----
 
@@ -219,6 +227,13 @@ struct PyCodeRecord {
   std::uint8_t py_major = 3, py_minor = 0;
   std::int32_t firstlineno = 0;
   std::string_view filename, name /* co_qualname where the version has it */, linetable;
+};
+struct PhaseRecord {
+  std::uint64_t ts = 0;  // CLOCK_MONOTONIC ns, as every event
+  std::uint32_t tid = 0;
+  PhaseOp op = PhaseOp::mark;
+  PhaseSource source = PhaseSource::api;
+  std::string_view name;  // at most kMaxPhaseName bytes (the writer cuts longer names)
 };
 struct EndRecord {
   std::uint64_t ts = 0;
@@ -430,6 +445,14 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const PyCodeRecor
   return detail::frame(buf, cap, RecordType::py_code, [&](detail::Writer& w) {
     w.put(r.id), w.put(r.py_major), w.put(r.py_minor), w.put(r.firstlineno);
     w.str(r.filename), w.str(r.name), w.str(r.linetable);
+  });
+}
+
+// phase: u64 ts | u32 tid | u8 op (PhaseOp) | u8 source (PhaseSource) | str name
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const PhaseRecord& r) {
+  return detail::frame(buf, cap, RecordType::phase, [&](detail::Writer& w) {
+    w.put(r.ts), w.put(r.tid), w.put(static_cast<std::uint8_t>(r.op)), w.put(static_cast<std::uint8_t>(r.source));
+    w.str(r.name);
   });
 }
 

@@ -151,6 +151,27 @@ TEST(Format, EveryRecordRoundTrips) {
   EXPECT_EQ(i, 15u) << "one record of each of the 15 types";
 }
 
+TEST(Format, PhaseRecordRoundTripsAndRefusesBadOps) {
+  Bytes b;
+  append(b, f::PhaseRecord{77, 46, f::PhaseOp::push, f::PhaseSource::nvtx, "backward"});
+  append(b, f::PhaseRecord{78, 46, f::PhaseOp::pop, f::PhaseSource::nvtx, ""});
+  f::Record r;
+  std::size_t used = 0;
+  ASSERT_EQ(f::decode_frame(b.data(), b.size(), r, &used), f::FrameStatus::ok);
+  EXPECT_EQ(r.type, f::RecordType::phase);
+  EXPECT_EQ(r.phase.ts, 77u); EXPECT_EQ(r.phase.tid, 46u); EXPECT_EQ(r.phase.op, f::PhaseOp::push);
+  EXPECT_EQ(r.phase.source, f::PhaseSource::nvtx); EXPECT_EQ(r.phase.name, "backward");
+  EXPECT_EQ(used, f::kFrameHeaderSize + 8 + 4 + 1 + 1 + 4 + 8);
+  ASSERT_EQ(f::decode_frame(b.data() + used, b.size() - used, r, &used), f::FrameStatus::ok);
+  EXPECT_EQ(r.phase.op, f::PhaseOp::pop); EXPECT_TRUE(r.phase.name.empty());
+  Bytes bad = b;
+  bad[f::kFrameHeaderSize + 12] = 3;  // op beyond pop
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+  bad = b;
+  bad[f::kFrameHeaderSize + 13] = 2;  // unknown source
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+}
+
 TEST(Format, CutAtEveryOffsetDecodesWholeRecordsThenNeedMore) {
   std::vector<f::RecordType> types;
   Bytes b = sample_records(&types);
