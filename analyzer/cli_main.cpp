@@ -22,6 +22,9 @@
 #include "analyzer/export.h"
 #include "analyzer/replay.h"
 #include "analyzer/report.h"
+#include "analyzer/symbolize.h"
+#include "analyzer/symbolize_trace.h"
+#include "analyzer/trace_files.h"
 #include "analyzer/text_safe.h"
 #include "analyzer/units.h"
 
@@ -77,6 +80,13 @@ void add_debuginfod(CLI::App* cmd, DebuginfodOpt& o) {
       ->check(kFiniteNonNegative);
 }
 
+// -v/--verbose on the commands that symbolize: list the trace's modules not found here
+// (without it, one line says how many).
+bool g_verbose = false;
+void add_verbose(CLI::App* cmd) {
+  cmd->add_flag("-v,--verbose", g_verbose, "List the trace's modules that are not on this machine");
+}
+
 int real_main(int argc, char** argv) {
   CLI::App app{"gpuheap: GPU memory profiler (trace with `run`, analyze with summary/check/diff)"};
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
@@ -94,6 +104,10 @@ int real_main(int argc, char** argv) {
   run->add_option("--limit", run_opt.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
   run->add_flag("--allow-no-trace", run_opt.allow_no_trace,
                 "Exit with the command's status even if a trace could not be written (else 3)");
+  bool no_symbolize = false, no_compress = false;
+  run->add_flag("--no-symbolize", no_symbolize, "Do not store symbolized frames in the trace after the program exits");
+  run->add_flag("--no-compress", no_compress, "Leave the trace uncompressed (else TRACE.zst after the program exits)");
+  add_verbose(run);
   run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
 
   std::string dump_path;
@@ -170,6 +184,22 @@ int real_main(int argc, char** argv) {
   add_debuginfod(xport, dopt);
   add_debuginfod(report, dopt);
 
+  // symbolize / compress (analyzer/symbolize_trace.cpp, analyzer/trace_files.cpp)
+  SymbolizeTraceOptions syopt;
+  auto* symbolize = app.add_subcommand("symbolize", "Store symbolized frames in traces (run where the modules are)");
+  symbolize->add_option("traces", traces, "TRACE...")->required();
+  symbolize->add_flag("--allow-truncated", syopt.allow_truncated,
+                      "Symbolize a trace without an end record (killed or still running) instead of failing");
+  add_verbose(symbolize);
+  add_debuginfod(symbolize, dopt);
+  CompressOptions zopt;
+  auto* compress = app.add_subcommand("compress", "Compress traces with zstd into TRACE.zst (verified, then the "
+                                                  "original is removed)");
+  compress->add_option("traces", traces, "TRACE...")->required();
+  compress->add_flag("-k,--keep", zopt.keep, "Keep the original trace");
+  compress->add_flag("-f,--force", zopt.force, "Replace an existing TRACE.zst");
+  for (auto* c : {summary, check, diff, xport, report}) add_verbose(c);
+
   // replay (analyzer/replay*.cpp): the trace through gpuheap's pool under other policies/limits.
   ReplayCli rp;
   auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
@@ -197,6 +227,8 @@ int real_main(int argc, char** argv) {
   }
 
   if (*run) {
+    run_opt.finish.symbolize = !no_symbolize, run_opt.finish.compress = !no_compress;
+    run_opt.finish.verbose = g_verbose;
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }
@@ -239,6 +271,31 @@ int real_main(int argc, char** argv) {
     return r.violations.empty() ? 0 : 1;
   }
   if (*replay) return replay_command(rp);
+  if (*symbolize) {
+    for (const auto& t : traces) {
+      auto r = symbolize_trace(t, syopt);
+      if (r.rewritten)
+        std::printf("gpuheap symbolize: %s: stored the frames of %llu ips (%llu already stored, %llu not found here)\n",
+                    t.c_str(), static_cast<unsigned long long>(r.added), static_cast<unsigned long long>(r.already),
+                    static_cast<unsigned long long>(r.unresolved));
+      else
+        std::printf("gpuheap symbolize: %s: unchanged: %llu ips, %llu already stored, %llu not found here\n", t.c_str(),
+                    static_cast<unsigned long long>(r.ips), static_cast<unsigned long long>(r.already),
+                    static_cast<unsigned long long>(r.unresolved));
+    }
+    flush_or_throw();
+    return 0;
+  }
+  if (*compress) {
+    for (const auto& t : traces) {
+      auto r = compress_trace(t, zopt);
+      std::printf("gpuheap compress: %s -> %s: %llu -> %llu bytes (%.1fx)\n", t.c_str(), r.output.c_str(),
+                  static_cast<unsigned long long>(r.bytes_before), static_cast<unsigned long long>(r.bytes_after),
+                  r.bytes_after ? static_cast<double>(r.bytes_before) / static_cast<double>(r.bytes_after) : 0.0);
+    }
+    flush_or_throw();
+    return 0;
+  }
   if (*diff) {
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);
@@ -259,8 +316,11 @@ int main(int argc, char** argv) {
   logger->set_formatter(std::move(fmt));
   spdlog::set_default_logger(logger);
   try {
-    return real_main(argc, argv);
+    int rc = real_main(argc, argv);
+    report_missing_modules(g_verbose);  // once for the whole command
+    return rc;
   } catch (const InputError& e) {
+    report_missing_modules(g_verbose);
     spdlog::error("{}", e.what());
     return 2;
   } catch (const std::exception& e) {

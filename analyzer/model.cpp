@@ -145,6 +145,8 @@ void Model::feed(const format::Record& r) {
     }
     case RecordType::thread: threads[r.thread.tid] = std::string(r.thread.name); break;
     case RecordType::phase: touch_ts(r.phase.ts); break;
+    case RecordType::symbol_string: symbols.add(r.symbol_string); break;
+    case RecordType::symbol_frames: symbols.add(r.symbol_frames); break;
     case RecordType::end:
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;

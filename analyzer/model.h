@@ -15,6 +15,7 @@
 
 #include "analyzer/flat_map.h"
 #include "analyzer/stats.h"
+#include "analyzer/symbolize.h"
 #include "format/trace.h"
 
 namespace gpuheap {
@@ -183,6 +184,7 @@ class Model {
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> stacks;
   std::vector<OwnedModule> modules;
   std::unordered_map<std::uint32_t, PyCode> py_codes;  // by id
+  StoredSymbols symbols;  // frames stored by `gpuheap symbolize` (symbol_* records)
   std::map<std::uint32_t, std::string> threads;
   std::vector<OomInfo> ooms;
   std::vector<Leak> leaks;  // by site, largest (requested) first

@@ -257,7 +257,9 @@ class Replayer {
       }
       case RecordType::stack:
       case RecordType::module:
-      case RecordType::py_code: model_.feed(r); break;  // for the failing event's stack
+      case RecordType::py_code:
+      case RecordType::symbol_string:
+      case RecordType::symbol_frames: model_.feed(r); break;  // for the failing event's stack
       case RecordType::alloc:
       case RecordType::free:
       case RecordType::free_completed:
