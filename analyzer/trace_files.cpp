@@ -6,7 +6,9 @@
 #include <zstd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -131,6 +133,9 @@ TraceOutput::TraceOutput(const std::string& final_path, bool zstd, const std::st
     z_->c = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(z_->c, ZSTD_c_compressionLevel, kLevel);
     ZSTD_CCtx_setParameter(z_->c, ZSTD_c_checksumFlag, 1);
+    // Worker threads where libzstd has them (an error otherwise: then single-threaded).
+    unsigned cores = std::thread::hardware_concurrency();
+    ZSTD_CCtx_setParameter(z_->c, ZSTD_c_nbWorkers, static_cast<int>(std::min(cores > 1 ? cores : 0u, 8u)));
     z_->out.resize(ZSTD_CStreamOutSize());
   }
 }
@@ -144,18 +149,29 @@ void TraceOutput::put(const void* data, std::size_t n) { write_all(fd_, data, n,
 
 void TraceOutput::write(const void* data, std::size_t n) {
   in_ += n;
-  if (!z_) return put(data, n);
-  ZSTD_inBuffer ib{data, n, 0};
+  buf_.append(static_cast<const char*>(data), n);
+  if (buf_.size() >= (1u << 20)) drain();
+}
+
+void TraceOutput::drain() {
+  if (!z_) {
+    put(buf_.data(), buf_.size());
+    buf_.clear();
+    return;
+  }
+  ZSTD_inBuffer ib{buf_.data(), buf_.size(), 0};
   while (ib.pos < ib.size) {
     ZSTD_outBuffer ob{z_->out.data(), z_->out.size(), 0};
     std::size_t rc = ZSTD_compressStream2(z_->c, &ob, &ib, ZSTD_e_continue);
     if (ZSTD_isError(rc)) throw InputError(fmt::format("{}: zstd: {}", tmp_, ZSTD_getErrorName(rc)));
     put(z_->out.data(), ob.pos);
   }
+  buf_.clear();
 }
 
 void TraceOutput::finish() {
   if (finished_) return;
+  drain();
   if (z_) {
     ZSTD_inBuffer ib{nullptr, 0, 0};
     std::size_t rc = 0;

@@ -30,7 +30,9 @@ class TraceOutput {
 
  private:
   void put(const void* data, std::size_t n);
+  void drain();  // the buffered bytes to the file (through zstd when compressing)
   struct Z;
+  std::string buf_;  // records are small: written out 1 MiB at a time
   std::string final_, tmp_;
   int fd_ = -1;
   bool finished_ = false, committed_ = false;

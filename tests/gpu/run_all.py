@@ -307,12 +307,36 @@ def case_replay_truth(ctx):
 
 
 def case_real_trace(ctx):
-    """A small real training trace to ship (examples/traces): summary must read it."""
-    j, tr = ctx.torch("gpt_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-    rc, text = gh.summary_text(tr)
-    with open(os.path.join(ctx.work, "gpt_nocache.summary.txt"), "w") as f:
+    """A small real training trace to ship (examples/traces/h200-gpt-train.trace.zst), recorded
+    through `gpuheap run` so that its finishing step stores the symbolized frames in it and
+    compresses it (issue 17): it must read with function names on any machine. The lead copies
+    WORK/h200-gpt-train.trace.zst into examples/traces/."""
+    raw = os.path.join(ctx.work, "h200-gpt-train.trace")
+    zst = raw + ".zst"
+    for p in (raw, zst):
+        if os.path.exists(p):
+            os.unlink(p)
+    cmd = [gh.CLI, "run", "-o", raw, "--", gh.PY, TORCH_JOB, "--model", "gpt", "--steps", str(STEPS)]
+    rc, out, err, dt = gh.run(cmd, env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, timeout=300)
+    if rc != 0:
+        raise RuntimeError(f"gpuheap run torch_job exited {rc}: {err[-3000:]}")
+    with open(zst, "rb") as f:
+        magic = f.read(4)
+    t = gh.Trace(zst)
+    src, text = gh.summary_text(zst)
+    with open(os.path.join(ctx.work, "h200-gpt-train.summary.txt"), "w") as f:
         f.write(text)
-    return rc == 0, {"trace": tr, "bytes": os.path.getsize(tr)}
+    # Frame lines of the summary: "at FUNCTION (FILE:LINE)" once named, "at 0x... (module+0x...)" not.
+    frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("at ")]
+    unnamed = [ln for ln in frames if ln.startswith("at 0x")]
+    checks = {"run_rc": rc == 0, "zst": magic == b"\x28\xb5\x2f\xfd", "raw_removed": not os.path.exists(raw),
+              "written_line": ("trace written to " + zst) in err, "symbol_frames": t.count("symbol_frames") > 0,
+              "summary_rc": src == 0, "named_frames": bool(frames) and len(unnamed) <= len(frames) // 10}
+    res = {"trace": zst, "bytes": os.path.getsize(zst), "seconds": round(dt, 1),
+           "symbol_frames": t.count("symbol_frames"), "symbol_strings": t.count("symbol_string"),
+           "frame_lines": len(frames), "unnamed_frame_lines": len(unnamed), "unnamed_sample": unnamed[:5],
+           "checks": checks}
+    return all(checks.values()), res
 
 
 def case_limit(ctx):
