@@ -20,6 +20,7 @@
 #include "analyzer/debuginfo.h"
 #include "analyzer/error.h"
 #include "analyzer/export.h"
+#include "analyzer/phases.h"
 #include "analyzer/replay.h"
 #include "analyzer/report.h"
 #include "analyzer/symbolize.h"
@@ -130,6 +131,15 @@ int real_main(int argc, char** argv) {
   summary->add_flag("-q,--quiet", quiet, quiet_help);
   DebuginfodOpt dopt;
   add_debuginfod(summary, dopt);
+  // Windows (analyzer/phases.h, docs/cli.md "Phases and windows"), on summary and check.
+  WindowSpec wspec;
+  auto add_window = [&](CLI::App* cmd, std::string& growth_phase) {
+    cmd->add_option("--phase", wspec.phase, "Only the time inside this phase's instances (NAME)");
+    cmd->add_option("--time", wspec.time, "Only FROM:TO (seconds from the start, or phase/mark names; either optional)");
+    cmd->add_option("--after", wspec.after, "Only after TIME (seconds) or the end of phase/mark NAME's first instance");
+    cmd->add_option("--growth-phase", growth_phase, "Phase whose instances measure growth (default: most repeated)");
+  };
+  add_window(summary, sopt.growth_phase);
 
   CheckOptions copt;
   std::string max_req, max_alloc, max_res, max_leak;
@@ -139,6 +149,8 @@ int real_main(int argc, char** argv) {
   check->add_option("--max-allocated", max_alloc, "Limit on peak allocated bytes (SIZE)");
   check->add_option("--max-reserved", max_res, "Limit on peak reserved bytes (SIZE)");
   check->add_option("--max-leaked", max_leak, "Limit on bytes live at the end (SIZE)");
+  std::string max_growth;
+  check->add_option("--max-growth", max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)");
   check->add_option("--baseline", copt.baseline, "summary --json of an earlier run");
   check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
       ->check(kFiniteNonNegative);
@@ -147,6 +159,7 @@ int real_main(int argc, char** argv) {
                   "Check a trace without an end record (killed or still running) instead of failing");
   check->add_flag("-q,--quiet", quiet, quiet_help);
   add_debuginfod(check, dopt);
+  add_window(check, copt.growth_phase);
 
   std::string diff_a, diff_b;
   bool diff_all = false;
@@ -244,7 +257,8 @@ int real_main(int argc, char** argv) {
   if (*report) return ropt.progress = !quiet, report_command(traces, ropt);
   if (*summary) {
     sopt.top = static_cast<std::size_t>(top);
-    auto a = analyze(traces, aopt);
+    sopt.window = wspec.describe();
+    auto a = analyze_window(traces, aopt, wspec);
     if (json) {
       // Trace strings (paths, command lines, names) are arbitrary bytes: invalid UTF-8 is
       // replaced by U+FFFD rather than making dump() throw; everything else is escaped.
@@ -260,9 +274,12 @@ int real_main(int argc, char** argv) {
     copt.max_allocated = size_opt(max_alloc);
     copt.max_reserved = size_opt(max_res);
     copt.max_leaked = size_opt(max_leak);
-    if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && copt.baseline.empty())
+    copt.max_growth = size_opt(max_growth);
+    if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && !copt.max_growth &&
+        copt.baseline.empty())
       throw UsageError("check: give at least one --max-* limit or --baseline");
-    auto a = analyze(traces, aopt);
+    auto a = analyze_window(traces, aopt, wspec);
+    if (wspec.any()) std::printf("gpuheap check: note: figures restricted to %s\n", wspec.describe().c_str());
     auto r = run_check(a, copt);
     for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
     for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());

@@ -37,6 +37,10 @@ std::uint16_t Model::dev_index(int device) {
   devices.emplace_back();
   devices.back().device = device;
   devices.back().timeline = Timeline(timeline_buckets_);
+  if (windowed_) {
+    dev_win_.emplace_back();
+    if (!in_window_) freeze_device(devices.size() - 1);
+  }
   return static_cast<std::uint16_t>(devices.size() - 1);
 }
 
@@ -72,12 +76,10 @@ std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
   return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
 }
 
-void Model::touch_ts(std::uint64_t ts) {
-  if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
-  if (ts > info.last_ts) info.last_ts = ts;
-}
-
 void Model::sample(DeviceState& d, std::uint64_t ts) {
+  // The maximum since the last phase record (model_phases.cpp folds it into open phases).
+  d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
+  d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
   d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
                     d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
 }
@@ -132,19 +134,20 @@ void Model::feed(const format::Record& r) {
     case RecordType::retry: {
       ++info.events;
       touch_ts(r.retry.ts);
-      dev(r.retry.device).num_alloc_retries++;
+      if (counting()) dev(r.retry.device).num_alloc_retries++;
       break;
     }
     case RecordType::empty_cache: {
       ++info.events;
       touch_ts(r.empty_cache.ts);
       auto& d = dev(r.empty_cache.device);
+      if (!counting()) break;
       d.empty_cache_calls++;
       d.empty_cache_released += r.empty_cache.released;
       break;
     }
     case RecordType::thread: threads[r.thread.tid] = std::string(r.thread.name); break;
-    case RecordType::phase: touch_ts(r.phase.ts); break;
+    case RecordType::phase: touch_ts(r.phase.ts), on_phase(r.phase); break;
     case RecordType::symbol_string: symbols.add(r.symbol_string); break;
     case RecordType::symbol_frames: symbols.add(r.symbol_frames); break;
     case RecordType::end:
@@ -446,6 +449,7 @@ void Model::on_oom(const format::OomRecord& o) {
   touch_ts(o.ts);
   auto di = dev_index(o.device);
   auto& d = devices[di];
+  if (!counting()) return;
   d.num_ooms++;
   if (ooms.size() >= kMaxOomDetails) return;
   OomInfo oi;

@@ -93,6 +93,8 @@ struct DeviceState {
   };
   std::vector<Gone> frag_log;
   Timeline timeline;
+  // Requested/allocated maxima since the last phase record (model_phases.cpp).
+  std::int64_t phase_peak_requested = 0, phase_peak_allocated = 0;
 
   struct Acc {
     std::uint32_t epoch = 0;
@@ -146,6 +148,25 @@ struct PyCode {
   std::string filename, name, linetable;
 };
 
+// One instance of a phase (analyzer/model_phases.cpp): a push..pop range on one thread, or
+// a mark (start == end). Figures per device, index-aligned with Model::devices after finish.
+struct PhaseDevice {
+  int device = 0;
+  std::int64_t peak_requested = 0, peak_allocated = 0;  // max of current inside the instance
+  std::int64_t end_requested = 0, end_allocated = 0;    // live bytes at its end (growth)
+  std::uint64_t allocs = 0;                             // allocations made inside it
+  std::uint64_t allocs_base = 0;                        // internal: count at the start
+};
+struct PhaseInstance {
+  std::string name;
+  std::uint32_t tid = 0;
+  int depth = 0;  // open ranges of the same thread around it
+  bool mark = false, open_at_end = false;
+  format::PhaseSource source = format::PhaseSource::api;
+  std::uint64_t start = 0, end = 0;  // trace clock; a range is [start, end)
+  std::vector<PhaseDevice> devices;
+};
+
 struct Leak {
   std::uint32_t stack = 0;
   std::uint64_t bytes = 0, allocated = 0, count = 0;  // requested, block bytes
@@ -191,6 +212,15 @@ class Model {
   // Requested bytes live at the end (what check --max-leaked gates), and their block bytes.
   std::uint64_t leaked_bytes = 0, leaked_allocated_bytes = 0, leaked_count = 0;
   SizeHistogram requests;  // pooled / pass-through requested sizes
+  std::vector<PhaseInstance> phases;  // in order of start (marks and ranges)
+  std::uint64_t unmatched_pops = 0;   // pops with no open range on their thread (ignored)
+
+  // Restricts peaks, sites, leaks, OOM counts to the union of [start, end) intervals of the
+  // trace clock (summary --phase/--time/--after; analyzer/model_window.cpp). Call before
+  // feeding. Phases and the timeline still cover the whole trace.
+  void set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
+  bool windowed() const { return windowed_; }
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>>& window() const { return window_; }
 
   static constexpr std::size_t kMaxOomDetails = 64;
   static constexpr std::size_t kOomTopSites = 5;
@@ -222,7 +252,20 @@ class Model {
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
   static bool pending(const Live& e) { return e.flags & kPending; }
-  void touch_ts(std::uint64_t ts);
+  void touch_ts(std::uint64_t ts) {
+    if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
+    if (ts > info.last_ts) info.last_ts = ts;
+    if (ts >= next_edge_) cross_edges(ts);  // UINT64_MAX without a window: never
+  }
+  void on_phase(const format::PhaseRecord& p);
+  void fold_phase_peaks();
+  void finish_phases();
+  void cross_edges(std::uint64_t ts);
+  void enter_window(std::uint64_t ts);
+  void leave_window();
+  void freeze_device(std::size_t i);
+  void finish_window();
+  bool counting() const { return !windowed_ || in_window_; }
 
   void on_alloc(const format::AllocRecord& a);
   void on_free(const format::FreeRecord& f);
@@ -266,6 +309,25 @@ class Model {
   std::vector<std::uint64_t> seg_starts_;
   std::vector<std::uint32_t> seg_slots_;
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
+  // Phases: open instances (indexes into phases) per thread, innermost last.
+  std::map<std::uint32_t, std::vector<std::size_t>> phase_stack_;
+  std::size_t phases_open_ = 0;
+  // Window (model_window.cpp): edges of the merged intervals; state saved while outside.
+  struct DevWin {
+    std::array<std::array<Stat, 3>, kNumMetrics> acc{};   // peak: saved; allocated/freed: summed inside
+    std::array<std::array<Stat, 3>, kNumMetrics> base{};  // allocated/freed at the last entry
+    std::array<KindUsage, format::kNumAllocKinds> kacc{}, kbase{};
+    std::int64_t peak_held = 0;
+  };
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> window_;
+  std::size_t edge_ = 0;  // index of the next edge: interval edge_/2, start if even
+  std::uint64_t next_edge_ = ~std::uint64_t{0};
+  bool windowed_ = false, in_window_ = false;
+  std::uint64_t entry_seq_ = 0;
+  std::vector<DevWin> dev_win_;
+  std::vector<Site> site_acc_, site_base_;
+  detail::FlatMap<Leak> win_leaks_;
+  std::uint64_t win_leaked_bytes_ = 0, win_leaked_allocated_ = 0, win_leaked_count_ = 0;
   std::uint64_t seq_ = 0;
   std::size_t timeline_buckets_;
   bool finished_ = false;
