@@ -24,9 +24,15 @@ Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_
   sites.resize(1);
 }
 
-std::uint16_t Model::dev_index(int device) {
+// The helpers below run several times per event: `inline` (GCC kept them out of line at -O2,
+// a call each), with dev_index's rare new-device path out of line.
+inline std::uint16_t Model::dev_index(int device) {
   for (std::size_t i = 0; i < dev_ids_.size(); ++i)
     if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
+  return new_dev(device);
+}
+
+std::uint16_t Model::new_dev(int device) {
   // A trace names a handful of devices; tens of thousands of distinct ordinals (the i32
   // field of a damaged device record) would cost a DeviceState each and a linear scan per
   // event (quadratic time). Refuse them as corruption.
@@ -51,7 +57,7 @@ Model::Totals Model::totals(int device) const {
   return {};
 }
 
-Site& Model::site(std::uint32_t stack) {
+inline Site& Model::site(std::uint32_t stack) {
   if (stack >= sites.size()) {
     // Stack ids are dense from 1 and defined before use, so a real id is at most the number
     // of stacks seen. A wild id (corrupt or hostile trace) must not allocate by its value:
@@ -72,12 +78,12 @@ std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
   return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
 }
 
-void Model::touch_ts(std::uint64_t ts) {
+inline void Model::touch_ts(std::uint64_t ts) {
   if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
   if (ts > info.last_ts) info.last_ts = ts;
 }
 
-void Model::sample(DeviceState& d, std::uint64_t ts) {
+inline void Model::sample(DeviceState& d, std::uint64_t ts) {
   d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
                     d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
 }
@@ -188,7 +194,7 @@ std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
 
 // Recomputes a segment's share of the non-releasable stats: a segment with at least one
 // active block cannot be released, so all its free bytes (and free pieces) count.
-void Model::seg_update(Segment& s) {
+inline void Model::seg_update(Segment& s) {
   std::int64_t nb = 0, nc = 0;
   if (s.active_blocks > 0) {
     nb = static_cast<std::int64_t>(s.size - s.active_bytes);

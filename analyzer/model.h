@@ -216,6 +216,7 @@ class Model {
 
   DeviceState& dev(int device);
   std::uint16_t dev_index(int device);
+  std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack);
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
