@@ -248,6 +248,7 @@ class Model {
 
   DeviceState& dev(int device);
   std::uint16_t dev_index(int device);
+  std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack);
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
@@ -276,7 +277,7 @@ class Model {
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
-  std::uint32_t find_segment(std::uint64_t ptr) const;
+  std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event.
   void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
     d.stat[m][kAllPools].add(delta);
@@ -300,7 +301,7 @@ class Model {
   struct Edges {
     std::uint32_t starts = 0, ends = 0;
   };
-  detail::FlatMap<Edges> edges_;
+  detail::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;
@@ -308,6 +309,21 @@ class Model {
   // search runs over a dense array of u64 (a few KB, cache resident).
   std::vector<std::uint64_t> seg_starts_;
   std::vector<std::uint32_t> seg_slots_;
+  // find_segment's cache: 2 MiB granule of an address -> the segment found for it, valid
+  // for one generation of the segment set (seg_gen_ changes with every segment birth and
+  // release). A hit needs only that the segment contains the address, which identifies
+  // find_segment's answer while live segments neither overlap nor have size 0; the first
+  // that does (a damaged trace) turns the cache off (seg_overlap_).
+  struct SegHint {
+    std::uint64_t granule = 0;
+    std::uint32_t slot = kNoSeg, gen = 0;
+  };
+  static constexpr std::size_t kSegHints = 1024;  // power of two
+  std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
+  std::uint32_t seg_gen_ = 1;
+  bool seg_overlap_ = false;
+  std::uint32_t find_segment_slow(std::uint64_t ptr) const;
+  void segments_changed();
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last.
   std::map<std::uint32_t, std::vector<std::size_t>> phase_stack_;
