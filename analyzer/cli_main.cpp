@@ -217,10 +217,10 @@ int real_main(int argc, char** argv) {
   ReplayCli rp;
   auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
   replay->add_option("trace", rp.trace)->required();
-  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., none");
+  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch caching-allocator model), none");
   replay->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
   replay->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
-  replay->add_option("--sweep", rp.sweep, "Policies separated by ';': one table row per policy x limit");
+  replay->add_option("--sweep", rp.sweep, "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
   replay->add_option("--limits", rp.limits, "Limits separated by ',' for the table");
   replay->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");

@@ -378,6 +378,31 @@ def case_replay_truth(ctx):
     return ok, res
 
 
+def case_replay_torch_truth(ctx):
+    """Issue 15: `gpuheap replay --policy torch` (the model of PyTorch's caching allocator) of a
+    trace recorded with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor's cudaMalloc visible) gives
+    torch.cuda.max_memory_reserved() of the same job run natively with the caching allocator.
+    The trace also holds cudaMallocs that bypass torch's allocator (library handles), which the
+    model serves too: `difference` says how far off it is either way."""
+    res, ok = {}, True
+    for model in ("gpt", "cnn"):
+        native, _ = ctx.torch(f"{model}_native", model, traced=False)
+        _, tr = ctx.torch(f"{model}_nocache", model, env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        p = subprocess.run([gh.CLI, "replay", "--json", "-q", "--policy", "torch", tr], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"gpuheap replay --policy torch {tr} exited {p.returncode}: {p.stderr[-2000:]}")
+        r = json.loads(p.stdout)
+        dev = [d for d in r["devices"] if d.get("device", 0) >= 0][0]
+        want = native["max_memory_reserved"]
+        got = dev["reserved_bytes"]["peak"]
+        res[model] = {"torch_max_memory_reserved": want, "replay_torch_reserved_peak": got,
+                      "difference": got - want, "segments_at_peak": dev["segments_at_peak"],
+                      "events": r["events"], "unmatched_frees": r.get("unmatched_frees")}
+        ok &= got == want
+    return ok, res
+
+
 def case_real_trace(ctx):
     """A small real training trace to ship (examples/traces/h200-gpt-train.trace.zst), recorded
     through `gpuheap run` so that its finishing step stores the symbolized frames in it and
@@ -465,7 +490,7 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
          ("real_trace", case_real_trace), ("limit", case_limit),
          ("torch_python_lines", case_torch_python_lines), ("replay_truth", case_replay_truth),
-         ("torch_phases", case_torch_phases),
+         ("torch_phases", case_torch_phases), ("replay_torch_truth", case_replay_torch_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS))]
 
 
