@@ -214,6 +214,10 @@ class Model {
   SizeHistogram requests;  // pooled / pass-through requested sizes
   std::vector<PhaseInstance> phases;  // in order of start (marks and ranges)
   std::uint64_t unmatched_pops = 0;   // pops with no open range on their thread (ignored)
+  std::uint64_t untracked_ranges = 0;  // pushed while kMaxOpenPhases were open (matched, not kept)
+  // Every phase record folds the maxima into each open range: the bound keeps a hostile
+  // trace of nested pushes linear (real jobs nest a handful deep per thread).
+  static constexpr std::size_t kMaxOpenPhases = 256;
 
   // Restricts peaks, sites, leaks, OOM counts to the union of [start, end) intervals of the
   // trace clock (summary --phase/--time/--after; analyzer/model_window.cpp). Call before
@@ -325,9 +329,11 @@ class Model {
   std::uint32_t find_segment_slow(std::uint64_t ptr) const;
   void segments_changed();
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
-  // Phases: open instances (indexes into phases) per thread, innermost last.
+  // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for
+  // a push beyond kMaxOpenPhases. open_phases_: the tracked open ones, for the fold.
+  static constexpr std::size_t kUntracked = ~std::size_t{0};
   std::map<std::uint32_t, std::vector<std::size_t>> phase_stack_;
-  std::size_t phases_open_ = 0;
+  std::vector<std::size_t> open_phases_;
   // Window (model_window.cpp): edges of the merged intervals; state saved while outside.
   struct DevWin {
     std::array<std::array<Stat, 3>, kNumMetrics> acc{};   // peak: saved; allocated/freed: summed inside

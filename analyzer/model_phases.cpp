@@ -10,16 +10,12 @@
 namespace gpuheap {
 
 void Model::fold_phase_peaks() {
-  if (phases_open_ > 0) {
-    for (auto& [tid, open] : phase_stack_) {
-      for (auto i : open) {
-        auto& ph = phases[i];
-        if (ph.devices.size() < devices.size()) ph.devices.resize(devices.size());
-        for (std::size_t d = 0; d < devices.size(); ++d) {
-          ph.devices[d].peak_requested = std::max(ph.devices[d].peak_requested, devices[d].phase_peak_requested);
-          ph.devices[d].peak_allocated = std::max(ph.devices[d].peak_allocated, devices[d].phase_peak_allocated);
-        }
-      }
+  for (auto i : open_phases_) {
+    auto& ph = phases[i];
+    if (ph.devices.size() < devices.size()) ph.devices.resize(devices.size());
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      ph.devices[d].peak_requested = std::max(ph.devices[d].peak_requested, devices[d].phase_peak_requested);
+      ph.devices[d].peak_allocated = std::max(ph.devices[d].peak_allocated, devices[d].phase_peak_allocated);
     }
   }
   for (auto& d : devices) {
@@ -54,9 +50,16 @@ void Model::on_phase(const format::PhaseRecord& p) {
       ++unmatched_pops;
       return;
     }
-    close_instance(phases[open.back()], devices, p.ts);
+    const auto i = open.back();
     open.pop_back();
-    --phases_open_;
+    if (i == kUntracked) return;
+    close_instance(phases[i], devices, p.ts);
+    open_phases_.erase(std::find(open_phases_.begin(), open_phases_.end(), i));  // at most kMaxOpenPhases
+    return;
+  }
+  if (p.op == format::PhaseOp::push && open_phases_.size() >= kMaxOpenPhases) {
+    ++untracked_ranges;
+    open.push_back(kUntracked);
     return;
   }
   PhaseInstance ph;
@@ -75,7 +78,7 @@ void Model::on_phase(const format::PhaseRecord& p) {
     x.allocs_base = static_cast<std::uint64_t>(st[kAllocations][0].allocated);
   }
   phases.push_back(std::move(ph));
-  if (p.op == format::PhaseOp::push) open.push_back(phases.size() - 1), ++phases_open_;
+  if (p.op == format::PhaseOp::push) open.push_back(phases.size() - 1), open_phases_.push_back(phases.size() - 1);
 }
 
 // At finish, before the devices are sorted: close what is open at the end of the trace and
@@ -85,12 +88,13 @@ void Model::finish_phases() {
   const std::uint64_t end = info.has_end ? std::max(info.end_ts, info.last_ts) : info.last_ts;
   for (auto& [tid, open] : phase_stack_) {
     for (auto i : open) {
+      if (i == kUntracked) continue;
       close_instance(phases[i], devices, end);
       phases[i].open_at_end = true;
     }
     open.clear();
   }
-  phases_open_ = 0;
+  open_phases_.clear();
   for (auto& ph : phases) {
     if (ph.devices.size() < devices.size()) ph.devices.resize(devices.size());
     for (std::size_t d = 0; d < devices.size(); ++d) ph.devices[d].device = dev_ids_[d];

@@ -11,6 +11,10 @@ namespace gpuheap {
 namespace {
 
 std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_ns ? ts - in.mono_ns : 0; }
+// Every instance is listed up to this many (a job of 100,000 steps has 400,000 of them);
+// phase_table aggregates them all.
+constexpr std::size_t kMaxListedPhases = 10000;
+
 std::string hb(std::int64_t v) { return human_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v)); }
 std::string signed_hb(std::int64_t v) { return (v < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v)); }
 
@@ -34,6 +38,9 @@ void phases_text(std::string& out, const Model& m, const SummaryOptions& opt) {
                          hb(r.peak_requested), hb(r.peak_allocated), r.allocs);
     }
     if (m.unmatched_pops) out += fmt::format("  ({} pops without an open range were ignored)\n", m.unmatched_pops);
+    if (m.untracked_ranges)
+      out += fmt::format("  ({} ranges opened while {} were open were not tracked)\n", m.untracked_ranges,
+                         Model::kMaxOpenPhases);
     out += "\n";
   }
   auto g = phase_growth(m, opt.growth_phase);
@@ -52,7 +59,9 @@ void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt)
   using nlohmann::json;
   const auto& in = m.info;
   json arr = json::array();
+  std::size_t listed = 0;
   for (const auto& p : m.phases) {
+    if (listed++ >= kMaxListedPhases) break;
     json devs = json::array();
     for (const auto& d : p.devices) {
       if (opt.device >= 0 && d.device != opt.device) continue;
@@ -74,6 +83,7 @@ void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt)
                    {"devices", std::move(devs)}});
   }
   doc["phases"] = std::move(arr);
+  doc["phases_left_out"] = m.phases.size() > kMaxListedPhases ? m.phases.size() - kMaxListedPhases : 0;
   json table = json::array();
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
@@ -90,6 +100,7 @@ void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt)
   }
   doc["phase_table"] = std::move(table);
   doc["unmatched_pops"] = m.unmatched_pops;
+  doc["untracked_ranges"] = m.untracked_ranges;
   auto g = phase_growth(m, opt.growth_phase);
   if (g.valid) {
     json devs = json::array();

@@ -246,3 +246,27 @@ TEST(Phases, CliCheckAfterAndMaxGrowth) {
   EXPECT_EQ(doc["growth"]["growth_bytes"], 200);
   EXPECT_EQ(sh("summary " + leaky).out.find("Growth, device 0: 1.27 KiB requested live at the end of 'step' #4 vs 1.07 KiB") != std::string::npos, true);
 }
+
+TEST(Phases, DeepNestingIsBoundedAndStillMatched) {
+  // 300 nested pushes: beyond Model::kMaxOpenPhases they are matched by their pops but not
+  // kept, so the pops still close the right ranges and nothing is reported unmatched.
+  TraceBuilder b;
+  for (int i = 0; i < 300; ++i) phase(b, Op::push, "deep");
+  b.alloc(0x1000, 100, 100, 0, kPass);
+  for (int i = 0; i < 300; ++i) phase(b, Op::pop);
+  phase(b, Op::push, "after");
+  b.alloc(0x2000, 50, 50, 0, kPass);
+  phase(b, Op::pop);
+  b.end();
+  auto a = analyze_one(b, "phases_deep.gh");
+  const auto& m = *a.traces[0];
+  EXPECT_EQ(m.untracked_ranges, 300u - Model::kMaxOpenPhases);
+  EXPECT_EQ(m.unmatched_pops, 0u);
+  EXPECT_EQ(m.phases.size(), Model::kMaxOpenPhases + 1);
+  for (const auto& p : m.phases) EXPECT_FALSE(p.open_at_end) << p.name;
+  EXPECT_EQ(m.phases.front().devices.at(0).peak_requested, 100);
+  const auto& after = find(m, "after");
+  EXPECT_EQ(after.depth, 0);
+  EXPECT_EQ(after.devices.at(0).peak_requested, 150);
+  EXPECT_EQ(after.devices.at(0).allocs, 1u);
+}
