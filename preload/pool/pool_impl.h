@@ -32,7 +32,13 @@ inline bool round_up(std::size_t n, std::size_t m, std::size_t* out) noexcept {
 }
 
 struct Segment;
+struct Block;
 enum class State : std::uint8_t { free_, live, pending };
+
+struct BySizeAddr {
+  bool operator()(const Block* a, const Block* b) const noexcept;
+};
+using FreeSet = std::set<Block*, BySizeAddr, ArenaAlloc<Block*>>;
 
 struct Block {
   std::uintptr_t addr = 0;
@@ -43,6 +49,9 @@ struct Block {
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
   std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
+  // Where a free block sits in its free set: erasing by it skips a tree search by key
+  // (valid only while state == free_ and the block is in the set).
+  FreeSet::iterator pos{};
 };
 
 struct Segment {
@@ -58,12 +67,9 @@ struct Batch {
   Batch* next = nullptr;
 };
 
-struct BySizeAddr {
-  bool operator()(const Block* a, const Block* b) const noexcept {
-    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
-  }
-};
-using FreeSet = std::set<Block*, BySizeAddr, ArenaAlloc<Block*>>;
+inline bool BySizeAddr::operator()(const Block* a, const Block* b) const noexcept {
+  return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+}
 
 }  // namespace pool_impl
 
@@ -145,7 +151,7 @@ struct Pool::Impl {
         if (b->next) b->next->prev = r;
         b->next = r;
         b->size = s;
-        free_sets[small].insert(hint, r);
+        r->pos = free_sets[small].insert(hint, r);
       }  // else: hand out the whole block (only when the host is out of memory)
     }
     return b;
@@ -158,7 +164,7 @@ struct Pool::Impl {
     b->state = State::free_;
     FreeSet& fs = set_of(b);
     if (Block* p = b->prev; p && p->state == State::free_) {
-      fs.erase(p);
+      fs.erase(p->pos);
       p->size += b->size;
       p->next = b->next;
       if (b->next) b->next->prev = p;
@@ -166,13 +172,13 @@ struct Pool::Impl {
       b = p;
     }
     if (Block* n = b->next; n && n->state == State::free_) {
-      fs.erase(n);
+      fs.erase(n->pos);
       b->size += n->size;
       b->next = n->next;
       if (n->next) n->next->prev = b;
       recycle(n);
     }
-    fs.insert(b);
+    b->pos = fs.insert(b).first;
   }
 
   // The interval limits fences recorded, so only a real record restarts it.
@@ -265,7 +271,7 @@ struct Pool::Impl {
         ++it;
         continue;
       }
-      free_sets[sg->small].erase(b);
+      free_sets[sg->small].erase(b->pos);
       recycle(b);
       obs->on_segment_free(reinterpret_cast<void*>(sg->base), sg->size, sg->small);
       up.deallocate(reinterpret_cast<void*>(sg->base), sg->size);

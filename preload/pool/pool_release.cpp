@@ -53,7 +53,7 @@ std::size_t Pool::abandon(FreeHook hook, void* arg) noexcept {
       } else if (b->state == State::pending) {
         m.obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
       } else {
-        m.free_sets[sg->small].erase(b);
+        m.free_sets[sg->small].erase(b->pos);
       }
       m.recycle(b);
       b = next;
