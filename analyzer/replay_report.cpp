@@ -37,15 +37,24 @@ json stat_json(const Stat& s) {
 
 // "torch:KEY=VALUE,...": PYTORCH_CUDA_ALLOC_CONF's keys that the model follows; the others
 // are refused rather than silently ignored.
-void parse_torch_keys(ReplayPolicy& p, std::string_view rest) {
-  TorchConfig& c = p.torch;
+// Calls f(key, value) for each "KEY=VALUE" of a comma-separated list; `seps` are the
+// characters accepted between key and value.
+template <typename F>
+void for_each_policy_key(const ReplayPolicy& p, std::string_view rest, const char* seps, F&& f) {
   while (!rest.empty()) {
     std::size_t comma = rest.find(',');
     std::string_view kv = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    std::size_t eq = kv.find_first_of("=:");
+    std::size_t eq = kv.find_first_of(seps);
     if (eq == std::string_view::npos) throw UsageError(fmt::format("policy '{}': '{}' is not KEY=VALUE", p.name, kv));
-    std::string_view k = trim(kv.substr(0, eq)), v = trim(kv.substr(eq + 1));
+    f(trim(kv.substr(0, eq)), trim(kv.substr(eq + 1)));
+  }
+}
+
+// "torch:KEY=VALUE,..." (PYTORCH_CUDA_ALLOC_CONF also writes KEY:VALUE).
+void parse_torch_keys(ReplayPolicy& p, std::string_view rest) {
+  TorchConfig& c = p.torch;
+  for_each_policy_key(p, rest, "=:", [&](std::string_view k, std::string_view v) {
     if (k == "max_split_size" || k == "max_split_size_mb") {
       std::uint64_t n = k == "max_split_size" ? parse_size(v) : parse_size(std::string(v) + "MiB");
       // PyTorch refuses max_split_size_mb at or below its 20 MiB large segment.
@@ -69,7 +78,7 @@ void parse_torch_keys(ReplayPolicy& p, std::string_view rest) {
                                    "max_split_size_mb, roundup_power2_divisions, expandable_segments=false)",
                                    p.name, k));
     }
-  }
+  });
 }
 
 }  // namespace
@@ -95,13 +104,7 @@ ReplayPolicy parse_policy(const std::string& text) {
   if (head.size() == s.size()) return p;
   std::string_view rest = s.substr(head.size() + 1);
   detail::PoolConfig& c = p.pool;
-  while (!rest.empty()) {
-    std::size_t comma = rest.find(',');
-    std::string_view kv = trim(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    std::size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) throw UsageError(fmt::format("policy '{}': '{}' is not KEY=VALUE", p.name, kv));
-    std::string_view k = trim(kv.substr(0, eq)), v = trim(kv.substr(eq + 1));
+  for_each_policy_key(p, rest, "=", [&](std::string_view k, std::string_view v) {
     // The keys are PoolConfig's size settings (preload/pool/pool.h).
     if (k == "round") c.round = positive_size(k, v);
     else if (k == "max_split" || k == "max_split_size") c.max_split_size = positive_size(k, v);
@@ -115,7 +118,7 @@ ReplayPolicy parse_policy(const std::string& text) {
       throw UsageError(fmt::format("policy '{}': unknown key '{}' (known: round, max_split, small_max, small_segment, "
                                    "medium_max, large_segment, huge_round, large_split_min)",
                                    p.name, k));
-  }
+  });
   return p;
 }
 
