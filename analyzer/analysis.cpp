@@ -66,6 +66,7 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   for (const auto& p : paths) {
     readers.push_back(std::make_unique<TraceReader>(p));
     out.traces.push_back(std::make_unique<Model>(p, opt.timeline_buckets));
+    if (out.traces.size() <= opt.windows.size()) out.traces.back()->set_window(opt.windows[out.traces.size() - 1]);
   }
   std::uint64_t total = 0;
   for (auto& r : readers) total += r->file_size();

@@ -29,6 +29,8 @@ struct AnalyzeOptions {
   std::size_t timeline_buckets = 2048;
   bool progress = true;  // a progress bar when stderr is a TTY and it takes > 1 s
   bool warn_truncated = true;
+  // Per trace (empty: none): restrict the model to these trace-clock intervals (phases.h).
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> windows;
 };
 
 // Throws InputError (and subclasses) for unreadable / invalid input.

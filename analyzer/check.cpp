@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
+#include "analyzer/phases.h"
 #include "analyzer/report.h"
 #include "analyzer/safe_file.h"
 #include "analyzer/text_safe.h"
@@ -154,6 +155,25 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     } else {
       r.passed.push_back(fmt::format("{} {}{} within {} {}", it.name, bytes_both(it.value), where(it), it.flag,
                                      bytes_both(static_cast<std::int64_t>(*it.limit))));
+    }
+  }
+  if (opt.max_growth) {
+    const auto limit = static_cast<std::int64_t>(*opt.max_growth);
+    for (const auto& t : a.traces) {
+      auto g = phase_growth(*t, opt.growth_phase);
+      if (!g.valid) {
+        r.violations.push_back(fmt::format("{}: no growth measured for --max-growth: {}", text_safe(t->info.path),
+                                           g.phase.empty() ? std::string("no top-level phase repeats")
+                                                           : fmt::format("'{}' has {} instance(s), 2 are needed",
+                                                                         text_safe(g.phase), g.instances)));
+        continue;
+      }
+      std::string what = fmt::format("growth of live requested bytes over '{}' ({} instances, #{} vs #2) {} on device {}",
+                                     text_safe(g.phase), g.instances, g.instances, bytes_both(g.growth), g.growth_device);
+      if (g.growth > limit)
+        r.violations.push_back(fmt::format("{} exceeds --max-growth {}", what, bytes_both(limit)));
+      else
+        r.passed.push_back(fmt::format("{} within --max-growth {}", what, bytes_both(limit)));
     }
   }
   if (!opt.baseline.empty()) {

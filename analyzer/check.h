@@ -18,6 +18,10 @@ struct CheckOptions {
   double tolerance_pct = 5.0;    // allowed growth over the baseline
   bool all_frames = false;
   bool allow_truncated = false;  // check a trace without an end record (or cut) anyway
+  // Growth of live bytes across the instances of a repeated phase (analyzer/phases.h);
+  // a trace without two instances of it fails the gate (nothing was measured).
+  std::optional<std::uint64_t> max_growth;
+  std::string growth_phase;  // "" = the most repeated top-level range
 };
 
 // The four measured quantities, as `check` and baselines see them: the largest per-device

@@ -20,8 +20,12 @@
 #include "analyzer/debuginfo.h"
 #include "analyzer/error.h"
 #include "analyzer/export.h"
+#include "analyzer/phases.h"
 #include "analyzer/replay.h"
 #include "analyzer/report.h"
+#include "analyzer/symbolize.h"
+#include "analyzer/symbolize_trace.h"
+#include "analyzer/trace_files.h"
 #include "analyzer/text_safe.h"
 #include "analyzer/units.h"
 
@@ -77,6 +81,13 @@ void add_debuginfod(CLI::App* cmd, DebuginfodOpt& o) {
       ->check(kFiniteNonNegative);
 }
 
+// -v/--verbose on the commands that symbolize: list the trace's modules not found here
+// (without it, one line says how many).
+bool g_verbose = false;
+void add_verbose(CLI::App* cmd) {
+  cmd->add_flag("-v,--verbose", g_verbose, "List the trace's modules that are not on this machine");
+}
+
 int real_main(int argc, char** argv) {
   CLI::App app{"gpuheap: GPU memory profiler (trace with `run`, analyze with summary/check/diff)"};
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
@@ -94,6 +105,10 @@ int real_main(int argc, char** argv) {
   run->add_option("--limit", run_opt.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
   run->add_flag("--allow-no-trace", run_opt.allow_no_trace,
                 "Exit with the command's status even if a trace could not be written (else 3)");
+  bool no_symbolize = false, no_compress = false;
+  run->add_flag("--no-symbolize", no_symbolize, "Do not store symbolized frames in the trace after the program exits");
+  run->add_flag("--no-compress", no_compress, "Leave the trace uncompressed (else TRACE.zst after the program exits)");
+  add_verbose(run);
   run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
 
   std::string dump_path;
@@ -116,6 +131,15 @@ int real_main(int argc, char** argv) {
   summary->add_flag("-q,--quiet", quiet, quiet_help);
   DebuginfodOpt dopt;
   add_debuginfod(summary, dopt);
+  // Windows (analyzer/phases.h, docs/cli.md "Phases and windows"), on summary and check.
+  WindowSpec wspec;
+  auto add_window = [&](CLI::App* cmd, std::string& growth_phase) {
+    cmd->add_option("--phase", wspec.phase, "Only the time inside this phase's instances (NAME)");
+    cmd->add_option("--time", wspec.time, "Only FROM:TO (seconds from the start, or phase/mark names; either optional)");
+    cmd->add_option("--after", wspec.after, "Only after TIME (seconds) or the end of phase/mark NAME's first instance");
+    cmd->add_option("--growth-phase", growth_phase, "Phase whose instances measure growth (default: most repeated)");
+  };
+  add_window(summary, sopt.growth_phase);
 
   CheckOptions copt;
   std::string max_req, max_alloc, max_res, max_leak;
@@ -125,6 +149,8 @@ int real_main(int argc, char** argv) {
   check->add_option("--max-allocated", max_alloc, "Limit on peak allocated bytes (SIZE)");
   check->add_option("--max-reserved", max_res, "Limit on peak reserved bytes (SIZE)");
   check->add_option("--max-leaked", max_leak, "Limit on bytes live at the end (SIZE)");
+  std::string max_growth;
+  check->add_option("--max-growth", max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)");
   check->add_option("--baseline", copt.baseline, "summary --json of an earlier run");
   check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
       ->check(kFiniteNonNegative);
@@ -133,6 +159,7 @@ int real_main(int argc, char** argv) {
                   "Check a trace without an end record (killed or still running) instead of failing");
   check->add_flag("-q,--quiet", quiet, quiet_help);
   add_debuginfod(check, dopt);
+  add_window(check, copt.growth_phase);
 
   std::string diff_a, diff_b;
   bool diff_all = false;
@@ -170,14 +197,30 @@ int real_main(int argc, char** argv) {
   add_debuginfod(xport, dopt);
   add_debuginfod(report, dopt);
 
+  // symbolize / compress (analyzer/symbolize_trace.cpp, analyzer/trace_files.cpp)
+  SymbolizeTraceOptions syopt;
+  auto* symbolize = app.add_subcommand("symbolize", "Store symbolized frames in traces (run where the modules are)");
+  symbolize->add_option("traces", traces, "TRACE...")->required();
+  symbolize->add_flag("--allow-truncated", syopt.allow_truncated,
+                      "Symbolize a trace without an end record (killed or still running) instead of failing");
+  add_verbose(symbolize);
+  add_debuginfod(symbolize, dopt);
+  CompressOptions zopt;
+  auto* compress = app.add_subcommand("compress", "Compress traces with zstd into TRACE.zst (verified, then the "
+                                                  "original is removed)");
+  compress->add_option("traces", traces, "TRACE...")->required();
+  compress->add_flag("-k,--keep", zopt.keep, "Keep the original trace");
+  compress->add_flag("-f,--force", zopt.force, "Replace an existing TRACE.zst");
+  for (auto* c : {summary, check, diff, xport, report}) add_verbose(c);
+
   // replay (analyzer/replay*.cpp): the trace through gpuheap's pool under other policies/limits.
   ReplayCli rp;
   auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
   replay->add_option("trace", rp.trace)->required();
-  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., none");
+  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch caching-allocator model), none");
   replay->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
   replay->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
-  replay->add_option("--sweep", rp.sweep, "Policies separated by ';': one table row per policy x limit");
+  replay->add_option("--sweep", rp.sweep, "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
   replay->add_option("--limits", rp.limits, "Limits separated by ',' for the table");
   replay->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
@@ -197,6 +240,8 @@ int real_main(int argc, char** argv) {
   }
 
   if (*run) {
+    run_opt.finish.symbolize = !no_symbolize, run_opt.finish.compress = !no_compress;
+    run_opt.finish.verbose = g_verbose;
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }
@@ -212,7 +257,8 @@ int real_main(int argc, char** argv) {
   if (*report) return ropt.progress = !quiet, report_command(traces, ropt);
   if (*summary) {
     sopt.top = static_cast<std::size_t>(top);
-    auto a = analyze(traces, aopt);
+    sopt.window = wspec.describe();
+    auto a = analyze_window(traces, aopt, wspec);
     if (json) {
       // Trace strings (paths, command lines, names) are arbitrary bytes: invalid UTF-8 is
       // replaced by U+FFFD rather than making dump() throw; everything else is escaped.
@@ -228,9 +274,12 @@ int real_main(int argc, char** argv) {
     copt.max_allocated = size_opt(max_alloc);
     copt.max_reserved = size_opt(max_res);
     copt.max_leaked = size_opt(max_leak);
-    if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && copt.baseline.empty())
+    copt.max_growth = size_opt(max_growth);
+    if (!copt.max_requested && !copt.max_allocated && !copt.max_reserved && !copt.max_leaked && !copt.max_growth &&
+        copt.baseline.empty())
       throw UsageError("check: give at least one --max-* limit or --baseline");
-    auto a = analyze(traces, aopt);
+    auto a = analyze_window(traces, aopt, wspec);
+    if (wspec.any()) std::printf("gpuheap check: note: figures restricted to %s\n", wspec.describe().c_str());
     auto r = run_check(a, copt);
     for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
     for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());
@@ -239,6 +288,31 @@ int real_main(int argc, char** argv) {
     return r.violations.empty() ? 0 : 1;
   }
   if (*replay) return replay_command(rp);
+  if (*symbolize) {
+    for (const auto& t : traces) {
+      auto r = symbolize_trace(t, syopt);
+      if (r.rewritten)
+        std::printf("gpuheap symbolize: %s: stored the frames of %llu ips (%llu already stored, %llu not found here)\n",
+                    t.c_str(), static_cast<unsigned long long>(r.added), static_cast<unsigned long long>(r.already),
+                    static_cast<unsigned long long>(r.unresolved));
+      else
+        std::printf("gpuheap symbolize: %s: unchanged: %llu ips, %llu already stored, %llu not found here\n", t.c_str(),
+                    static_cast<unsigned long long>(r.ips), static_cast<unsigned long long>(r.already),
+                    static_cast<unsigned long long>(r.unresolved));
+    }
+    flush_or_throw();
+    return 0;
+  }
+  if (*compress) {
+    for (const auto& t : traces) {
+      auto r = compress_trace(t, zopt);
+      std::printf("gpuheap compress: %s -> %s: %llu -> %llu bytes (%.1fx)\n", t.c_str(), r.output.c_str(),
+                  static_cast<unsigned long long>(r.bytes_before), static_cast<unsigned long long>(r.bytes_after),
+                  r.bytes_after ? static_cast<double>(r.bytes_before) / static_cast<double>(r.bytes_after) : 0.0);
+    }
+    flush_or_throw();
+    return 0;
+  }
   if (*diff) {
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);
@@ -259,8 +333,11 @@ int main(int argc, char** argv) {
   logger->set_formatter(std::move(fmt));
   spdlog::set_default_logger(logger);
   try {
-    return real_main(argc, argv);
+    int rc = real_main(argc, argv);
+    report_missing_modules(g_verbose);  // once for the whole command
+    return rc;
   } catch (const InputError& e) {
+    report_missing_modules(g_verbose);
     spdlog::error("{}", e.what());
     return 2;
   } catch (const std::exception& e) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "analyzer/run_finish.h"
+
 namespace gpuheap {
 
 // Writes every record of the trace as one text line to `out`; returns the exit status.
@@ -19,6 +21,7 @@ struct RunOptions {
   std::string limit;            // GPUHEAP_LIMIT ("" = none)
   bool allow_no_trace = false;  // a traced process that could not write its trace is not an error
   std::vector<std::string> command;
+  FinishOptions finish;         // after the program exits: symbolize, compress (run_finish.h)
 };
 // Runs the command under the preload; returns its exit status (128+signal when killed), or
 // 3 when it exited 0 but a traced process could not write its trace (unless allow_no_trace).

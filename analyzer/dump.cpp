@@ -157,6 +157,20 @@ int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
                        printable(r.phase.name));
         break;
       }
+      case T::symbol_string:
+        fmt::format_to(it, "symbol_string id={} text=\"{}\"\n", r.symbol_string.id, printable(r.symbol_string.text));
+        break;
+      case T::symbol_frames: {
+        // Each frame: function and file as symbol_string ids (0: unknown), line, innermost first.
+        fmt::format_to(it, "symbol_frames ip={:#x} count={} frames=", r.symbol_frames.ip, r.symbol_frames.count);
+        for (std::size_t i = 0; i < r.symbol_frames.count; ++i) {
+          auto e = r.symbol_frames.entry(i);
+          fmt::format_to(it, "{}function={},file={},line={}{}", i ? ";" : "", e.function, e.file, e.line,
+                         (e.flags & format::kSymbolInlined) != 0 ? ",inlined" : "");
+        }
+        fmt::format_to(it, "\n");
+        break;
+      }
       case T::end:
         fmt::format_to(it, "end ts={} reason={} records={}\n", r.end.ts, end_reason(r.end.reason), r.end.records);
         break;

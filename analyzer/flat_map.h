@@ -53,10 +53,14 @@ class HugeArray {
   std::unique_ptr<T[], Free> p_;
 };
 
-template <class V>
+// kLoadShift: the table grows past a load of 1/2^kLoadShift. A map whose entries come and
+// go on every event (Model's block edges) is cheaper kept sparser: probe runs, and the
+// backward shift of each erase, stay near one slot.
+template <class V, unsigned kLoadShift = 1>
 class FlatMap {
  public:
   static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  static constexpr std::size_t npos = ~std::size_t{0};
 
   FlatMap() { rehash(16); }
 
@@ -71,6 +75,17 @@ class FlatMap {
     }
   }
   const V* find(std::uint64_t k) const { return const_cast<FlatMap*>(this)->find(k); }
+
+  // The slot index of k (not kEmpty), or npos: for a lookup followed by erase_at(), which
+  // then need not probe again. An index stays valid until the next insert or erase.
+  std::size_t find_index(std::uint64_t k) const {
+    for (std::size_t i = slot(k);; i = (i + 1) & mask_) {
+      const auto& s = slots_[i];
+      if (s.key == k) return i;
+      if (s.key == kEmpty) return npos;
+    }
+  }
+  V& at(std::size_t i) { return slots_[i].val; }
 
   // Starts loading the slot where k lives (or would go): replay prefetches the next few
   // events' slots so their cache misses overlap instead of serializing. A slot holds the
@@ -91,7 +106,7 @@ class FlatMap {
       if (!has_sentinel_) sentinel_ = V{}, has_sentinel_ = true;
       return sentinel_;
     }
-    if ((size_ + 1) * 2 > cap()) rehash(cap() * 2);
+    if (((size_ + 1) << kLoadShift) > cap()) rehash(cap() * 2);
     std::size_t i = slot(k);
     for (;; i = (i + 1) & mask_) {
       auto& s = slots_[i];
@@ -115,11 +130,14 @@ class FlatMap {
       has_sentinel_ = false;
       return had;
     }
-    std::size_t i = slot(k);
-    for (;; i = (i + 1) & mask_) {
-      if (slots_[i].key == k) break;
-      if (slots_[i].key == kEmpty) return false;
-    }
+    std::size_t i = find_index(k);
+    if (i == npos) return false;
+    erase_at(i);
+    return true;
+  }
+
+  // Erases the entry in slot i (an index from find_index).
+  void erase_at(std::size_t i) {
     // Backward-shift: move later entries of the probe run into the hole.
     std::size_t hole = i;
     for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
@@ -133,7 +151,6 @@ class FlatMap {
     }
     slots_[hole].key = kEmpty;
     --size_;
-    return true;
   }
 
   // f may change values, not keys, and must not insert or erase.

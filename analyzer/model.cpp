@@ -24,9 +24,15 @@ Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_
   sites.resize(1);
 }
 
-std::uint16_t Model::dev_index(int device) {
+// The helpers below run several times per event: `inline` (GCC kept them out of line at -O2,
+// a call each), with dev_index's rare new-device path out of line.
+inline std::uint16_t Model::dev_index(int device) {
   for (std::size_t i = 0; i < dev_ids_.size(); ++i)
     if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
+  return new_dev(device);
+}
+
+std::uint16_t Model::new_dev(int device) {
   // A trace names a handful of devices; tens of thousands of distinct ordinals (the i32
   // field of a damaged device record) would cost a DeviceState each and a linear scan per
   // event (quadratic time). Refuse them as corruption.
@@ -37,6 +43,10 @@ std::uint16_t Model::dev_index(int device) {
   devices.emplace_back();
   devices.back().device = device;
   devices.back().timeline = Timeline(timeline_buckets_);
+  if (windowed_) {
+    dev_win_.emplace_back();
+    if (!in_window_) freeze_device(devices.size() - 1);
+  }
   return static_cast<std::uint16_t>(devices.size() - 1);
 }
 
@@ -51,7 +61,7 @@ Model::Totals Model::totals(int device) const {
   return {};
 }
 
-Site& Model::site(std::uint32_t stack) {
+inline Site& Model::site(std::uint32_t stack) {
   if (stack >= sites.size()) {
     // Stack ids are dense from 1 and defined before use, so a real id is at most the number
     // of stacks seen. A wild id (corrupt or hostile trace) must not allocate by its value:
@@ -72,12 +82,10 @@ std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
   return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
 }
 
-void Model::touch_ts(std::uint64_t ts) {
-  if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
-  if (ts > info.last_ts) info.last_ts = ts;
-}
-
-void Model::sample(DeviceState& d, std::uint64_t ts) {
+inline void Model::sample(DeviceState& d, std::uint64_t ts) {
+  // The maximum since the last phase record (model_phases.cpp folds it into open phases).
+  d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
+  d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
   d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
                     d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
 }
@@ -132,19 +140,22 @@ void Model::feed(const format::Record& r) {
     case RecordType::retry: {
       ++info.events;
       touch_ts(r.retry.ts);
-      dev(r.retry.device).num_alloc_retries++;
+      if (counting()) dev(r.retry.device).num_alloc_retries++;
       break;
     }
     case RecordType::empty_cache: {
       ++info.events;
       touch_ts(r.empty_cache.ts);
       auto& d = dev(r.empty_cache.device);
+      if (!counting()) break;
       d.empty_cache_calls++;
       d.empty_cache_released += r.empty_cache.released;
       break;
     }
     case RecordType::thread: threads[r.thread.tid] = std::string(r.thread.name); break;
-    case RecordType::phase: touch_ts(r.phase.ts); break;
+    case RecordType::phase: touch_ts(r.phase.ts), on_phase(r.phase); break;
+    case RecordType::symbol_string: symbols.add(r.symbol_string); break;
+    case RecordType::symbol_frames: symbols.add(r.symbol_frames); break;
     case RecordType::end:
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;
@@ -154,7 +165,23 @@ void Model::feed(const format::Record& r) {
   }
 }
 
-std::uint32_t Model::find_segment(std::uint64_t ptr) const {
+std::uint32_t Model::find_segment(std::uint64_t ptr) {
+  if (seg_overlap_) return find_segment_slow(ptr);
+  auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
+  if (h.gen == seg_gen_ && h.granule == ptr >> 21 && ptr - segs_[h.slot].ptr < segs_[h.slot].size) return h.slot;
+  std::uint32_t slot = find_segment_slow(ptr);
+  if (slot != kNoSeg) h = {ptr >> 21, slot, seg_gen_};
+  return slot;
+}
+
+void Model::segments_changed() {
+  if (++seg_gen_ == 0) {  // wrapped: no hint of an old generation may look current
+    std::fill(seg_hints_.begin(), seg_hints_.end(), SegHint{});
+    seg_gen_ = 1;
+  }
+}
+
+std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
   // Last segment starting at or before ptr: branchless binary search (the outcome of each
   // step is unpredictable, a mispredicted branch per step would cost more than the loads).
   const std::uint64_t* base = seg_starts_.data();
@@ -172,7 +199,7 @@ std::uint32_t Model::find_segment(std::uint64_t ptr) const {
 
 // Recomputes a segment's share of the non-releasable stats: a segment with at least one
 // active block cannot be released, so all its free bytes (and free pieces) count.
-void Model::seg_update(Segment& s) {
+inline void Model::seg_update(Segment& s) {
   std::int64_t nb = 0, nc = 0;
   if (s.active_blocks > 0) {
     nb = static_cast<std::int64_t>(s.size - s.active_bytes);
@@ -195,6 +222,27 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   if (e.seg == kNoSeg) return;
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
+  if (sign < 0) {
+    // A block leaving: both its edges are in the map (it put them there). One probe each,
+    // and the erase starts from the slot found.
+    std::size_t ia = edges_.find_index(a), ib = edges_.find_index(b);
+    if (ia != edges_.npos && ib != edges_.npos && a != edges_.kEmpty && b != edges_.kEmpty) {
+      auto& ea = edges_.at(ia);
+      auto& eb = edges_.at(ib);
+      std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+      t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+      ea.starts--, eb.ends--;
+      bool drop_a = ea.starts == 0 && ea.ends == 0, drop_b = eb.starts == 0 && eb.ends == 0;
+      if (drop_b) edges_.erase_at(ib);
+      if (drop_a) {
+        if (drop_b) edges_.erase(a);  // the erase of b may have moved a's entry
+        else edges_.erase_at(ia);
+      }
+      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
+      seg_update(s);
+      return;
+    }
+  }
   auto& ea = edges_.get(a);
   std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
   ea.starts += static_cast<std::uint32_t>(sign);
@@ -398,6 +446,18 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     // (frag_seq) can tell the segments that existed then from later ones.
     segs_[slot] = Segment{r.ptr, r.size, ++seq_, 0, 0, 0, 0, 0, di, small, oversize, true};
     auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
+    {
+      // find_segment's hints hold while segments are disjoint and not empty.
+      auto ui = static_cast<std::size_t>(at);
+      bool overlap = r.size == 0 || r.ptr + r.size < r.ptr;
+      if (ui > 0) {
+        const auto& p = segs_[seg_slots_[ui - 1]];
+        overlap = overlap || p.ptr + p.size > r.ptr || p.ptr + p.size < p.ptr;
+      }
+      if (ui < seg_starts_.size()) overlap = overlap || r.ptr + r.size > seg_starts_[ui];
+      if (overlap) seg_overlap_ = true;
+      segments_changed();
+    }
     seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
     seg_slots_.insert(seg_slots_.begin() + at, slot);
     pool_stats(d, pool, kReservedBytes, s);
@@ -436,6 +496,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     seg_starts_.erase(seg_starts_.begin() + at);
     seg_slots_.erase(seg_slots_.begin() + at);
     free_segs_.push_back(slot);
+    segments_changed();
   }
   sample(d, r.ts);
 }
@@ -444,6 +505,7 @@ void Model::on_oom(const format::OomRecord& o) {
   touch_ts(o.ts);
   auto di = dev_index(o.device);
   auto& d = devices[di];
+  if (!counting()) return;
   d.num_ooms++;
   if (ooms.size() >= kMaxOomDetails) return;
   OomInfo oi;

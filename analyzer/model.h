@@ -15,6 +15,7 @@
 
 #include "analyzer/flat_map.h"
 #include "analyzer/stats.h"
+#include "analyzer/symbolize.h"
 #include "format/trace.h"
 
 namespace gpuheap {
@@ -92,6 +93,8 @@ struct DeviceState {
   };
   std::vector<Gone> frag_log;
   Timeline timeline;
+  // Requested/allocated maxima since the last phase record (model_phases.cpp).
+  std::int64_t phase_peak_requested = 0, phase_peak_allocated = 0;
 
   struct Acc {
     std::uint32_t epoch = 0;
@@ -145,6 +148,25 @@ struct PyCode {
   std::string filename, name, linetable;
 };
 
+// One instance of a phase (analyzer/model_phases.cpp): a push..pop range on one thread, or
+// a mark (start == end). Figures per device, index-aligned with Model::devices after finish.
+struct PhaseDevice {
+  int device = 0;
+  std::int64_t peak_requested = 0, peak_allocated = 0;  // max of current inside the instance
+  std::int64_t end_requested = 0, end_allocated = 0;    // live bytes at its end (growth)
+  std::uint64_t allocs = 0;                             // allocations made inside it
+  std::uint64_t allocs_base = 0;                        // internal: count at the start
+};
+struct PhaseInstance {
+  std::string name;
+  std::uint32_t tid = 0;
+  int depth = 0;  // open ranges of the same thread around it
+  bool mark = false, open_at_end = false;
+  format::PhaseSource source = format::PhaseSource::api;
+  std::uint64_t start = 0, end = 0;  // trace clock; a range is [start, end)
+  std::vector<PhaseDevice> devices;
+};
+
 struct Leak {
   std::uint32_t stack = 0;
   std::uint64_t bytes = 0, allocated = 0, count = 0;  // requested, block bytes
@@ -183,12 +205,26 @@ class Model {
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> stacks;
   std::vector<OwnedModule> modules;
   std::unordered_map<std::uint32_t, PyCode> py_codes;  // by id
+  StoredSymbols symbols;  // frames stored by `gpuheap symbolize` (symbol_* records)
   std::map<std::uint32_t, std::string> threads;
   std::vector<OomInfo> ooms;
   std::vector<Leak> leaks;  // by site, largest (requested) first
   // Requested bytes live at the end (what check --max-leaked gates), and their block bytes.
   std::uint64_t leaked_bytes = 0, leaked_allocated_bytes = 0, leaked_count = 0;
   SizeHistogram requests;  // pooled / pass-through requested sizes
+  std::vector<PhaseInstance> phases;  // in order of start (marks and ranges)
+  std::uint64_t unmatched_pops = 0;   // pops with no open range on their thread (ignored)
+  std::uint64_t untracked_ranges = 0;  // pushed while kMaxOpenPhases were open (matched, not kept)
+  // Every phase record folds the maxima into each open range: the bound keeps a hostile
+  // trace of nested pushes linear (real jobs nest a handful deep per thread).
+  static constexpr std::size_t kMaxOpenPhases = 256;
+
+  // Restricts peaks, sites, leaks, OOM counts to the union of [start, end) intervals of the
+  // trace clock (summary --phase/--time/--after; analyzer/model_window.cpp). Call before
+  // feeding. Phases and the timeline still cover the whole trace.
+  void set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
+  bool windowed() const { return windowed_; }
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>>& window() const { return window_; }
 
   static constexpr std::size_t kMaxOomDetails = 64;
   static constexpr std::size_t kOomTopSites = 5;
@@ -216,11 +252,25 @@ class Model {
 
   DeviceState& dev(int device);
   std::uint16_t dev_index(int device);
+  std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack);
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
   static bool pending(const Live& e) { return e.flags & kPending; }
-  void touch_ts(std::uint64_t ts);
+  void touch_ts(std::uint64_t ts) {
+    if (!info.have_ts) info.first_ts = ts, info.have_ts = true;
+    if (ts > info.last_ts) info.last_ts = ts;
+    if (ts >= next_edge_) cross_edges(ts);  // UINT64_MAX without a window: never
+  }
+  void on_phase(const format::PhaseRecord& p);
+  void fold_phase_peaks();
+  void finish_phases();
+  void cross_edges(std::uint64_t ts);
+  void enter_window(std::uint64_t ts);
+  void leave_window();
+  void freeze_device(std::size_t i);
+  void finish_window();
+  bool counting() const { return !windowed_ || in_window_; }
 
   void on_alloc(const format::AllocRecord& a);
   void on_free(const format::FreeRecord& f);
@@ -231,7 +281,7 @@ class Model {
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
-  std::uint32_t find_segment(std::uint64_t ptr) const;
+  std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event.
   void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
     d.stat[m][kAllPools].add(delta);
@@ -255,7 +305,7 @@ class Model {
   struct Edges {
     std::uint32_t starts = 0, ends = 0;
   };
-  detail::FlatMap<Edges> edges_;
+  detail::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;
@@ -263,7 +313,43 @@ class Model {
   // search runs over a dense array of u64 (a few KB, cache resident).
   std::vector<std::uint64_t> seg_starts_;
   std::vector<std::uint32_t> seg_slots_;
+  // find_segment's cache: 2 MiB granule of an address -> the segment found for it, valid
+  // for one generation of the segment set (seg_gen_ changes with every segment birth and
+  // release). A hit needs only that the segment contains the address, which identifies
+  // find_segment's answer while live segments neither overlap nor have size 0; the first
+  // that does (a damaged trace) turns the cache off (seg_overlap_).
+  struct SegHint {
+    std::uint64_t granule = 0;
+    std::uint32_t slot = kNoSeg, gen = 0;
+  };
+  static constexpr std::size_t kSegHints = 1024;  // power of two
+  std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
+  std::uint32_t seg_gen_ = 1;
+  bool seg_overlap_ = false;
+  std::uint32_t find_segment_slow(std::uint64_t ptr) const;
+  void segments_changed();
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
+  // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for
+  // a push beyond kMaxOpenPhases. open_phases_: the tracked open ones, for the fold.
+  static constexpr std::size_t kUntracked = ~std::size_t{0};
+  std::map<std::uint32_t, std::vector<std::size_t>> phase_stack_;
+  std::vector<std::size_t> open_phases_;
+  // Window (model_window.cpp): edges of the merged intervals; state saved while outside.
+  struct DevWin {
+    std::array<std::array<Stat, 3>, kNumMetrics> acc{};   // peak: saved; allocated/freed: summed inside
+    std::array<std::array<Stat, 3>, kNumMetrics> base{};  // allocated/freed at the last entry
+    std::array<KindUsage, format::kNumAllocKinds> kacc{}, kbase{};
+    std::int64_t peak_held = 0;
+  };
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> window_;
+  std::size_t edge_ = 0;  // index of the next edge: interval edge_/2, start if even
+  std::uint64_t next_edge_ = ~std::uint64_t{0};
+  bool windowed_ = false, in_window_ = false;
+  std::uint64_t entry_seq_ = 0;
+  std::vector<DevWin> dev_win_;
+  std::vector<Site> site_acc_, site_base_;
+  detail::FlatMap<Leak> win_leaks_;
+  std::uint64_t win_leaked_bytes_ = 0, win_leaked_allocated_ = 0, win_leaked_count_ = 0;
   std::uint64_t seq_ = 0;
   std::size_t timeline_buckets_;
   bool finished_ = false;

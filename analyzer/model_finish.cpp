@@ -120,6 +120,8 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   info.has_end = has_end;
   info.truncated = cut_mid_record || !has_end;
   info.records = records;
+  finish_phases();
+  if (windowed_) finish_window();
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto& d = devices[i];
     if (d.frag_open) d.frag_peak = peak_layout(static_cast<std::uint16_t>(i));
@@ -140,6 +142,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
       auto& s = peak[e.dev].get(e.stack);
       s.stack = e.stack, s.bytes += e.requested, s.allocated += e.size, s.count++;
     }
+    if (windowed_) return;  // the window's leaks were taken at each interval's end
     auto& l = leak_by.get(e.stack);
     l.stack = e.stack, l.bytes += e.requested, l.allocated += e.size, l.count++;
     if (leak_counted(kind)) leaked_bytes += e.requested, leaked_allocated_bytes += e.size;
@@ -157,6 +160,10 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     d.acc = {}, d.acc_wild = {};
     peak[i].for_each([&](std::uint64_t, const SiteBytes& s) { d.peak_consumers.push_back(s); });
     detail::sort_sites(d.peak_consumers);
+  }
+  if (windowed_) {
+    leak_by = std::move(win_leaks_);
+    leaked_bytes = win_leaked_bytes_, leaked_allocated_bytes = win_leaked_allocated_, leaked_count = win_leaked_count_;
   }
   leak_by.for_each([&](std::uint64_t, const Leak& l) { leaks.push_back(l); });
   std::sort(leaks.begin(), leaks.end(), [](const Leak& a, const Leak& b) {

@@ -209,6 +209,7 @@ bool TraceReader::next(format::Record& r) {
       if (records_ == 0 && r.type != format::RecordType::process)
         throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record (type {})",
                                          path_, static_cast<int>(r.type)));
+      last_frame_ = buf_ + pos_, last_frame_len_ = consumed;
       pos_ += consumed;
       ++records_;
       if (r.type == format::RecordType::end) {

@@ -64,6 +64,11 @@ class TraceReader {
     return next(r) ? Got::record : Got::none;
   }
 
+  // The raw bytes of the frame next() last decoded (valid until the next call): what
+  // `gpuheap symbolize` copies unchanged into the rewritten trace.
+  const unsigned char* last_frame() const { return last_frame_; }
+  std::size_t last_frame_size() const { return last_frame_len_; }
+
   const std::string& path() const { return path_; }
   bool compressed() const { return compressed_; }
   bool cut_mid_record() const { return cut_; }
@@ -99,6 +104,8 @@ class TraceReader {
   std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
   std::uint64_t base_offset_ = 0;  // stream offset of buf_[0]
   std::unique_ptr<Zstd> z_;
+  const unsigned char* last_frame_ = nullptr;
+  std::size_t last_frame_len_ = 0;
 };
 
 }  // namespace gpuheap

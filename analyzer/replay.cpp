@@ -146,7 +146,9 @@ class SegTracker final : public detail::PoolObserver {
 struct DeviceSim {
   DeviceSim(int device, const ReplayOptions& o) : up(&out, o.limit), none(o.policy.kind == ReplayPolicy::Kind::none) {
     out.device = device;
-    if (!none) {
+    if (o.policy.kind == ReplayPolicy::Kind::torch) {
+      torch = std::make_unique<TorchAllocator>(up, o.policy.torch, &segs);
+    } else if (!none) {
       detail::PoolConfig cfg = o.policy.pool;
       cfg.seal_interval_ns = 0;  // one fence per free: each completes on its own record
       cfg.unsafe_reuse = false;
@@ -158,7 +160,9 @@ struct DeviceSim {
   SimUpstream up;
   SegTracker segs;
   std::unique_ptr<detail::Pool> pool;
+  std::unique_ptr<TorchAllocator> torch;
   bool none;
+  std::uint64_t largest_free() const { return torch ? torch->largest_free() : pool->stats().largest_free; }
   std::uint64_t none_segments = 0, snap_reserved = 0;
   std::int64_t recorded_reserved = 0;
 };
@@ -212,7 +216,7 @@ class Replayer {
     while (ok && n) ok = drain_one();  // !ok: out of memory under the limit, the job stops there
     res_.truncated = rd.truncated();
     for (auto& d : devs_) {
-      if (d->pool) d->out.retries = d->segs.retries();
+      if (d->pool || d->torch) d->out.retries = d->segs.retries();
       res_.devices.push_back(std::move(d->out));
     }
     std::sort(res_.devices.begin(), res_.devices.end(), [](auto& a, auto& b) { return a.device < b.device; });
@@ -257,7 +261,9 @@ class Replayer {
       }
       case RecordType::stack:
       case RecordType::module:
-      case RecordType::py_code: model_.feed(r); break;  // for the failing event's stack
+      case RecordType::py_code:
+      case RecordType::symbol_string:
+      case RecordType::symbol_frames: model_.feed(r); break;  // for the failing event's stack
       case RecordType::alloc:
       case RecordType::free:
       case RecordType::free_completed:
@@ -277,6 +283,7 @@ class Replayer {
         // exit-time release changes no peak.
         std::uint16_t i;
         DeviceSim& d = dev(r.empty_cache.device, &i);
+        if (d.torch && r.empty_cache.reason == format::EmptyCacheReason::api) d.torch->empty_cache();
         if (!d.pool) break;
         if (r.empty_cache.reason == format::EmptyCacheReason::api) d.pool->empty_cache(format::EmptyCacheReason::api);
         else if (r.empty_cache.reason == format::EmptyCacheReason::threshold)
@@ -336,6 +343,10 @@ class Replayer {
       d.out.reserved.add(static_cast<std::int64_t>(l.size));
       d.up.charge_other(static_cast<std::int64_t>(l.size));  // the driver's bytes count as held
       ++d.none_segments;
+    } else if (d.torch) {
+      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &l.size)) return oom(d, a, index, d.largest_free());
+      l.seg = d.segs.find(l.addr);
+      d.segs.add(l.seg, l.size);
     } else {
       detail::PoolBlock b;
       if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
@@ -355,7 +366,7 @@ class Replayer {
         d.out.segments_at_peak = d.none_segments;
       } else {
         d.out.non_releasable_at_peak = d.segs.non_releasable();
-        d.out.largest_free_at_peak = d.pool->stats().largest_free;
+        d.out.largest_free_at_peak = d.largest_free();
         d.out.segments_at_peak = d.segs.count();
       }
     }
@@ -388,6 +399,12 @@ class Replayer {
       d.out.reserved.add(-static_cast<std::int64_t>(l.size));
       d.up.charge_other(-static_cast<std::int64_t>(l.size));
       --d.none_segments;
+      return;
+    }
+    if (d.torch) {  // stream-ordered: reusable at once on its stream; free_completed is not waited for
+      std::uint64_t size = d.torch->deallocate(l.addr);
+      if (size == 0) throw std::logic_error("replay: the torch model does not know a block it handed out");
+      d.segs.remove(l.seg, size);
       return;
     }
     detail::Upstream::Fence before = d.up.last_fence();

@@ -13,18 +13,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analyzer/replay_torch.h"
 #include "analyzer/stats.h"
 #include "preload/pool/pool.h"
 
 namespace gpuheap {
 
 struct ReplayPolicy {
-  enum class Kind { gpuheap, none };
+  enum class Kind { gpuheap, none, torch };
   Kind kind = Kind::gpuheap;
   detail::PoolConfig pool;  // Kind::gpuheap only
+  TorchConfig torch;        // Kind::torch only
   std::string name = "gpuheap";
 };
-// "gpuheap", "gpuheap:max_split=64MiB,round=1KiB,...", "none". Throws UsageError (exit 2)
+// "gpuheap", "gpuheap:max_split=64MiB,round=1KiB,...", "none", "torch[:max_split_size=SIZE,...]". Throws UsageError (exit 2)
 // on an unknown policy, an unknown key or a bad value.
 ReplayPolicy parse_policy(const std::string& text);
 

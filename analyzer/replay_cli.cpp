@@ -32,7 +32,7 @@ void print_json(const nlohmann::json& j) {
 // matter are too (a limit between two multiples behaves as the lower one when nothing else
 // is charged).
 std::uint64_t granularity(const ReplayPolicy& p) {
-  if (p.kind == ReplayPolicy::Kind::none) return std::uint64_t{2} << 20;
+  if (p.kind != ReplayPolicy::Kind::gpuheap) return std::uint64_t{2} << 20;  // none; torch's 2/20 MiB, 2 MiB steps
   return std::gcd(std::gcd(p.pool.small_segment, p.pool.large_segment), p.pool.huge_round);
 }
 
@@ -78,7 +78,9 @@ int sweep(const ReplayCli& cli, const std::vector<ReplayPolicy>& policies, const
 
 int replay_command(const ReplayCli& cli) {
   std::vector<ReplayPolicy> policies;
-  for (const auto& p : split(cli.sweep.empty() ? cli.policy : cli.sweep, ';')) policies.push_back(parse_policy(p));
+  // "--sweep all": the three policy families with their defaults.
+  std::string list = cli.sweep.empty() ? cli.policy : cli.sweep == "all" ? "gpuheap;torch;none" : cli.sweep;
+  for (const auto& p : split(list, ';')) policies.push_back(parse_policy(p));
   if (policies.empty()) throw UsageError("replay: no policy given");
   std::vector<std::uint64_t> limits;
   for (const auto& l : split(cli.limits.empty() ? cli.limit : cli.limits, ',')) limits.push_back(parse_size(l));

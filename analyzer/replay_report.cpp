@@ -35,6 +35,43 @@ json stat_json(const Stat& s) {
   return {{"current", s.current}, {"peak", s.peak}, {"allocated", s.allocated}, {"freed", s.freed}};
 }
 
+// "torch:KEY=VALUE,...": PYTORCH_CUDA_ALLOC_CONF's keys that the model follows; the others
+// are refused rather than silently ignored.
+void parse_torch_keys(ReplayPolicy& p, std::string_view rest) {
+  TorchConfig& c = p.torch;
+  while (!rest.empty()) {
+    std::size_t comma = rest.find(',');
+    std::string_view kv = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    std::size_t eq = kv.find_first_of("=:");
+    if (eq == std::string_view::npos) throw UsageError(fmt::format("policy '{}': '{}' is not KEY=VALUE", p.name, kv));
+    std::string_view k = trim(kv.substr(0, eq)), v = trim(kv.substr(eq + 1));
+    if (k == "max_split_size" || k == "max_split_size_mb") {
+      std::uint64_t n = k == "max_split_size" ? parse_size(v) : parse_size(std::string(v) + "MiB");
+      // PyTorch refuses max_split_size_mb at or below its 20 MiB large segment.
+      if (n <= TorchAllocator::kLargeBuffer)
+        throw UsageError(fmt::format("policy '{}': max_split_size must be more than 20 MiB (PyTorch's rule)", p.name));
+      c.max_split_size = n;
+    } else if (k == "roundup_power2_divisions") {
+      std::uint64_t n = 0;
+      for (char ch : v) {
+        if (ch < '0' || ch > '9' || n > 1024) throw UsageError(fmt::format("policy '{}': bad {} '{}'", p.name, k, v));
+        n = n * 10 + static_cast<std::uint64_t>(ch - '0');
+      }
+      if (v.empty() || (n > 1 && (n & (n - 1))))
+        throw UsageError(fmt::format("policy '{}': {} must be a power of two", p.name, k));
+      c.roundup_power2_divisions = n;
+    } else if (k == "expandable_segments") {
+      if (v != "false" && v != "False")
+        throw UsageError(fmt::format("policy '{}': expandable_segments:True is not modelled", p.name));
+    } else {
+      throw UsageError(fmt::format("policy '{}': unknown or unmodelled key '{}' (known: max_split_size, "
+                                   "max_split_size_mb, roundup_power2_divisions, expandable_segments=false)",
+                                   p.name, k));
+    }
+  }
+}
+
 }  // namespace
 
 ReplayPolicy parse_policy(const std::string& text) {
@@ -46,8 +83,15 @@ ReplayPolicy parse_policy(const std::string& text) {
     return p;
   }
   std::string_view head = s.substr(0, s.find(':'));
+  if (head == "torch") {
+    p.kind = ReplayPolicy::Kind::torch;
+    if (head.size() < s.size()) parse_torch_keys(p, s.substr(head.size() + 1));
+    return p;
+  }
   if (head != "gpuheap")
-    throw UsageError(fmt::format("unknown policy '{}' (known: gpuheap, gpuheap:KEY=VALUE,..., none)", p.name));
+    throw UsageError(
+        fmt::format("unknown policy '{}' (known: gpuheap, gpuheap:KEY=VALUE,..., torch, torch:KEY=VALUE,..., none)",
+                    p.name));
   if (head.size() == s.size()) return p;
   std::string_view rest = s.substr(head.size() + 1);
   detail::PoolConfig& c = p.pool;

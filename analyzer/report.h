@@ -19,6 +19,8 @@ struct SummaryOptions {
   std::size_t top = 10;   // entries per list
   bool all_frames = false;
   std::size_t text_frames = 12;  // frames shown per stack in text output
+  std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
+  std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)
 };
 
 // Symbolized stacks of one trace, cached per stack id.
@@ -70,6 +72,9 @@ struct LibraryRow {
 std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res);
 
 std::string summary_text(const Analysis& a, const SummaryOptions& opt);
+// The "By phase" table and growth (report_phases.cpp); JSON `phases`, `growth`, `window`.
+void phases_text(std::string& out, const Model& m, const SummaryOptions& opt);
+void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json stack_json(const std::vector<Frame>& frames);
 

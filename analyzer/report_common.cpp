@@ -15,6 +15,7 @@ StackResolver::StackResolver(const Model& m, bool all_frames) : m_(m), all_frame
     r.base = mod.base, r.lo = mod.lo, r.hi = mod.hi, r.path = mod.path, r.build_id = mod.build_id;
     sym_.add_module(r);
   }
+  sym_.use_stored(&m.symbols);
 }
 
 const std::vector<Frame>& StackResolver::frames(std::uint32_t stack) {

@@ -5,6 +5,7 @@
 // (flame.cpp), tables from summary_json(). It goes into the page as JSON inside
 // <script type="application/json"> with '<', '>' and '&' escaped, and report.js puts every
 // string into the page as text, never as markup.
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -37,6 +38,34 @@ json timeline_json(const std::string& label, const Timeline& tl, std::uint64_t o
             {"allocated", std::move(alloc)}, {"reserved", std::move(res)}, {"markers", json::array()}};
   j["active"] = has_active ? std::move(act) : json(nullptr);
   return j;
+}
+
+// Phase markers of one process on each of its device timelines: marks as lines, ranges as
+// shaded spans. A job with thousands of steps would paint the chart solid and fatten the
+// page: at most kMaxPhaseSpans spans and marks each (the first ones), the rest counted.
+constexpr std::size_t kMaxPhaseSpans = 2000;
+template <class At>
+void phase_marks(json& t, const Model& m, const At& at) {
+  json spans = json::array(), names = json::array();
+  std::size_t marks = 0, left_out = 0;
+  std::set<std::string> seen;
+  for (const auto& p : m.phases) {
+    if (seen.insert(p.name).second) names.push_back(p.name);
+    if (p.mark) {
+      if (marks++ >= kMaxPhaseSpans) {
+        ++left_out;
+        continue;
+      }
+      t["markers"].push_back({{"t", at(p.start)}, {"kind", "phase"}, {"label", p.name}});
+    } else if (spans.size() < kMaxPhaseSpans) {
+      spans.push_back({{"t0", at(p.start)}, {"t1", at(p.end)}, {"depth", p.depth}, {"label", p.name}});
+    } else {
+      ++left_out;
+    }
+  }
+  t["spans"] = std::move(spans);
+  if (!seen.empty()) t["phase_names"] = std::move(names);
+  if (left_out) t["phases_left_out"] = left_out;
 }
 
 json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, const ReportOptions& opt,
@@ -110,6 +139,7 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
         if (o.rec.device == d.device)
           t["markers"].push_back(
               {{"t", at(o.rec.ts)}, {"kind", "oom"}, {"label", "OOM " + human_bytes(o.rec.requested)}});
+      phase_marks(t, *mp, at);
       tls.push_back(std::move(t));
     }
   }

@@ -172,6 +172,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
   }
   doc["ooms"] = std::move(ooms);
   doc["timeline"] = std::move(tl);
+  phases_json(doc, m, opt);
   return doc;
 }
 

@@ -153,6 +153,8 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     else out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
                        d.total_memory ? human_bytes(d.total_memory) : "total unknown");
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
+  if (!opt.window.empty())
+    out += fmt::format("  window:    {} (peaks, sites, leaks and OOMs inside it only; docs/cli.md)\n", opt.window);
   if (!in.truncated) {
     out += "  truncated: no\n";
   } else {
@@ -170,6 +172,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     torch_table(out, d);
     out += "\n";
   }
+  phases_text(out, m, opt);
 
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;

@@ -190,7 +190,7 @@ int run_traced(const RunOptions& opt) {
   }
   list.remove();
   std::set<std::string> seen;
-  std::vector<std::string> failures;
+  std::vector<std::string> failures, written;
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t nl = text.find('\n', at);
@@ -199,8 +199,10 @@ int run_traced(const RunOptions& opt) {
     at = nl + 1;
     if (line.empty() || !seen.insert(line).second) continue;
     if (line[0] == '!') failures.push_back(line.substr(1));
-    else if (holds_events(line)) std::fprintf(stderr, "gpuheap: trace written to %s\n", line.c_str());
+    else if (holds_events(line)) written.push_back(line);
   }
+  // Symbolized and compressed once the program is gone (analyzer/run_finish.h).
+  for (const auto& p : finish_traces(written, opt.finish)) std::fprintf(stderr, "gpuheap: trace written to %s\n", p.c_str());
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   // Last, so they are what a CI log ends with: a trace that could not be written must not
   // pass as a job that made no GPU allocation.

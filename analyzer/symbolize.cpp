@@ -55,6 +55,45 @@ bool startup_function(std::string_view fn) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+std::vector<MissingModule>& missing_list() {
+  static std::vector<MissingModule> list;
+  return list;
+}
+}  // namespace
+
+std::vector<MissingModule> missing_modules() { return missing_list(); }
+
+void report_missing_modules(bool verbose) {
+  auto& list = missing_list();
+  if (list.empty()) return;
+  if (verbose) {
+    for (const auto& m : list)
+      spdlog::warn("module not usable on this machine: '{}' ({}); its frames show as module+offset", m.path, m.why);
+  } else {
+    bool one = list.size() == 1;
+    spdlog::warn("{} module{} of the trace {} not on this machine: {} frames show as module+offset; --verbose "
+                 "lists {}",
+                 list.size(), one ? "" : "s", one ? "is" : "are", one ? "its" : "their", one ? "it" : "them");
+  }
+  list.clear();
+}
+
+void StoredSymbols::add(const format::SymbolFramesRecord& r) {
+  auto& v = frames[r.ip];
+  v.clear();
+  for (std::size_t i = 0; i < r.count; ++i) {
+    auto e = r.entry(i);
+    v.push_back({e.function, e.file, e.line, (e.flags & format::kSymbolInlined) != 0});
+  }
+}
+
+const std::string& StoredSymbols::str(std::uint32_t id) const {
+  static const std::string kNone;
+  auto it = strings.find(id);
+  return it == strings.end() ? kNone : it->second;
+}
+
 struct Symbolizer::Impl {
   struct Module {
     std::string path, build_id;
@@ -76,6 +115,7 @@ struct Symbolizer::Impl {
   std::map<std::uint64_t, std::unique_ptr<Module>> modules;
   std::unordered_map<std::uint64_t, std::vector<Frame>> cache;
   std::set<std::string> warned;  // module paths already warned about
+  const StoredSymbols* stored = nullptr;
 
   Module* find(std::uint64_t addr) {
     auto it = modules.upper_bound(addr);
@@ -84,16 +124,17 @@ struct Symbolizer::Impl {
     return addr < it->second->hi ? it->second.get() : nullptr;
   }
 
-  void warn_once(const Module& m, const std::string& msg, bool warn) {
+  // Noted for report_missing_modules (once per path over the whole command), not printed.
+  void warn_once(const Module& m, const std::string& why) {
     if (!warned.insert(m.path).second) return;
-    if (warn)
-      spdlog::warn("{}", msg);
-    else
-      spdlog::info("{}", msg);
+    auto& list = missing_list();
+    for (const auto& x : list)
+      if (x.path == m.path) return;
+    list.push_back({m.path, why});
   }
 
   void open(Module& m);
-  std::vector<Frame> lookup(std::uint64_t addr);
+  std::vector<Frame> lookup(std::uint64_t addr, std::uint64_t ip);
   void dwarf_frames(Module& m, std::uint64_t addr, const Frame& proto, std::vector<Frame>& out);
 };
 
@@ -114,8 +155,7 @@ void Symbolizer::Impl::open(Module& m) {
   std::string why;
   int fd = open_regular(p, &size, &why, detail::kMinElfBytes, detail::kMaxElfBytes);
   if (fd < 0) {
-    warn_once(m, fmt::format("symbolize: cannot use '{}' ({}); its frames are shown as module+offset", p, why),
-              false);
+    warn_once(m, why);
     return;
   }
   Dwfl* dwfl = dwfl_begin(&detail::kGuardedCallbacks);
@@ -130,8 +170,7 @@ void Symbolizer::Impl::open(Module& m) {
   Dwfl_Module* mod = dwfl_report_elf(dwfl, p.c_str(), p.c_str(), fd, m.base, true);
   if (mod == nullptr) {
     ::close(fd);  // only consumed on success
-    warn_once(m, fmt::format("symbolize: '{}' is not a usable ELF file ({}); its frames are shown "
-                             "as module+offset", p, dwfl_errmsg(-1)), false);
+    warn_once(m, fmt::format("not a usable ELF file: {}", dwfl_errmsg(-1)));
     dwfl_end(dwfl);
     return;
   }
@@ -143,8 +182,7 @@ void Symbolizer::Impl::open(Module& m) {
     if (n <= 0 || static_cast<std::size_t>(n) != m.build_id.size() ||
         std::memcmp(bits, m.build_id.data(), m.build_id.size()) != 0) {
       // Symbols of a different build would name the wrong functions: worse than none.
-      warn_once(m, fmt::format("symbolize: '{}' on this machine is not the build the trace recorded "
-                               "(build-id differs); its frames are shown as module+offset", p), true);
+      warn_once(m, "the file here is not the build the trace recorded: build-id differs");
       dwfl_end(dwfl);
       return;
     }
@@ -162,8 +200,8 @@ void Symbolizer::Impl::open(Module& m) {
   Dwarf* dw = dwfl_module_getdwarf(mod, &bias);
   m.use_dwarf = dw != nullptr && (!detail::needs_alt(dw) || look.alt_found);
   if (dw != nullptr && !m.use_dwarf)
-    warn_once(m, fmt::format("symbolize: the debug info of '{}' needs a dwz file that was not found; its frames "
-                             "are named from the symbol table only", p), false);
+    spdlog::debug("symbolize: the debug info of '{}' needs a dwz file that was not found; its frames are named "
+                  "from the symbol table only", p);
 }
 
 // Appends the DWARF frames for addr: every inline instance containing it (innermost first),
@@ -244,14 +282,32 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
   }
 }
 
-std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr) {
+std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip) {
   Frame proto;
   proto.ip = addr;
   Module* m = find(addr);
+  if (m != nullptr) {
+    proto.module = m->path;
+    proto.offset = addr - m->base;
+    proto.hidden = m->hidden;
+  }
+  if (stored != nullptr && ip != 0) {
+    auto it = stored->frames.find(ip);
+    if (it != stored->frames.end() && !it->second.empty()) {
+      std::vector<Frame> out;
+      for (const auto& s : it->second) {
+        Frame f = proto;
+        f.function = stored->str(s.function);
+        f.file = stored->str(s.file);
+        f.line = static_cast<int>(std::min<std::uint32_t>(s.line, INT32_MAX));
+        f.inlined = s.inlined;
+        f.hidden = proto.hidden || detail::hidden_function(f.function);
+        out.push_back(std::move(f));
+      }
+      return out;
+    }
+  }
   if (m == nullptr) return {proto};
-  proto.module = m->path;
-  proto.offset = addr - m->base;
-  proto.hidden = m->hidden;
   if (!m->tried) open(*m);
   if (m->mod == nullptr) return {proto};
 
@@ -294,6 +350,11 @@ void Symbolizer::add_module(const format::ModuleRecord& r) {
   impl_->cache.clear();  // cached frames may name an evicted module
 }
 
+void Symbolizer::use_stored(const StoredSymbols* s) {
+  impl_->stored = s;
+  impl_->cache.clear();
+}
+
 std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, bool all_frames) {
   std::vector<Frame> out;
   out.reserve(ips.size());
@@ -304,7 +365,7 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
     // their frames, so it never records an interrupted instruction.
     std::uint64_t addr = ips[i] == 0 ? 0 : ips[i] - 1;
     auto it = impl_->cache.find(addr);
-    if (it == impl_->cache.end()) it = impl_->cache.emplace(addr, impl_->lookup(addr)).first;
+    if (it == impl_->cache.end()) it = impl_->cache.emplace(addr, impl_->lookup(addr, ips[i])).first;
     out.insert(out.end(), it->second.begin(), it->second.end());
   }
   if (!all_frames) {

@@ -3,11 +3,16 @@
 // (regular files, opened read-only through safe_file.h) at the recorded paths, checking the
 // build-id when the trace recorded one (a mismatch falls back to module+offset); separate
 // debug files and dwz files are looked for through the same guard (debuginfo.h).
+//
+// Frames stored in the trace (symbol_string / symbol_frames records, written by `gpuheap
+// symbolize` where the modules were) are used first; the modules on this machine only for
+// the ips the trace has no stored frames for.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "format/trace.h"
@@ -25,6 +30,30 @@ struct Frame {
   bool hidden = false;          // inside gpuheap or the CUDA libraries (hidden by default)
 };
 
+// The frames a trace stores for its stack ips (format/trace.h symbol records), owned.
+struct StoredFrame {
+  std::uint32_t function = 0, file = 0, line = 0;  // string ids (0: unknown), line (0: unknown)
+  bool inlined = false;
+};
+struct StoredSymbols {
+  std::unordered_map<std::uint32_t, std::string> strings;              // by id
+  std::unordered_map<std::uint64_t, std::vector<StoredFrame>> frames;  // by stack entry (return address)
+  void add(const format::SymbolStringRecord& r) { strings[r.id] = std::string(r.text); }
+  void add(const format::SymbolFramesRecord& r);
+  const std::string& str(std::uint32_t id) const;  // "" for 0 or an id never defined
+};
+
+// A module the trace names whose frames could not be symbolized here (not on this machine,
+// not a usable ELF file, or another build), with why. Collected over the whole command so
+// that it says so once (report_missing_modules), not once per module and report.
+struct MissingModule {
+  std::string path, why;
+};
+std::vector<MissingModule> missing_modules();
+// One stderr line ("N modules of the trace are not on this machine: ..."), or with verbose
+// one line per module; nothing when none is missing. Clears the list.
+void report_missing_modules(bool verbose);
+
 class Symbolizer {
  public:
   Symbolizer();
@@ -34,6 +63,9 @@ class Symbolizer {
 
   // Strings are copied. Later modules at an overlapping range win (dlclose + dlopen).
   void add_module(const format::ModuleRecord& m);
+  // Frames stored in the trace, used before any module is opened. Not copied: `s` must
+  // outlive the Symbolizer (it is the Model's).
+  void use_stored(const StoredSymbols* s);
 
   // Symbolizes one stack (innermost first, as recorded: return addresses). Every ip is moved
   // back by one byte so that file:line names the call, not the instruction after it: the

@@ -32,6 +32,8 @@ struct Record {
   EndRecord end;
   PyCodeRecord py_code;
   PhaseRecord phase;
+  SymbolStringRecord symbol_string;
+  SymbolFramesRecord symbol_frames;
 };
 
 enum class FrameStatus {
@@ -173,6 +175,17 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
           x.name.size() > kMaxPhaseName)
         return FrameStatus::corrupt;
       x.op = static_cast<PhaseOp>(op), x.source = static_cast<PhaseSource>(source);
+      break;
+    }
+    case RecordType::symbol_string:
+      out.symbol_string.id = r.get<std::uint32_t>(), out.symbol_string.text = r.str();
+      if (out.symbol_string.id == 0 || out.symbol_string.text.size() > kMaxSymbolString) return FrameStatus::corrupt;
+      break;
+    case RecordType::symbol_frames: {
+      auto& x = out.symbol_frames;
+      x.ip = r.get<std::uint64_t>(), x.count = r.get<std::uint16_t>();
+      if (x.count == 0 || x.count > kMaxSymbolFrames) return FrameStatus::corrupt;
+      x.entries = r.raw(kSymbolFrameEntrySize * x.count);
       break;
     }
   }

@@ -27,8 +27,9 @@ namespace format {
 
 inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // Version 2 added py_code records and Python frame entries in stacks (see kPyFrameTag). A
-// version-1 file is still read (it has neither). Version 3 added phase records; older files
-// are still read.
+// version-1 file is still read (it has neither). Version 3 added phase records and the
+// symbol records (symbol_string, symbol_frames: frames stored by `gpuheap symbolize` on the
+// recording machine); older files are still read.
 inline constexpr std::uint16_t kFormatVersion = 3;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
@@ -36,6 +37,12 @@ inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload len
 inline constexpr std::uint32_t kMaxPayload = 1u << 20;
 inline constexpr std::uint16_t kMaxStackDepth = 256;
 inline constexpr std::uint32_t kMaxPhaseName = 256;
+// Symbol records (v3): a string longer than this is cut by the writer; an ip has at most
+// kMaxSymbolFrames frames (its inline chain, innermost first, then the concrete function).
+inline constexpr std::uint32_t kMaxSymbolString = 4096;
+inline constexpr std::uint16_t kMaxSymbolFrames = 64;
+inline constexpr std::size_t kSymbolFrameEntrySize = 13;  // u32 function | u32 file | u32 line | u8 flags
+inline constexpr std::uint8_t kSymbolInlined = 1u << 0;   // symbol frame entry flag
 
 enum class RecordType : std::uint8_t {
   process = 1,          // once, first record: who ran
@@ -55,8 +62,10 @@ enum class RecordType : std::uint8_t {
   end = 15,             // clean close: no record follows
   py_code = 16,         // a Python code object, written once before a stack names it (v2)
   phase = 17,           // a phase marker: gpuheap_mark/push/pop or an NVTX range (v3)
+  symbol_string = 18,   // a string of the stored symbols (function or file name), once (v3)
+  symbol_frames = 19,   // the frames of one stack ip, symbolized where the modules were (v3)
 };
-inline constexpr std::uint8_t kMaxRecordType = 17;
+inline constexpr std::uint8_t kMaxRecordType = 19;
 
 // A stack entry with bit 63 set is a Python frame, not a return address (no user-space
 // address on x86-64 or aarch64 has that bit): bits 32..62 hold the py_code id (from 1),
@@ -234,6 +243,30 @@ struct PhaseRecord {
   PhaseOp op = PhaseOp::mark;
   PhaseSource source = PhaseSource::api;
   std::string_view name;  // at most kMaxPhaseName bytes (the writer cuts longer names)
+};
+// Written by `gpuheap symbolize` (never by the preload: nothing in the process symbolizes),
+// after every other record and before `end`. Strings come first, each once per file; the
+// frames of an ip name them by id (from 1; 0: unknown).
+struct SymbolStringRecord {
+  std::uint32_t id = 0;
+  std::string_view text;  // at most kMaxSymbolString bytes
+};
+struct SymbolFrameEntry {
+  std::uint32_t function = 0, file = 0;  // symbol_string ids, 0: unknown
+  std::uint32_t line = 0;                // 0: unknown
+  std::uint8_t flags = 0;                // kSymbolInlined
+};
+struct SymbolFramesRecord {
+  std::uint64_t ip = 0;  // a stack entry exactly as a stack record holds it (return address)
+  std::uint16_t count = 0;
+  const unsigned char* entries = nullptr;  // count entries of kSymbolFrameEntrySize bytes
+  SymbolFrameEntry entry(std::size_t i) const {
+    SymbolFrameEntry e;
+    const unsigned char* q = entries + kSymbolFrameEntrySize * i;
+    std::memcpy(&e.function, q, 4), std::memcpy(&e.file, q + 4, 4), std::memcpy(&e.line, q + 8, 4);
+    e.flags = q[12];
+    return e;
+  }
 };
 struct EndRecord {
   std::uint64_t ts = 0;
@@ -454,6 +487,24 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const PhaseRecord
     w.put(r.ts), w.put(r.tid), w.put(static_cast<std::uint8_t>(r.op)), w.put(static_cast<std::uint8_t>(r.source));
     w.str(r.name);
   });
+}
+
+// symbol_string: u32 id | str text
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const SymbolStringRecord& r) {
+  return detail::frame(buf, cap, RecordType::symbol_string, [&](detail::Writer& w) { w.put(r.id), w.str(r.text); });
+}
+// symbol_frames: u64 ip | u16 count | count x (u32 function | u32 file | u32 line | u8 flags)
+//                (innermost first: inlined frames, then the concrete function last)
+inline std::size_t encode_symbol_frames(unsigned char* buf, std::size_t cap, std::uint64_t ip,
+                                        const SymbolFrameEntry* entries, std::uint16_t count) {
+  return detail::frame(buf, cap, RecordType::symbol_frames, [&](detail::Writer& w) {
+    w.put(ip), w.put(count);
+    for (std::uint16_t i = 0; i < count; ++i)
+      w.put(entries[i].function), w.put(entries[i].file), w.put(entries[i].line), w.put(entries[i].flags);
+  });
+}
+inline constexpr std::size_t symbol_frames_record_size(std::uint16_t count) {
+  return kFrameHeaderSize + 8 + 2 + kSymbolFrameEntrySize * count;
 }
 
 // Upper bound of an encoded stack record, for buffer reservation.

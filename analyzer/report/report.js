@@ -40,7 +40,7 @@
   function hideTip() { tip.style.display = 'none'; }
 
   var D = JSON.parse(document.getElementById('gpuheap-data').textContent);
-  var drawn = { series: 0, rects: 0, markers: 0 };
+  var drawn = { series: 0, rects: 0, markers: 0, spans: 0 };
   // uPlot draws asynchronously: the status is written once every chart has drawn (and the
   // rest of the page was built), so "ok" means the timelines are on screen.
   var pendingCharts = D.timelines.length, built = false;
@@ -52,7 +52,7 @@
     document.title = 'gpuheap report: ok';
     if (location.hash === '#selftest') setTimeout(selftest, 0);  // outside uPlot's draw hook
     statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
-      ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn';
+      ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn, ' + drawn.spans + ' phase spans';
   }
 
   // ---- meta ----
@@ -64,7 +64,8 @@
 
   // ---- timelines ----
   var COLORS = { requested: '#1f77b4', allocated: '#2ca02c', active: '#ff7f0e', reserved: '#d62728' };
-  var MARK = { peak: '#8250df', oom: '#cf222e' };
+  var MARK = { peak: '#8250df', oom: '#cf222e', phase: '#0969da' };
+  var SPAN = ['rgba(9,105,218,0.08)', 'rgba(26,127,55,0.10)', 'rgba(154,103,0,0.10)'];
   function timeline(tl, parent) {
     parent.appendChild(el('h3', null, tl.label));
     var box = el('div', 'chart');
@@ -80,10 +81,24 @@
       drawn.series++;
     });
     var first = true;
+    var spans = tl.spans || [];
     function drawMarkers(u) {
       var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
       ctx.save();
       ctx.font = (11 * devicePixelRatio) + 'px sans-serif';
+      // Phase ranges: shaded spans, nested ones in their own colour, names at the bottom
+      // (canvas text: a name from the trace is never markup).
+      spans.forEach(function (s) {
+        var x0 = Math.max(u.valToPos(s.t0, 'x', true), u.bbox.left);
+        var x1 = Math.min(u.valToPos(s.t1, 'x', true), u.bbox.left + u.bbox.width);
+        if (x1 < x0) return;
+        ctx.fillStyle = SPAN[s.depth % SPAN.length];
+        ctx.fillRect(x0, top, Math.max(x1 - x0, 1), h);
+        if (x1 - x0 > 30 * devicePixelRatio) {
+          ctx.fillStyle = '#57606a';
+          ctx.fillText(s.label, x0 + 2 * devicePixelRatio, top + h - (4 + 12 * (s.depth % 4)) * devicePixelRatio);
+        }
+      });
       tl.markers.forEach(function (m, i) {
         var x = u.valToPos(m.t, 'x', true);
         if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
@@ -99,6 +114,7 @@
       if (first) {
         first = false;
         drawn.markers += tl.markers.length;
+        drawn.spans += spans.length;
         pendingCharts--;
         finish();
       }
@@ -112,6 +128,10 @@
       cursor: { drag: { x: true, y: false } },
       hooks: { draw: [drawMarkers] }
     }, data, box);
+    if (spans.length || tl.phase_names) {
+      box.appendChild(el('div', 'hint phases', 'Phases (shaded ranges, blue lines for marks): ' +
+        (tl.phase_names || []).join(', ') + (tl.phases_left_out ? ' (' + tl.phases_left_out + ' instances not drawn)' : '')));
+    }
     box.appendChild(el('div', 'hint', 'Drag to zoom into a time range, double-click to zoom out. Values are the ' +
       'maximum of each ' + seconds(tl.bucket_s) + ' bucket (' + tl.t.length + ' points; peaks are exact).'));
     return u;

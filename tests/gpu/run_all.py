@@ -34,12 +34,12 @@ class Ctx:
     def trace(self, name):
         return os.path.join(self.work, name + ".trace")
 
-    def torch(self, name, model, env=None, steps=STEPS, gpuheap_vars=None, traced=True):
+    def torch(self, name, model, env=None, steps=STEPS, gpuheap_vars=None, traced=True, args=()):
         """Runs torch_job.py (natively when traced is False); memoized by name."""
         if name in self.cache:
             return self.cache[name]
         tr = self.trace(name) if traced else None
-        rc, out, err, dt = gh.run([gh.PY, TORCH_JOB, "--model", model, "--steps", str(steps)], env=env, trace=tr,
+        rc, out, err, dt = gh.run([gh.PY, TORCH_JOB, "--model", model, "--steps", str(steps), *args], env=env, trace=tr,
                                   gpuheap=gpuheap_vars, timeout=240)
         if rc != 0:
             raise RuntimeError(f"{name}: torch_job exited {rc}: {err[-3000:]}")
@@ -288,6 +288,78 @@ def case_torch_python_lines(ctx):
     return bool(fwd) and bool(optim) and bool(with_native) and forward_lines_ok, res
 
 
+def phase_live_peak(t, name, kinds, where=None):
+    """Largest peak of live requested bytes inside the instances of phase `name` (the peak
+    reset to the live bytes at each start, as torch.cuda.reset_peak_memory_stats() does),
+    counting only allocations whose record satisfies where(kv); from `gpuheap dump`."""
+    live, cur, best, inside = {}, 0, 0, 0
+    peak = 0
+    for k, kv in t.records:
+        if k == "phase" and kv.get("name") == name and kv.get("op") == "push":
+            inside += 1
+            peak = cur
+        elif k == "phase" and kv.get("op") == "pop" and inside:
+            # NVTX pops carry no name: the innermost open range of the thread closes; the job
+            # nests backward directly in step, so a pop while inside closes backward.
+            inside -= 1
+            best = max(best, peak)
+        if kv.get("kind") not in kinds:
+            continue
+        key = (kv.get("device"), kv.get("kind"), kv.get("ptr"))
+        if k == "alloc":
+            if where is not None and not where(kv):
+                continue
+            n = int(kv.get("requested") or kv.get("size") or 0)
+            live[key] = n
+            cur += n
+            if inside:
+                peak = max(peak, cur)
+        elif k == "free" and key in live:
+            cur -= live.pop(key)
+    return best
+
+
+def case_torch_phases(ctx):
+    """Issue 14: the GPT job with NVTX ranges (step > forward, backward, optimizer_step) under
+    gpuheap (NO_CACHING: every tensor's exact request reaches gpuheap) shows the three phases
+    in the by-phase table, each with a peak, and the backward phase's peak requested bytes equal
+    torch's own requested_bytes.all.peak reset at the start of backward in a native (caching)
+    run of the same job. Torch's max_memory_allocated() is the same moment in block bytes
+    (rounded to 512 B and to the cached block it got), which gpuheap cannot see under
+    NO_CACHING: reported beside, not compared."""
+    args = ("--nvtx", "--phase-peaks")
+    native, _ = ctx.torch("gpt_phases_native", "gpt", traced=False, args=args)
+    _, tr = ctx.torch("gpt_phases_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, args=args)
+    s = gh.summary_json(tr)
+    dev = gh.gpu_device(s)["device"]
+    rows = {r["name"]: r for r in s.get("phase_table", []) if r["device"] == dev and r["kind"] == "range"}
+    t = gh.Trace(tr)
+    want = native["phase_peaks"].get("backward", {}).get("requested_peak")
+    got = rows.get("backward", {}).get("peak_requested")
+    got_c10 = phase_live_peak(t, "backward", DEVICE_KINDS, where=c10_only(t))
+    res = {"rows": {n: {k: r[k] for k in ("depth", "count", "peak_requested", "peak_allocated", "allocations")}
+                    for n, r in rows.items()},
+           "torch_phase_peaks_native": native["phase_peaks"],
+           "backward_torch_requested_peak": want, "backward_gpuheap_peak_requested": got,
+           "backward_gpuheap_peak_requested_c10_stacks": got_c10,
+           "phase_records": t.count("phase"), "growth": s.get("growth")}
+    three = all(rows.get(n, {}).get("peak_requested", 0) > 0 and rows[n]["count"] == STEPS
+                for n in ("forward", "backward", "optimizer_step"))
+    nested = all(rows.get(n, {}).get("depth") == 1 for n in ("forward", "backward", "optimizer_step")) and \
+        rows.get("step", {}).get("depth") == 0
+    res["checks"] = {"three_phases_with_peaks": three, "nested_in_step": nested,
+                     "backward_peak_equals_torch": want is not None and (got == want or got_c10 == want)}
+    # The same table in text, and --phase restricting the summary to backward.
+    rc, text = gh.summary_text(tr)
+    res["checks"]["text_table"] = rc == 0 and "By phase, device" in text and "    backward" in text
+    p = subprocess.run([gh.CLI, "summary", "--json", "--phase", "backward", tr], capture_output=True, text=True,
+                       timeout=300)
+    wpeak = json.loads(p.stdout)["devices"][0]["requested_bytes"]["peak"] if p.returncode == 0 else None
+    res["summary_phase_backward_requested_peak"] = wpeak
+    res["checks"]["phase_window_peak_equals_table"] = wpeak == got
+    return all(res["checks"].values()), res
+
+
 def case_replay_truth(ctx):
     """Issue 15: `gpuheap replay` of a PyTorch job recorded with the pool on (NO_CACHING: every
     tensor through gpuheap's pool) reproduces the recorded peak reserved bytes exactly."""
@@ -306,13 +378,62 @@ def case_replay_truth(ctx):
     return ok, res
 
 
+def case_replay_torch_truth(ctx):
+    """Issue 15: `gpuheap replay --policy torch` (the model of PyTorch's caching allocator) of a
+    trace recorded with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor's cudaMalloc visible) gives
+    torch.cuda.max_memory_reserved() of the same job run natively with the caching allocator.
+    The trace also holds cudaMallocs that bypass torch's allocator (library handles), which the
+    model serves too: `difference` says how far off it is either way."""
+    res, ok = {}, True
+    for model in ("gpt", "cnn"):
+        native, _ = ctx.torch(f"{model}_native", model, traced=False)
+        _, tr = ctx.torch(f"{model}_nocache", model, env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        p = subprocess.run([gh.CLI, "replay", "--json", "-q", "--policy", "torch", tr], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"gpuheap replay --policy torch {tr} exited {p.returncode}: {p.stderr[-2000:]}")
+        r = json.loads(p.stdout)
+        dev = [d for d in r["devices"] if d.get("device", 0) >= 0][0]
+        want = native["max_memory_reserved"]
+        got = dev["reserved_bytes"]["peak"]
+        res[model] = {"torch_max_memory_reserved": want, "replay_torch_reserved_peak": got,
+                      "difference": got - want, "segments_at_peak": dev["segments_at_peak"],
+                      "events": r["events"], "unmatched_frees": r.get("unmatched_frees")}
+        ok &= got == want
+    return ok, res
+
+
 def case_real_trace(ctx):
-    """A small real training trace to ship (examples/traces): summary must read it."""
-    j, tr = ctx.torch("gpt_nocache", "gpt", env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-    rc, text = gh.summary_text(tr)
-    with open(os.path.join(ctx.work, "gpt_nocache.summary.txt"), "w") as f:
+    """A small real training trace to ship (examples/traces/h200-gpt-train.trace.zst), recorded
+    through `gpuheap run` so that its finishing step stores the symbolized frames in it and
+    compresses it (issue 17): it must read with function names on any machine. The lead copies
+    WORK/h200-gpt-train.trace.zst into examples/traces/."""
+    raw = os.path.join(ctx.work, "h200-gpt-train.trace")
+    zst = raw + ".zst"
+    for p in (raw, zst):
+        if os.path.exists(p):
+            os.unlink(p)
+    cmd = [gh.CLI, "run", "-o", raw, "--", gh.PY, TORCH_JOB, "--model", "gpt", "--steps", str(STEPS)]
+    rc, out, err, dt = gh.run(cmd, env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, timeout=300)
+    if rc != 0:
+        raise RuntimeError(f"gpuheap run torch_job exited {rc}: {err[-3000:]}")
+    with open(zst, "rb") as f:
+        magic = f.read(4)
+    t = gh.Trace(zst)
+    src, text = gh.summary_text(zst)
+    with open(os.path.join(ctx.work, "h200-gpt-train.summary.txt"), "w") as f:
         f.write(text)
-    return rc == 0, {"trace": tr, "bytes": os.path.getsize(tr)}
+    # Frame lines of the summary: "at FUNCTION (FILE:LINE)" once named, "at 0x... (module+0x...)" not.
+    frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("at ")]
+    unnamed = [ln for ln in frames if ln.startswith("at 0x")]
+    checks = {"run_rc": rc == 0, "zst": magic == b"\x28\xb5\x2f\xfd", "raw_removed": not os.path.exists(raw),
+              "written_line": ("trace written to " + zst) in err, "symbol_frames": t.count("symbol_frames") > 0,
+              "summary_rc": src == 0, "named_frames": bool(frames) and len(unnamed) <= len(frames) // 10}
+    res = {"trace": zst, "bytes": os.path.getsize(zst), "seconds": round(dt, 1),
+           "symbol_frames": t.count("symbol_frames"), "symbol_strings": t.count("symbol_string"),
+           "frame_lines": len(frames), "unnamed_frame_lines": len(unnamed), "unnamed_sample": unnamed[:5],
+           "checks": checks}
+    return all(checks.values()), res
 
 
 def case_limit(ctx):
@@ -369,6 +490,7 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("stream_safety", case_stream_safety), ("oom", case_oom), ("torch_losses_identical", case_torch_losses),
          ("real_trace", case_real_trace), ("limit", case_limit),
          ("torch_python_lines", case_torch_python_lines), ("replay_truth", case_replay_truth),
+         ("torch_phases", case_torch_phases), ("replay_torch_truth", case_replay_torch_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS))]
 
 

@@ -1,7 +1,13 @@
 """A deterministic PyTorch training job (random weights, fixed seed) printing one JSON line:
 losses (exact, as float.hex), torch's own memory statistics and step times.
 
-  python torch_job.py --model gpt|cnn|mlp --steps N [--warmup W] [--oom]
+  python torch_job.py --model gpt|cnn|mlp --steps N [--warmup W] [--oom] [--nvtx] [--phase-peaks]
+
+--nvtx wraps each step in NVTX ranges (torch.cuda.nvtx.range_push/pop): "step", and inside it
+"forward", "backward", "optimizer_step" (what gpuheap records as phases). --phase-peaks resets
+torch's peak statistics at the start of each of the three and reports the largest peak of
+each over the steps (requested_bytes.all.peak and max_memory_allocated), without changing what
+is allocated.
 
 Models: gpt — a small GPT-style decoder (token + position embeddings, causal self-attention written
 out with matmuls so the backward is deterministic, MLP, LayerNorm, AdamW); cnn — torchvision's
@@ -108,6 +114,9 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed ones")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--nvtx", action="store_true", help="NVTX ranges: step > forward, backward, optimizer_step")
+    ap.add_argument("--phase-peaks", action="store_true",
+                    help="torch's peaks per phase (reset at the start of each), largest over the steps")
     ap.add_argument("--snapshot", default=None,
                     help="record the caching allocator's history and write torch.cuda.memory._dump_snapshot here")
     a = ap.parse_args()
@@ -123,14 +132,40 @@ def main():
     gen = torch.Generator().manual_seed(a.seed)
     net, opt, step = make(a.model, gen)
 
+    phase_peaks = {}
+
+    def phase(name, fn):
+        if a.nvtx:
+            torch.cuda.nvtx.range_push(name)
+        if a.phase_peaks:
+            torch.cuda.reset_peak_memory_stats()
+        r = fn()
+        if a.phase_peaks:
+            st = torch.cuda.memory_stats()
+            p = phase_peaks.setdefault(name, {"requested_peak": 0, "max_memory_allocated": 0})
+            p["requested_peak"] = max(p["requested_peak"], st.get("requested_bytes.all.peak", 0))
+            p["max_memory_allocated"] = max(p["max_memory_allocated"], torch.cuda.max_memory_allocated())
+        if a.nvtx:
+            torch.cuda.nvtx.range_pop()
+        return r
+
     losses, times = [], []
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        if a.nvtx:
+            torch.cuda.nvtx.range_push("step")
         opt.zero_grad(set_to_none=True)
-        loss = step(i)
-        loss.backward()
-        opt.step()
+        if a.nvtx or a.phase_peaks:
+            loss = phase("forward", lambda: step(i))
+            phase("backward", loss.backward)
+            phase("optimizer_step", opt.step)
+        else:
+            loss = step(i)
+            loss.backward()
+            opt.step()
+        if a.nvtx:
+            torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if i >= a.warmup:
@@ -155,6 +190,7 @@ def main():
         "no_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
+        "phase_peaks": phase_peaks,
     }
     print(json.dumps(res), flush=True)
 

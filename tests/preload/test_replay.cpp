@@ -78,3 +78,28 @@ TEST(Replay, LimitVerdictAndExitCodes) {
   EXPECT_EQ(fits.status, 0) << fits.out;
   EXPECT_NE(fits.out.find("fits: no allocation fails"), std::string::npos) << fits.out;
 }
+
+// --policy torch on a trace recorded with the pool off (every cudaMalloc/cudaFree visible,
+// as under PYTORCH_NO_CUDA_MEMORY_CACHING=1), one thread, one stream: gpuheap's pool uses
+// PyTorch's size classes and split rules, and its pass-through frees are reusable at once
+// as torch's stream-ordered frees are, so the two independent implementations must agree
+// on every figure; the torch model must also never reserve less than it hands out.
+TEST(Replay, TorchPolicyAgreesWithPoolOnASingleStreamPoolOffTrace) {
+  ProgRun p = run("prog_threads", {"1", small_scale() ? "200" : "2000"}, {"GPUHEAP_POOL=0"});
+  ASSERT_EQ(p.status, 0) << p.err;
+  ASSERT_EQ(p.traces.size(), 1u);
+  const std::string& t = p.traces[0];
+  auto g = json_of(kBuild + "/gpuheap replay --json -q --policy gpuheap " + t, 0);
+  auto r = json_of(kBuild + "/gpuheap replay --json -q --policy torch " + t, 0);
+  ASSERT_EQ(r["devices"].size(), 1u) << r.dump();
+  const auto& td = r["devices"][0];
+  const auto& gd = g["devices"][0];
+  EXPECT_GT(td["reserved_bytes"]["peak"].get<std::int64_t>(), 0);
+  EXPECT_GE(td["reserved_bytes"]["peak"].get<std::int64_t>(), td["allocated_bytes"]["peak"].get<std::int64_t>());
+  EXPECT_GE(td["allocated_bytes"]["peak"].get<std::int64_t>(), td["requested_bytes"]["peak"].get<std::int64_t>());
+  for (const char* k : {"reserved_bytes", "allocated_bytes", "requested_bytes"}) EXPECT_EQ(td[k], gd[k]) << k;
+  EXPECT_EQ(td["segments_at_peak"], gd["segments_at_peak"]);
+  EXPECT_EQ(td["largest_free_block_at_peak"], gd["largest_free_block_at_peak"]);
+  EXPECT_EQ(r["oom"]["would_oom"], false);
+  EXPECT_EQ(r["unmatched_frees"], 0);
+}

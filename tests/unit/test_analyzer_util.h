@@ -83,10 +83,11 @@ class TraceBuilder {
     data.insert(data.end(), b, b + n);
   }
   void alloc(std::uint64_t ptr, std::uint64_t requested, std::uint64_t size, std::uint32_t stack = 0,
-             AllocKind kind = AllocKind::device_pooled, std::uint8_t flags = 0, std::uint32_t tid = 1, int device = 0) {
+             AllocKind kind = AllocKind::device_pooled, std::uint8_t flags = 0, std::uint32_t tid = 1, int device = 0,
+             std::uint64_t stream = 0) {
     format::AllocRecord a;
     a.ts = tick(), a.tid = tid, a.device = static_cast<std::int16_t>(device), a.kind = kind, a.flags = flags;
-    a.ptr = ptr, a.requested = requested, a.size = size, a.stack = stack;
+    a.ptr = ptr, a.requested = requested, a.size = size, a.stack = stack, a.stream = stream;
     put(a);
   }
   void free(std::uint64_t ptr, AllocKind kind = AllocKind::device_pooled, std::uint32_t tid = 1, int device = 0,

@@ -172,6 +172,55 @@ TEST(Format, PhaseRecordRoundTripsAndRefusesBadOps) {
   EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
 }
 
+// v3's symbol records (written by `gpuheap symbolize`): strings by id, then an ip's frames
+// naming them; a zero count, too many frames, an id 0 or a payload of another length is corrupt.
+TEST(Format, SymbolRecordsRoundTripAndRefuseBadCounts) {
+  Bytes b;
+  unsigned char buf[512];
+  b.insert(b.end(), buf, buf + f::encode(buf, sizeof buf, f::SymbolStringRecord{1, "alloc_weights(int)"}));
+  b.insert(b.end(), buf, buf + f::encode(buf, sizeof buf, f::SymbolStringRecord{2, "/src/model.cpp"}));
+  const f::SymbolFrameEntry e[2] = {{1, 2, 17, f::kSymbolInlined}, {1, 0, 0, 0}};
+  std::size_t n = f::encode_symbol_frames(buf, sizeof buf, 0x401234, e, 2);
+  EXPECT_EQ(n, f::symbol_frames_record_size(2));
+  EXPECT_EQ(n, f::kFrameHeaderSize + 8 + 2 + 2 * 13);
+  std::size_t frames_at = b.size();
+  b.insert(b.end(), buf, buf + n);
+  f::Record r;
+  std::size_t used = 0, off = 0;
+  ASSERT_EQ(f::decode_frame(b.data(), b.size(), r, &used), f::FrameStatus::ok);
+  EXPECT_EQ(r.type, f::RecordType::symbol_string);
+  EXPECT_EQ(r.symbol_string.id, 1u); EXPECT_EQ(r.symbol_string.text, "alloc_weights(int)");
+  off += used;
+  ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok);
+  EXPECT_EQ(r.symbol_string.id, 2u); EXPECT_EQ(r.symbol_string.text, "/src/model.cpp");
+  off += used;
+  ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok);
+  EXPECT_EQ(r.type, f::RecordType::symbol_frames);
+  EXPECT_EQ(r.symbol_frames.ip, 0x401234u);
+  ASSERT_EQ(r.symbol_frames.count, 2);
+  auto e0 = r.symbol_frames.entry(0), e1 = r.symbol_frames.entry(1);
+  EXPECT_EQ(e0.function, 1u); EXPECT_EQ(e0.file, 2u); EXPECT_EQ(e0.line, 17u); EXPECT_EQ(e0.flags, f::kSymbolInlined);
+  EXPECT_EQ(e1.function, 1u); EXPECT_EQ(e1.file, 0u); EXPECT_EQ(e1.line, 0u); EXPECT_EQ(e1.flags, 0);
+  EXPECT_EQ(off + used, b.size());
+
+  Bytes bad(b.begin() + static_cast<std::ptrdiff_t>(frames_at), b.end());
+  bad[f::kFrameHeaderSize + 8] = 0, bad[f::kFrameHeaderSize + 9] = 0;  // count 0
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+  bad.assign(b.begin() + static_cast<std::ptrdiff_t>(frames_at), b.end());
+  bad[f::kFrameHeaderSize + 8] = 3;  // three frames declared, two present
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+  bad.assign(b.begin() + static_cast<std::ptrdiff_t>(frames_at), b.end());
+  std::uint16_t many = f::kMaxSymbolFrames + 1;
+  std::memcpy(bad.data() + f::kFrameHeaderSize + 8, &many, 2);
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+  n = f::encode(buf, sizeof buf, f::SymbolStringRecord{0, "x"});  // id 0 is "unknown", never defined
+  EXPECT_EQ(f::decode_frame(buf, n, r, &used), f::FrameStatus::corrupt);
+  std::string long_name(f::kMaxSymbolString + 1, 'a');
+  std::vector<unsigned char> big(long_name.size() + 64);
+  n = f::encode(big.data(), big.size(), f::SymbolStringRecord{3, long_name});
+  EXPECT_EQ(f::decode_frame(big.data(), n, r, &used), f::FrameStatus::corrupt);
+}
+
 TEST(Format, CutAtEveryOffsetDecodesWholeRecordsThenNeedMore) {
   std::vector<f::RecordType> types;
   Bytes b = sample_records(&types);

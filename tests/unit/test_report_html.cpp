@@ -28,6 +28,7 @@ namespace {
 constexpr std::uint64_t MiB = 1u << 20;
 // Each would set data-pwned="1" on the body if it ever became markup or script.
 const char* kHostileModule = "/tmp/<img src=x onerror=document.body.setAttribute('data-pwned','1')>.so";
+const char* kHostilePhase = "<svg onload=document.body.setAttribute('data-pwned','1')>";
 const char* kHostileCmd = "</script><script>document.body.setAttribute('data-pwned','1')</script>";
 
 std::string out_dir() {
@@ -101,7 +102,12 @@ TEST(ReportHtml, HostileNamesStayText) {
   b.stack(1, {0x601000});
   b.segment(0x7f0000000000ull, 20 * MiB, false);
   b.alloc(0x7f0000000000ull, 3 * MiB, 3 * MiB, 1);
+  // Phase names are trace strings too: a range (shaded span) around the second allocation and
+  // a mark (line), both named markup.
+  b.put(format::PhaseRecord{b.tick(), 1, format::PhaseOp::push, format::PhaseSource::nvtx, kHostilePhase});
   b.alloc(0x7f0000000000ull + 3 * MiB, 2 * MiB, 2 * MiB, 1);
+  b.put(format::PhaseRecord{b.tick(), 1, format::PhaseOp::pop, format::PhaseSource::nvtx, ""});
+  b.put(format::PhaseRecord{b.tick(), 1, format::PhaseOp::mark, format::PhaseSource::api, "<u>mark</u>"});
   b.free(0x7f0000000000ull);
   b.completed(0x7f0000000000ull);
   format::OomRecord o;
@@ -126,6 +132,14 @@ TEST(ReportHtml, HostileNamesStayText) {
   EXPECT_EQ(dom.out.find("<img"), std::string::npos) << "a name became markup";
   EXPECT_NE(dom.out.find("&lt;/script&gt;&lt;script&gt;"), std::string::npos) << "the command line is shown as text";
   EXPECT_NE(dom.out.find("&lt;img src=x"), std::string::npos) << "the module name is shown as text";
+  EXPECT_EQ(dom.out.find("<svg onload"), std::string::npos) << "a phase name became markup";
+  EXPECT_NE(dom.out.find("Phases (shaded ranges, blue lines for marks): &lt;svg onload="), std::string::npos)
+      << "the phase names are listed as text";
+  EXPECT_NE(dom.out.find("1 phase spans"), std::string::npos) << dom.out.substr(0, 3000);
+  EXPECT_EQ(data["timelines"][0]["spans"][0]["label"], kHostilePhase);
+  bool mark = false;
+  for (const auto& m : data["timelines"][0]["markers"]) mark = mark || (m["kind"] == "phase" && m["label"] == "<u>mark</u>");
+  EXPECT_TRUE(mark) << data["timelines"][0]["markers"].dump();
 }
 
 TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
