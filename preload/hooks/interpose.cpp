@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "preload/pool/cuda_upstream.h"
+#include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
 #include "preload/core/runtime.h"
@@ -343,6 +344,10 @@ GPUHEAP_EXPORT int gpuheap_stats(int device, gpuheap_stats_t* out) {
   return 0;
 }
 GPUHEAP_EXPORT void gpuheap_reset_peak(int device) { stats_reset_peak(device); }
+// NVTX's injection entry point (NVTX_INJECTION64_PATH names this library): 1 = attached.
+GPUHEAP_EXPORT int InitializeInjectionNvtx2(const void* (*get_export_table)(uint32_t)) {
+  return nvtx_attach(get_export_table);
+}
 
 }  // extern "C"
 

@@ -3,9 +3,9 @@
 // preload, already loaded, so the dlopen finds the same object) and calls its exported
 // InitializeInjectionNvtx2 with NVTX's export-table getter; we fill the slots of the calls we
 // record in the CORE and CORE2 function tables (NVTX v3, nvtxDetail/nvtxInit.h and
-// nvtxTypes.h). The only extern "C" here is that entry point (exports.map), a few lines over
-// record_phase. The types below mirror NVTX's public ABI (nvToolsExt.h, nvtxTypes.h): the
-// preload does not include NVTX's header-only implementation.
+// nvtxTypes.h). The entry point itself is in interpose.cpp (exports.map), over nvtx_attach.
+// The types below mirror NVTX's public ABI (nvToolsExt.h, nvtxTypes.h): the preload does not
+// include NVTX's header-only implementation.
 #include <wchar.h>
 
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "preload/hooks/nvtx.h"
 #include "preload/record/recorder.h"
 
 namespace {
@@ -139,11 +140,12 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, F* fn) noexcep
 
 }  // namespace
 
-extern "C" {
+namespace gpuheap {
+namespace detail {
 
-// NVTX's injection entry point: 1 = attached, 0 = not (NVTX then makes every call a no-op).
-__attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTableFunc get_table) {
-  if (!gpuheap::detail::recorder_active() || !get_table) return 0;
+int nvtx_attach(const void* (*get_export_table)(std::uint32_t)) noexcept {
+  NvtxGetExportTableFunc get_table = get_export_table;
+  if (!recorder_active() || !get_table) return 0;
   auto* cb = static_cast<const NvtxExportTableCallbacks*>(get_table(kEtidCallbacks));
   if (!cb || cb->struct_size < sizeof(NvtxExportTableCallbacks) || !cb->GetModuleFunctionTable) return 0;
   NvtxFunctionTable core = nullptr, core2 = nullptr;
@@ -166,4 +168,5 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
   return 1;
 }
 
-}  // extern "C"
+}  // namespace detail
+}  // namespace gpuheap
