@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""ctest driver for pytest-gpuheap: runs gpu_sample.py in a child pytest (Debian's
+python3-pytest) with the plugin, on the simulated CUDA runtime, and checks each test's outcome
+and the failure messages (their allocation sites).
+
+  run_plugin_test.py MODE GPUHEAP_BIN PLUGIN_DIR SIMCUDA_DIR
+    MODE reexec: `python3 -m pytest --gpuheap` (the plugin re-executes under gpuheap run)
+    MODE run:    `gpuheap run -- python3 -m pytest` (no --gpuheap)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+mode, gpuheap, plugin_dir, simcuda = sys.argv[1:5]
+here = os.path.dirname(os.path.abspath(__file__))
+sample = os.path.join(here, "gpu_sample.py")
+work = tempfile.mkdtemp(prefix="gpuheap-pytest-")
+junit = os.path.join(work, "junit.xml")
+
+env = dict(os.environ)
+env["PYTHONPATH"] = plugin_dir + os.pathsep + env.get("PYTHONPATH", "")
+env["LD_LIBRARY_PATH"] = simcuda + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+env["GPUHEAP_TEST_CUDART"] = os.path.join(simcuda, "libcudart.so.13")
+env["GPUHEAP_OUTPUT"] = os.path.join(work, "t-%p.trace")
+env["PYTEST_ADDOPTS"] = ""
+for k in ("LD_PRELOAD", "GPUHEAP_PYTEST_REEXEC", "GPUHEAP_BIN"):
+    env.pop(k, None)
+
+pytest_cmd = [sys.executable, "-m", "pytest", "-p", "pytest_gpuheap", "-p", "no:cacheprovider",
+              "-q", "-rA", f"--junitxml={junit}", sample]
+if mode == "reexec":
+    cmd = pytest_cmd + ["--gpuheap", f"--gpuheap-bin={gpuheap}"]
+elif mode == "run":
+    cmd = [gpuheap, "run", "-o", env["GPUHEAP_OUTPUT"], "--"] + pytest_cmd
+else:
+    sys.exit(f"unknown mode {mode}")
+print("+", " ".join(cmd), flush=True)
+r = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=600)
+print(r.stdout)
+print(r.stderr, file=sys.stderr)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+check(r.returncode == 1, f"pytest exit status {r.returncode}, expected 1 (some tests fail)")
+check("gpuheap: tracing" in r.stdout, "report header does not say gpuheap is tracing")
+if mode == "reexec":
+    check("tracing to" in r.stderr, "no 'tracing to' from gpuheap run: not re-executed?")
+outcomes, messages = {}, {}
+try:
+    for tc in ET.parse(junit).getroot().iter("testcase"):
+        name = tc.get("name")
+        f = tc.find("failure")
+        e = tc.find("error")
+        outcomes[name] = "failed" if f is not None else "error" if e is not None else \
+            "skipped" if tc.find("skipped") is not None else "passed"
+        if f is not None:
+            messages[name] = (f.get("message") or "") + "\n" + (f.text or "")
+except (OSError, ET.ParseError) as ex:
+    failures.append(f"no junit xml: {ex}")
+
+expected = {
+    "test_small_peak_passes": "passed",
+    "test_big_peak_fails": "failed",
+    "test_leak_fails": "failed",
+    "test_small_leak_passes": "passed",
+    "test_peak_counts_only_this_test": "passed",
+    "test_unmarked_passes": "passed",
+    "test_gpuheap_is_loaded": "passed",
+}
+for name, want in expected.items():
+    check(outcomes.get(name) == want, f"{name}: {outcomes.get(name)}, expected {want}")
+
+big = messages.get("test_big_peak_fails", "")
+check("peak GPU memory 24.00 MiB on device 0 exceeds limit_gpu_memory(16.00 MiB)" in big,
+      "test_big_peak_fails: message lacks the peak and the limit")
+check("allocate_big_buffer" in big, "test_big_peak_fails: top sites lack allocate_big_buffer")
+check("gpu_sample.py:" in big, "test_big_peak_fails: top sites lack file:line")
+leak = messages.get("test_leak_fails", "")
+check("6.00 MiB of GPU memory left allocated" in leak and "limit_gpu_leaks(1.00 MiB)" in leak,
+      "test_leak_fails: message lacks the leaked bytes and the limit")
+check("leak_some_memory" in leak, "test_leak_fails: top sites lack leak_some_memory")
+check("allocate_big_buffer" not in leak, "test_leak_fails: lists another test's site")
+
+for m in failures:
+    print("FAIL:", m)
+for name, msg in messages.items():
+    print(f"--- message of {name}:\n{msg}")
+sys.exit(1 if failures else 0)
