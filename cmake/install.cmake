@@ -23,10 +23,9 @@ if(TARGET gpuheap)
            DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${GPUHEAP_INSTALL_PRELOAD_DIR}\")
     endif()")
 endif()
-if(EXISTS ${CMAKE_SOURCE_DIR}/preload/gpuheap.h)
-  install(FILES ${CMAKE_SOURCE_DIR}/preload/gpuheap.h DESTINATION include)
-endif()
-file(GLOB _gpuheap_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
+# OPTIONAL: a tree without the C API yet installs without it.
+install(FILES ${CMAKE_SOURCE_DIR}/preload/gpuheap.h DESTINATION include OPTIONAL)
+file(GLOB _gpuheap_docs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md ${_gpuheap_docs} DESTINATION share/doc/gpuheap)
 install(FILES ${CMAKE_SOURCE_DIR}/python/pytest_gpuheap/pytest_gpuheap.py
               ${CMAKE_SOURCE_DIR}/python/pytest_gpuheap/pyproject.toml

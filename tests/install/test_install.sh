@@ -27,6 +27,11 @@ if readelf -d "$prefix/bin/gpuheap" | grep -E 'R(UN)?PATH' | grep -q "$build"; t
 fi
 ! ldd "$prefix/lib/gpuheap/libgpuheap.so" | grep -q "not found" || fail "libgpuheap.so has unresolved libraries"
 
+# DESTDIR staging (packaging) puts the same files under DESTDIR/PREFIX.
+DESTDIR=$tmp/stage "$cmake" --install "$build" --prefix /opt/gpuheap >/dev/null || fail "DESTDIR install"
+[ -x "$tmp/stage/opt/gpuheap/bin/gpuheap" ] && [ -f "$tmp/stage/opt/gpuheap/lib/gpuheap/libgpuheap.so" ] \
+  || fail "DESTDIR install misses bin/gpuheap or lib/gpuheap/libgpuheap.so"
+
 # The installed CLI finds its preload (no build tree on any path) and traces a simcuda program.
 trace=$tmp/mini.trace
 LD_LIBRARY_PATH=$build/simcuda "$prefix/bin/gpuheap" run -o "$trace" -- "$prog" 3 2 64 \
