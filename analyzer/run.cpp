@@ -130,6 +130,9 @@ int run_traced(const RunOptions& opt) {
   const std::string& path_file = list.file;
 
   prepend_env("LD_PRELOAD", lib, ':');
+  // NVTX ranges become phases: NVTX's loader dlopens this path (the preload, already loaded)
+  // and calls its InitializeInjectionNvtx2. Another tool the user chose wins.
+  ::setenv("NVTX_INJECTION64_PATH", lib.c_str(), 0);
   ::setenv("GPUHEAP_PATH_FILE", path_file.c_str(), 1);
   if (!opt.output.empty()) ::setenv("GPUHEAP_OUTPUT", opt.output.c_str(), 1);
   if (opt.no_stacks) ::setenv("GPUHEAP_STACKS", "0", 1);

@@ -17,6 +17,7 @@
 #include "preload/record/recorder.h"
 #include "preload/core/runtime.h"
 #include "preload/core/state.h"
+#include "preload/core/stats.h"
 
 namespace gpuheap {
 namespace detail {
@@ -39,12 +40,14 @@ void record_alloc(AllocKind kind, int device, std::uint64_t ptr, std::size_t req
                   std::size_t size, std::uint8_t flags, std::uint64_t stream,
                   std::uint32_t stack) noexcept {
   if (device >= 0) ensure_device(device);
+  if (!(flags & format::kFlagFailed)) stats_alloc(kind, device, ptr, requested, size);
   record(format::AllocRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
                              ptr, requested, size, stream, stack});
 }
 
 void record_free(AllocKind kind, int device, std::uint64_t ptr, std::size_t size, std::uint8_t flags,
                  std::uint64_t stream, std::uint32_t stack) noexcept {
+  if (!(flags & format::kFlagFailed)) stats_free(kind, device, ptr, size);
   record(format::FreeRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
                             ptr, size, stream, stack});
 }

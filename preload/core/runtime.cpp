@@ -137,6 +137,7 @@ std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept {
 
 void TraceObserver::on_segment_alloc(void* ptr, std::size_t size, bool small) noexcept {
   ensure_device(device_);
+  stats_reserve(device_, static_cast<std::int64_t>(size));
   format::SegmentRecord r{now_ns(), static_cast<std::int16_t>(device_),
                           static_cast<std::uint8_t>(small ? format::kFlagSmallPool : 0),
                           reinterpret_cast<std::uint64_t>(ptr), size};
@@ -144,6 +145,7 @@ void TraceObserver::on_segment_alloc(void* ptr, std::size_t size, bool small) no
 }
 
 void TraceObserver::on_segment_free(void* ptr, std::size_t size, bool small) noexcept {
+  stats_reserve(device_, -static_cast<std::int64_t>(size));
   format::SegmentRecord r{now_ns(), static_cast<std::int16_t>(device_),
                           static_cast<std::uint8_t>(small ? format::kFlagSmallPool : 0),
                           reinterpret_cast<std::uint64_t>(ptr), size};

@@ -11,6 +11,7 @@
 
 #include "format/trace.h"
 #include "preload/core/options.h"
+#include "preload/core/stats.h"  // gpuheap_stats / gpuheap_reset_peak
 
 namespace gpuheap {
 namespace detail {

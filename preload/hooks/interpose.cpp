@@ -2,10 +2,13 @@
 // internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
 #include <dlfcn.h>
 
+#include <cstring>
+
 #include "preload/pool/cuda_upstream.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
 #include "preload/core/runtime.h"
+#include "preload/gpuheap.h"
 
 using namespace gpuheap::detail;
 using gpuheap::format::AllocKind;
@@ -316,6 +319,30 @@ GPUHEAP_EXPORT const char* gpuheap_trace_path(void) { return recorder_path(); }
 GPUHEAP_EXPORT size_t gpuheap_empty_cache(void) {
   return empty_cache_all(gpuheap::format::EmptyCacheReason::api);
 }
+GPUHEAP_EXPORT int gpuheap_api_version(void) { return GPUHEAP_API_VERSION; }
+GPUHEAP_EXPORT const char* gpuheap_version(void) { return GPUHEAP_VERSION; }
+GPUHEAP_EXPORT void gpuheap_mark(const char* name) {
+  record_phase(gpuheap::format::PhaseOp::mark, gpuheap::format::PhaseSource::api, name);
+}
+GPUHEAP_EXPORT void gpuheap_push(const char* name) {
+  record_phase(gpuheap::format::PhaseOp::push, gpuheap::format::PhaseSource::api, name);
+}
+GPUHEAP_EXPORT void gpuheap_pop(void) {
+  record_phase(gpuheap::format::PhaseOp::pop, gpuheap::format::PhaseSource::api, nullptr);
+}
+GPUHEAP_EXPORT int gpuheap_stats(int device, gpuheap_stats_t* out) {
+  // An older caller's struct may be shorter: fill only the fields it has.
+  constexpr std::size_t kMin = offsetof(gpuheap_stats_t, device) + sizeof(int);
+  DeviceStats d;
+  if (!out || out->size < kMin || !stats_get(device, &d)) return -1;
+  gpuheap_stats_t full{sizeof(gpuheap_stats_t), device, d.requested, d.requested_peak, d.allocated,
+                       d.allocated_peak, d.reserved, d.reserved_peak, d.allocs, d.frees};
+  std::size_t n = out->size < sizeof full ? out->size : sizeof full;
+  std::memcpy(reinterpret_cast<char*>(out) + sizeof full.size, reinterpret_cast<const char*>(&full) + sizeof full.size,
+              n - sizeof full.size);
+  return 0;
+}
+GPUHEAP_EXPORT void gpuheap_reset_peak(int device) { stats_reset_peak(device); }
 
 }  // extern "C"
 

@@ -15,7 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <string_view>
 
 #include "preload/core/fork.h"
 #include "preload/core/stderr_line.h"
@@ -429,6 +431,19 @@ void record(const format::RetryRecord& r) noexcept {
 }
 void record(const format::EmptyCacheRecord& r) noexcept {
   if (ensure_active(true)) emit(r);
+}
+
+void record_phase(format::PhaseOp op, format::PhaseSource source, const char* name, std::size_t max_len) noexcept {
+  if (!ensure_active(true)) return;
+  announce_thread();
+  std::size_t n = 0;
+  if (name) {
+    n = strnlen(name, std::min<std::size_t>(max_len, format::kMaxPhaseName));
+  }
+  unsigned char buf[format::kMaxEventRecordSize + format::kMaxPhaseName];
+  std::size_t size = format::encode(
+      buf, sizeof buf, format::PhaseRecord{now_ns(), current_tid(), op, source, std::string_view(name ? name : "", n)});
+  if (size) sink_append(buf, size);
 }
 
 void set_device_info_fn(DeviceInfoFn fn) noexcept { g_devinfo.store(fn); }

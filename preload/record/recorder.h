@@ -72,6 +72,11 @@ void record(const format::SegmentRecord& r, bool is_free) noexcept;
 void record(const format::OomRecord& r) noexcept;
 void record(const format::RetryRecord& r) noexcept;
 void record(const format::EmptyCacheRecord& r) noexcept;
+// A phase marker (gpuheap_mark/push/pop, NVTX ranges) on the calling thread, stamped now.
+// `name` (may be null: empty) ends at its NUL or after max_len bytes, and is cut to
+// format::kMaxPhaseName bytes.
+void record_phase(format::PhaseOp op, format::PhaseSource source, const char* name,
+                  std::size_t max_len = format::kMaxPhaseName) noexcept;
 
 // How ensure_device learns a device's name and total memory without calling hooked
 // entry points: runtime.cpp installs this (real driver calls, recursion-guarded).

@@ -56,6 +56,7 @@ def run(cmd, env=None, timeout=300, trace=None, gpuheap=None, check=False):
     e = base_env(env)
     if trace is not None:
         e["LD_PRELOAD"] = PRELOAD
+        e.setdefault("NVTX_INJECTION64_PATH", PRELOAD)  # NVTX ranges as phases, as `gpuheap run` does
         e["GPUHEAP_OUTPUT"] = trace
         e["GPUHEAP_QUIET"] = "1"
         if os.path.exists(trace):

@@ -1,4 +1,5 @@
-# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym and gpuheap_*.
+# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, gpuheap_* and
+# InitializeInjectionNvtx2, or lacks one of the public C API (preload/gpuheap.h).
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")
@@ -11,7 +12,7 @@ foreach(line ${lines})
   if(sym STREQUAL "")
     continue()
   endif()
-  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$)")
+  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|InitializeInjectionNvtx2$)")
     list(APPEND bad ${sym})
   else()
     math(EXPR count "${count}+1")
@@ -23,4 +24,12 @@ endif()
 if(count LESS 40)
   message(FATAL_ERROR "only ${count} interposers exported")
 endif()
+set(required gpuheap_api_version gpuheap_version gpuheap_active gpuheap_trace_path gpuheap_flush
+    gpuheap_empty_cache gpuheap_mark gpuheap_push gpuheap_pop gpuheap_stats gpuheap_reset_peak
+    InitializeInjectionNvtx2)
+foreach(sym ${required})
+  if(NOT out MATCHES " T ${sym}\n")
+    message(FATAL_ERROR "${sym} is not exported")
+  endif()
+endforeach()
 message(STATUS "${count} exported symbols, all interposers or gpuheap_* API")

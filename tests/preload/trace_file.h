@@ -26,6 +26,13 @@ struct TraceFile {
   std::vector<format::OomRecord> ooms;
   std::vector<format::RetryRecord> retries;
   std::vector<format::EmptyCacheRecord> empty_caches;
+  struct Phase {
+    format::PhaseOp op;
+    format::PhaseSource source;
+    std::uint32_t tid;
+    std::string name;
+  };
+  std::vector<Phase> phases;
   std::set<std::uint32_t> stack_ids;
   std::map<std::uint32_t, int> stack_depths;  // frames of each stack record
   std::set<int> devices;
@@ -92,6 +99,9 @@ inline TraceFile load_trace(const std::string& path) {
       case format::RecordType::oom: t.ooms.push_back(r.oom); break;
       case format::RecordType::retry: t.retries.push_back(r.retry); break;
       case format::RecordType::empty_cache: t.empty_caches.push_back(r.empty_cache); break;
+      case format::RecordType::phase:
+        t.phases.push_back({r.phase.op, r.phase.source, r.phase.tid, std::string(r.phase.name)});
+        break;
       case format::RecordType::end: t.has_end = true; break;
       default: break;
     }

@@ -1,0 +1,121 @@
+// Phase markers and live counters: the gpuheap_* C API and NVTX ranges (through NVTX's
+// injection, NVTX_INJECTION64_PATH) end up as phase records; prog_phases checks
+// gpuheap_stats itself.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/preload/run_prog.h"
+#include "tests/preload/trace_file.h"
+
+using namespace gpuheap::test;
+using gpuheap::format::PhaseOp;
+using gpuheap::format::PhaseSource;
+
+namespace {
+
+std::vector<std::string> names(const TraceFile& t, PhaseSource src, PhaseOp op) {
+  std::vector<std::string> v;
+  for (auto& p : t.phases)
+    if (p.source == src && p.op == op) v.push_back(p.name);
+  return v;
+}
+
+}  // namespace
+
+TEST(Phases, ApiMarksPushesAndPopsAreRecorded) {
+  ProgRun r = run("prog_phases");
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u);
+  TraceFile t = load_trace(r.traces[0]);
+  ASSERT_TRUE(t.ok && t.has_end && !t.corrupt);
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::mark), std::vector<std::string>{"start"});
+  auto pushes = names(t, PhaseSource::api, PhaseOp::push);
+  ASSERT_EQ(pushes.size(), 3u + 400u);
+  EXPECT_EQ(pushes[0], "load");
+  EXPECT_EQ(pushes[1], std::string(gpuheap::format::kMaxPhaseName, 'x'));  // cut, not refused
+  EXPECT_EQ(pushes[2], "");
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::pop).size(), 403u);
+  // Each thread's pushes and pops pair up on that thread.
+  std::map<std::uint32_t, int> depth;
+  for (auto& p : t.phases) {
+    if (p.source != PhaseSource::api) continue;
+    if (p.op == PhaseOp::push) ++depth[p.tid];
+    if (p.op == PhaseOp::pop) EXPECT_GE(--depth[p.tid], 0);
+  }
+  for (auto& [tid, d] : depth) EXPECT_EQ(d, 0) << tid;
+  EXPECT_EQ(depth.size(), 5u);  // main + 4 threads
+  // Without NVTX_INJECTION64_PATH, NVTX calls stay NVTX's no-ops.
+  EXPECT_TRUE(names(t, PhaseSource::nvtx, PhaseOp::push).empty());
+}
+
+TEST(Phases, NvtxRangesAreRecordedThroughInjection) {
+  ProgRun r = run("prog_phases", {}, {"NVTX_INJECTION64_PATH=" + kBuild + "/libgpuheap.so"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u);
+  TraceFile t = load_trace(r.traces[0]);
+  EXPECT_EQ(names(t, PhaseSource::nvtx, PhaseOp::mark), std::vector<std::string>{"nvtx-mark"});
+  EXPECT_EQ(names(t, PhaseSource::nvtx, PhaseOp::push),
+            (std::vector<std::string>{"forward", "inner?", "backward", "registered"}));
+  EXPECT_EQ(names(t, PhaseSource::nvtx, PhaseOp::pop).size(), 4u);
+  // The allocation inside "forward" comes after its push and before its pop.
+  std::size_t api_pushes = names(t, PhaseSource::api, PhaseOp::push).size();
+  EXPECT_EQ(api_pushes, 403u);
+}
+
+TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
+  ProgRun r = run("prog_phases", {"absent"}, {}, false);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(r.traces.empty());
+}
+
+// `gpuheap run` points NVTX_INJECTION64_PATH at the preload, so NVTX ranges need no setup;
+// summary's By phase table lists them with their peaks.
+TEST(Phases, RunInjectsNvtxAndSummaryListsRanges) {
+  std::string dir = make_dir();
+  CmdRun r = run_cmd("env -u NVTX_INJECTION64_PATH " + kBuild + "/gpuheap run --simulate --no-symbolize --no-compress -o '" +
+                     dir + "/t.trace' -- " + kProgs + "/prog_phases 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  TraceFile t = load_trace(dir + "/t.trace");
+  ASSERT_TRUE(t.ok && t.has_end) << r.out;
+  EXPECT_EQ(names(t, PhaseSource::nvtx, PhaseOp::push),
+            (std::vector<std::string>{"forward", "inner?", "backward", "registered"}));
+  CmdRun s = run_cmd(kBuild + "/gpuheap summary " + dir + "/t.trace 2>&1");
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("By phase"), std::string::npos) << s.out;
+  // forward's peak: the 1000-byte block (1 KiB) and the 4096-byte one allocated inside it.
+  EXPECT_NE(s.out.find("  forward "), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("    inner?"), std::string::npos) << s.out;  // nested: indented
+  EXPECT_NE(s.out.find("  nvtx-mark (mark)"), std::string::npos) << s.out;
+}
+
+// A value the user set (another NVTX tool) is left alone: NVTX then never reaches gpuheap.
+TEST(Phases, RunKeepsTheUsersNvtxInjection) {
+  std::string dir = make_dir();
+  CmdRun r = run_cmd("NVTX_INJECTION64_PATH=/nonexistent/libtool.so " + kBuild +
+                     "/gpuheap run --simulate --no-symbolize --no-compress -o '" + dir + "/t.trace' -- " + kProgs +
+                     "/prog_phases 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  TraceFile t = load_trace(dir + "/t.trace");
+  ASSERT_TRUE(t.ok) << r.out;
+  EXPECT_TRUE(names(t, PhaseSource::nvtx, PhaseOp::push).empty());
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::push).size(), 403u);
+}
+
+// Python finds the API with ctypes.CDLL(None) when preloaded, and not without the preload.
+TEST(Phases, CtypesFindsTheApi) {
+  const std::string script = std::string(PY_SCRIPT_DIR) + "/phases_ctypes.py";
+  ProgRun r = run(PYTHON3_EXE, {script});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("OK"), std::string::npos) << r.out;
+  ASSERT_EQ(r.traces.size(), 1u);
+  TraceFile t = load_trace(r.traces[0]);
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::push), std::vector<std::string>{"py-load"});
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::mark), std::vector<std::string>{"py-start"});
+  EXPECT_EQ(names(t, PhaseSource::api, PhaseOp::pop).size(), 1u);
+  ProgRun absent = run(PYTHON3_EXE, {script}, {}, false);
+  EXPECT_EQ(absent.status, 0) << absent.err;
+  EXPECT_NE(absent.out.find("ABSENT"), std::string::npos) << absent.out;
+}
