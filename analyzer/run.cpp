@@ -113,7 +113,9 @@ std::string self_dir() {
 
 std::string find_preload_library() {
   std::string dir = self_dir();
-  for (const auto& c : {dir + "/libgpuheap.so", dir + "/../lib/libgpuheap.so"})
+  // Build tree (next to gpuheap), installed layout (cmake --install: PREFIX/bin/gpuheap and
+  // PREFIX/lib/gpuheap/libgpuheap.so), and a plain PREFIX/lib.
+  for (const auto& c : {dir + "/libgpuheap.so", dir + "/../lib/gpuheap/libgpuheap.so", dir + "/../lib/libgpuheap.so"})
     if (is_file(c)) return c;
   return {};
 }
@@ -122,7 +124,7 @@ int run_traced(const RunOptions& opt) {
   if (opt.command.empty()) throw UsageError("run: no command given (usage: gpuheap run [options] -- CMD [ARGS...])");
   std::string lib = find_preload_library();
   if (lib.empty())
-    throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}) or in its ../lib",
+    throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
                                  self_dir()));
   PathList list = make_path_list();
   const std::string& path_file = list.file;
