@@ -44,5 +44,8 @@ struct CheckResult {
   std::vector<std::string> notes;       // incomplete traces accepted with allow_truncated
 };
 CheckResult run_check(const Analysis& a, const CheckOptions& opt);
+// Why a trace is not whole ("no end record: ..."), for the incomplete-trace lines that
+// check and diff --fail-on print.
+std::string incompleteness(const TraceInfo& in);
 
 }  // namespace gpuheap

@@ -1,6 +1,7 @@
 // gpuheap CLI: run, dump, summary, check, diff, export, report. Exit 2 on bad input or usage.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "analyzer/check.h"
 #include "analyzer/commands.h"
 #include "analyzer/debuginfo.h"
+#include "analyzer/diff.h"
 #include "analyzer/error.h"
 #include "analyzer/export.h"
 #include "analyzer/phases.h"
@@ -171,6 +173,21 @@ int real_main(int argc, char** argv) {
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
   diff->add_flag("-q,--quiet", quiet, quiet_help);
   add_debuginfod(diff, dopt);
+  // The CI gate (analyzer/diff.h): metric names as check's --max-* limits, plus count.
+  bool diff_json_out = false;
+  std::vector<std::string> diff_fail_on;
+  std::string diff_tol_bytes;
+  DiffGate dgate;
+  diff->add_flag("--json", diff_json_out, "One JSON document (schema gpuheap.diff/1)");
+  diff->add_option("--fail-on", diff_fail_on, "Exit 1 when one of these grows from A to B on any device: "
+                                              "requested,allocated,reserved,leaked,count")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"requested", "allocated", "reserved", "leaked", "count"}));
+  diff->add_option("--tolerance", dgate.tolerance_pct, "Growth allowed with --fail-on, in % of A (default 5)")
+      ->check(kFiniteNonNegative);
+  diff->add_option("--tolerance-bytes", diff_tol_bytes, "Growth up to SIZE never fails (default 0)");
+  diff->add_flag("--allow-truncated", dgate.allow_truncated,
+                 "With --fail-on, compare a trace without an end record instead of failing");
 
   // report / export (analyzer/report_html.cpp, analyzer/export_*.cpp; docs/cli.md)
   ExportOptions xopt;
@@ -316,10 +333,31 @@ int real_main(int argc, char** argv) {
   if (*diff) {
     auto a = analyze({diff_a}, aopt);
     auto b = analyze({diff_b}, aopt);
-    auto rows = diff_sites(*a.traces[0], *b.traces[0], diff_all);
-    std::cout << diff_text(rows, static_cast<std::size_t>(diff_top), *a.traces[0], *b.traces[0]);
+    const Model& ma = *a.traces[0];
+    const Model& mb = *b.traces[0];
+    for (const auto& name : diff_fail_on) {
+      auto m = diff_metric_from(name);
+      if (m && std::find(dgate.fail_on.begin(), dgate.fail_on.end(), *m) == dgate.fail_on.end())
+        dgate.fail_on.push_back(*m);
+    }
+    if (auto slack = size_opt(diff_tol_bytes)) dgate.tolerance_bytes = *slack;
+    auto rows = diff_sites(ma, mb, diff_all);
+    auto devs = diff_devices(ma, mb);
+    auto verdict = diff_verdict(ma, mb, devs, dgate);
+    auto lines = verdict_lines(verdict, dgate);
+    if (diff_json_out) {
+      std::cout << diff_json(devs, rows, static_cast<std::size_t>(diff_top), ma, mb, verdict, dgate)
+                       .dump(1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
+      // stdout holds only the document; the gate's lines go to the CI log.
+      for (const auto& l : lines) std::fprintf(stderr, "gpuheap diff: %s\n", l.c_str());
+    } else {
+      std::cout << diff_totals_text(devs, ma, mb);
+      std::cout << diff_text(rows, static_cast<std::size_t>(diff_top), ma, mb);
+      for (const auto& l : lines) std::cout << "gpuheap diff: " << l << "\n";
+    }
     flush_or_throw();
-    return 0;
+    return verdict.failed() ? 1 : 0;
   }
   return 2;
 }

@@ -66,6 +66,8 @@ struct DeviceState {
   std::array<std::array<Stat, 3>, kNumMetrics> stat{};
   std::array<KindUsage, format::kNumAllocKinds> kinds{};
   std::uint64_t num_ooms = 0, num_alloc_retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
+  // This device's share of Model::leaked_bytes (requested bytes live at the end), for diff.
+  std::uint64_t leaked_bytes = 0;
 
   // "Held" device memory (allocated pooled/pass-through/pitch + async + managed + vmm
   // physical). `held` counts block bytes (what a cap is charged); `held_requested` the

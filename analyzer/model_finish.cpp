@@ -145,7 +145,10 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     if (windowed_) return;  // the window's leaks were taken at each interval's end
     auto& l = leak_by.get(e.stack);
     l.stack = e.stack, l.bytes += e.requested, l.allocated += e.size, l.count++;
-    if (leak_counted(kind)) leaked_bytes += e.requested, leaked_allocated_bytes += e.size;
+    if (leak_counted(kind)) {
+      leaked_bytes += e.requested, leaked_allocated_bytes += e.size;
+      devices[e.dev].leaked_bytes += e.requested;
+    }
     leaked_count++;
   });
   for (std::size_t i = 0; i < devices.size(); ++i) {

@@ -139,8 +139,10 @@ void Model::leave_window() {
     if (e.seq <= entry_seq_ || pending(e)) return;
     auto& l = win_leaks_.get(e.stack);
     l.stack = e.stack, l.bytes += e.requested, l.allocated += e.size, l.count++;
-    if (leak_counted_kind(static_cast<format::AllocKind>(e.kind)))
+    if (leak_counted_kind(static_cast<format::AllocKind>(e.kind))) {
       win_leaked_bytes_ += e.requested, win_leaked_allocated_ += e.size;
+      devices[e.dev].leaked_bytes += e.requested;
+    }
     win_leaked_count_++;
   });
 }

@@ -83,7 +83,9 @@ struct DiffRow {
   std::string key;
   std::vector<Frame> frames;
   std::int64_t peak_a = 0, peak_b = 0, total_a = 0, total_b = 0;
+  std::int64_t count_a = 0, count_b = 0;  // allocations made
   std::int64_t d_peak() const { return peak_b - peak_a; }
+  std::int64_t d_count() const { return count_b - count_a; }
   std::int64_t d_total() const { return total_b - total_a; }
 };
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames);

@@ -161,13 +161,14 @@ std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames)
       // Sites that merge under one key: peaks may not coincide, so the sum is an upper bound.
       (is_b ? r.peak_b : r.peak_a) += s.max_live_bytes;
       (is_b ? r.total_b : r.total_a) += static_cast<std::int64_t>(s.alloc_bytes);
+      (is_b ? r.count_b : r.count_a) += static_cast<std::int64_t>(s.allocs);
     }
   };
   add(a, false);
   add(b, true);
   std::vector<DiffRow> out;
   for (auto& [k, r] : rows)
-    if (r.d_peak() != 0 || r.d_total() != 0) out.push_back(std::move(r));
+    if (r.d_peak() != 0 || r.d_total() != 0 || r.d_count() != 0) out.push_back(std::move(r));
   auto mag = [](std::int64_t v) { return v < 0 ? -v : v; };
   std::sort(out.begin(), out.end(), [&](const DiffRow& x, const DiffRow& y) {
     if (mag(x.d_peak()) != mag(y.d_peak())) return mag(x.d_peak()) > mag(y.d_peak());

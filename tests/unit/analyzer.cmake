@@ -1,6 +1,6 @@
 # Analyzer unit tests (synthetic traces built in-test) and CLI tests (run the built binary).
 include(GoogleTest)
-foreach(t test_model test_model_replay test_phases test_report test_check test_analyzer_cli test_library_label test_progress test_replay test_replay_torch)
+foreach(t test_model test_model_replay test_phases test_report test_check test_analyzer_cli test_diff test_library_label test_progress test_replay test_replay_torch)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cpp)
   target_link_libraries(${t} PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
   target_compile_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
@@ -9,6 +9,7 @@ foreach(t test_model test_model_replay test_phases test_report test_check test_a
   gtest_discover_tests(${t} DISCOVERY_TIMEOUT 60)
 endforeach()
 add_dependencies(test_analyzer_cli gpuheap_cli)
+add_dependencies(test_diff gpuheap_cli)
 add_dependencies(test_replay gpuheap_cli)
 if(TARGET gpuheap)
   add_dependencies(test_analyzer_cli gpuheap)
