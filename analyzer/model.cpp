@@ -313,6 +313,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
       seg_add_block(a.ptr, *e, +1);
     } else {
       pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
+      pool_stats(d, pool, kDeviceAllocs, 1);
     }
     sample(d, a.ts);
     if (d.stat[kAllocatedBytes][0].peak > allocated_peak) {
@@ -371,6 +372,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
         pool_stats(d, pool, kActiveBytes, -s);
         pool_stats(d, pool, kActiveAllocs, -1);
         pool_stats(d, pool, kReservedBytes, -s);
+        pool_stats(d, pool, kDeviceAllocs, -1);
       }
       sample(d, ts);
     } else {
@@ -462,6 +464,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     seg_slots_.insert(seg_slots_.begin() + at, slot);
     pool_stats(d, pool, kReservedBytes, s);
     pool_stats(d, pool, kSegments, 1);
+    pool_stats(d, pool, kDeviceAllocs, 1);
     if (oversize) pool_stats(d, pool, kOversizeSegments, 1);
   } else {
     auto slot = find_segment(r.ptr);
@@ -488,6 +491,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     pool = sg.small ? kSmallPool : kLargePool;
     pool_stats(d, pool, kReservedBytes, -static_cast<std::int64_t>(sg.size));
     pool_stats(d, pool, kSegments, -1);
+    pool_stats(d, pool, kDeviceAllocs, -1);
     if (sg.oversize) pool_stats(d, pool, kOversizeSegments, -1);
     sg.alive = false;
     frag_gone(di, sg.born, sg.ptr, sg.size, true);

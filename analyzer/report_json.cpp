@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/report.h"
+#include "analyzer/torch_stats.h"
 
 namespace gpuheap {
 
@@ -94,6 +95,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     for (auto [metric, name] : kMetrics) j[name] = metric_json(d, metric);
     j["num_ooms"] = d.num_ooms;
     j["num_alloc_retries"] = d.num_alloc_retries;
+    j["torch_memory_stats"] = torch_memory_stats_json(d);
     j["empty_cache"] = {{"calls", d.empty_cache_calls}, {"released", d.empty_cache_released}};
     j["other_kinds"] = kinds_json(d);
     j["peak_held"] = {{"bytes", d.peak_held}, {"allocated_bytes", d.peak_held_allocated},

@@ -35,6 +35,9 @@ enum Metric : int {
   kInactiveSplit,
   kOversizeAllocations,
   kOversizeSegments,
+  // Driver allocations the job made for device memory (pool segments + pass-through and
+  // pitch allocations): torch's num_device_alloc/free (allocated/freed). In no table.
+  kDeviceAllocs,
   kNumMetrics
 };
 enum PoolIndex : int { kAllPools = 0, kLargePool = 1, kSmallPool = 2 };

@@ -78,6 +78,7 @@ class Reference {
       for (int q : {0, pool}) {
         now[kReservedBytes][q] += static_cast<std::int64_t>(s.size);
         now[kSegments][q] += 1;
+        now[kDeviceAllocs][q] += 1;  // each segment is one driver allocation
         now[kActiveBytes][q] += act;
         now[kActiveAllocs][q] += static_cast<std::int64_t>(s.active.size());
         if (!s.active.empty()) {
