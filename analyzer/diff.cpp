@@ -82,6 +82,7 @@ std::vector<DeviceDiff> diff_devices(const Model& a, const Model& b) {
     x.device = d.device, x.in_b = true, x.b = totals_of(d);
   }
   std::vector<DeviceDiff> out;
+  out.reserve(by.size());
   for (auto& [dev, x] : by) out.push_back(x);
   return out;
 }
