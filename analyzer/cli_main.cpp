@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -88,6 +89,16 @@ void add_verbose(CLI::App* cmd) {
   cmd->add_flag("-v,--verbose", g_verbose, "List the trace's modules that are not on this machine");
 }
 
+// `run`'s usage line names the program it takes (prefix_command: no positional option).
+class RunUsage : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string u = CLI::Formatter::make_usage(app, std::move(name));
+    if (!u.empty() && u.back() == '\n') u.pop_back();
+    return u + " [--] PROGRAM [ARGS...]\n";
+  }
+};
+
 int real_main(int argc, char** argv) {
   CLI::App app{"gpuheap: GPU memory profiler (trace with `run`, analyze with summary/check/diff)"};
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
@@ -108,8 +119,14 @@ int real_main(int argc, char** argv) {
   bool no_symbolize = false, no_compress = false;
   run->add_flag("--no-symbolize", no_symbolize, "Do not store symbolized frames in the trace after the program exits");
   run->add_flag("--no-compress", no_compress, "Leave the trace uncompressed (else TRACE.zst after the program exits)");
+  run->add_flag("--force", run_opt.force, "Let -o NAME replace an existing NAME or NAME.zst (else exit 2)");
+  run->add_flag("-q,--quiet", run_opt.quiet, "Print nothing but warnings and errors (as GPUHEAP_QUIET=1)");
   add_verbose(run);
-  run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
+  // Options stop at the program (nsys, memray, heaptrack): `gpuheap run --simulate prog -o x`
+  // gives `-o x` to prog. prefix_command() sends the first positional and everything after
+  // it to run->remaining(); the command is taken from there after parsing (below).
+  run->prefix_command();
+  run->formatter(std::make_shared<RunUsage>());
 
   std::string dump_path;
   auto* dump = app.add_subcommand("dump", "Print every record of a trace as text");
@@ -226,6 +243,12 @@ int real_main(int argc, char** argv) {
   replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
   add_debuginfod(replay, dopt);
 
+  // After `run --`, CLI11 2.1 hands the rest of the line back to the app (run has no
+  // positional left to fill): prefix_command() here keeps it whole, in order, as
+  // app.remaining(). Set after the subcommands were added, so they do not inherit it; any
+  // leftover outside `run` is refused below.
+  app.prefix_command();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -239,9 +262,19 @@ int real_main(int argc, char** argv) {
     return 2;
   }
 
+  if (!*run && !app.remaining().empty())
+    throw UsageError(fmt::format("unexpected argument(s): {}", fmt::join(app.remaining(), " ")));
   if (*run) {
+    run_opt.command = run->remaining();
+    if (run_opt.command.empty()) {
+      run_opt.command = app.remaining();  // after `--`: taken as it is
+    } else if (run_opt.command[0].size() > 1 && run_opt.command[0][0] == '-') {
+      throw UsageError(fmt::format("run: unknown option {} (run's options come before the program; `gpuheap run "
+                                   "[OPTIONS] [--] PROGRAM [ARGS...]`)", run_opt.command[0]));
+    }
     run_opt.finish.symbolize = !no_symbolize, run_opt.finish.compress = !no_compress;
     run_opt.finish.verbose = g_verbose;
+    run_opt.finish.force = run_opt.force;
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }
