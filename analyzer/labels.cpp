@@ -142,7 +142,8 @@ LabelPos label_pos(const std::vector<Frame>& frames) {
   LabelPos pos;
   std::size_t n = 0;
   for (std::size_t i = 0; i < frames.size(); ++i) {
-    if (is_allocator_frame(frames[i])) n = i + 1;
+    // Hidden frames (gpuheap's, the CUDA runtime's: kept by --all-frames) are below nothing.
+    if (frames[i].hidden || is_allocator_frame(frames[i])) n = i + 1;
     else if (!std_glue(frames[i])) break;
   }
   while (n > 0 && n < frames.size() && std_glue(frames[n])) ++n;

@@ -99,6 +99,16 @@ TEST(Labels, TorchOperatorPlumbingLabelsTheProgramsPythonLine) {
   EXPECT_EQ(site_label(ext), "my_ext.so+0x99");
 }
 
+TEST(Labels, HiddenFramesAreBelowNothing) {
+  // --all-frames keeps the CUDA runtime's frames: the label is still the caller's.
+  Frame rt = fn("cudaMalloc", "/usr/lib/libcudart.so.12");
+  rt.hidden = true;
+  std::vector<Frame> st = {rt, fn("c10::cuda::CUDACachingAllocator::allocate(unsigned long)"),
+                           fn("user_model_forward(unsigned long)", "/x/prog")};
+  EXPECT_EQ(label_pos(st).allocator, 2u);
+  EXPECT_EQ(site_label(st), "user_model_forward");
+}
+
 TEST(Labels, EdgeCases) {
   EXPECT_EQ(site_label({}), "<no stack>");
   // Nothing below the allocator (a cut stack): its last frame.
