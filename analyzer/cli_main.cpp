@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -118,6 +119,19 @@ void require_device(const Analysis& a, int device) {
                                seen.empty() ? "it has no device" : "devices: " + seen));
 }
 
+// `run`'s usage line names the program it takes (prefix_command: no positional option).
+class RunUsage : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string u = CLI::Formatter::make_usage(app, std::move(name));
+    if (!u.empty() && u.back() == '\n') u.pop_back();
+    return u + " [--] PROGRAM [ARGS...]\n";
+  }
+};
+
+// The TRACE... positional of the commands that read several traces.
+constexpr const char* kTracesHelp = "One or more traces (raw or .zst)";
+
 int real_main(int argc, char** argv) {
   CLI::App app{"gpuheap: GPU memory profiler (trace with `run`, analyze with summary/check/diff)"};
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
@@ -125,12 +139,14 @@ int real_main(int argc, char** argv) {
 
   RunOptions run_opt;
   std::string framework_pools = "off";
-  auto* run = app.add_subcommand("run", "Run a command with gpuheap preloaded");
-  run->add_option("-o,--output", run_opt.output, "Trace path pattern (GPUHEAP_OUTPUT)");
+  auto* run = app.add_subcommand("run", "Run a program with gpuheap preloaded (run's options stop at the program)");
+  run->add_option("-o,--output", run_opt.output,
+                 "Trace path or pattern (GPUHEAP_OUTPUT: %p pid, %n program); a fixed name that exists needs --force");
   run->add_flag("--no-stacks", run_opt.no_stacks, "Do not record call stacks (GPUHEAP_STACKS=0)");
   run->add_flag("--no-pool", run_opt.no_pool, "Pass allocations through to the driver (GPUHEAP_POOL=0)");
   run->add_flag("--simulate", run_opt.simulate, "Use the simulated CUDA runtime next to gpuheap (simcuda/)");
-  run->add_option("--framework-pools", framework_pools, "off (default): disable framework caches; keep")
+  run->add_option("--framework-pools", framework_pools,
+                 "off (default): turn the PyTorch and JAX caching allocators off; keep: leave them on")
       ->check(CLI::IsMember({"off", "keep"}));
   run->add_option("--limit", run_opt.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
   run->add_flag("--allow-no-trace", run_opt.allow_no_trace,
@@ -138,12 +154,18 @@ int real_main(int argc, char** argv) {
   bool no_symbolize = false, no_compress = false;
   run->add_flag("--no-symbolize", no_symbolize, "Do not store symbolized frames in the trace after the program exits");
   run->add_flag("--no-compress", no_compress, "Leave the trace uncompressed (else TRACE.zst after the program exits)");
+  run->add_flag("--force", run_opt.force, "Let -o NAME replace an existing NAME or NAME.zst (else exit 2)");
+  run->add_flag("-q,--quiet", run_opt.quiet, "Print nothing but warnings and errors (as GPUHEAP_QUIET=1)");
   add_verbose(run);
-  run->add_option("command", run_opt.command, "-- CMD [ARGS...]")->required();
+  // Options stop at the program (nsys, memray, heaptrack): `gpuheap run --simulate prog -o x`
+  // gives `-o x` to prog. prefix_command() sends the first positional and everything after
+  // it to run->remaining(); the command is taken from there after parsing (below).
+  run->prefix_command();
+  run->formatter(std::make_shared<RunUsage>());
 
   std::string dump_path;
   auto* dump = app.add_subcommand("dump", "Print every record of a trace as text");
-  dump->add_option("trace", dump_path)->required();
+  dump->add_option("trace", dump_path, "The trace (raw or .zst)")->required();
   bool quiet = false;
   const char* quiet_help = "No progress line on stderr (it is shown only on a terminal, after 1 s)";
   dump->add_flag("-q,--quiet", quiet, quiet_help);
@@ -165,7 +187,7 @@ int real_main(int argc, char** argv) {
   summary->add_option("--pid", only_pid, "Only the trace of this process (of several given)")
       ->check(CLI::NonNegativeNumber);
   summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
-  summary->add_option("traces", traces, "TRACE...")->required();
+  summary->add_option("traces", traces, kTracesHelp)->required();
   summary->add_flag("-q,--quiet", quiet, quiet_help);
   DebuginfodOpt dopt;
   add_debuginfod(summary, dopt);
@@ -182,14 +204,14 @@ int real_main(int argc, char** argv) {
   CheckOptions copt;
   std::string max_req, max_alloc, max_res, max_leak;
   auto* check = app.add_subcommand("check", "Fail (exit 1) when memory limits are exceeded");
-  check->add_option("traces", traces, "TRACE...")->required();
+  check->add_option("traces", traces, kTracesHelp)->required();
   check->add_option("--max-requested", max_req, "Limit on peak requested bytes (SIZE)");
   check->add_option("--max-allocated", max_alloc, "Limit on peak allocated bytes (SIZE)");
   check->add_option("--max-reserved", max_res, "Limit on peak reserved bytes (SIZE)");
   check->add_option("--max-leaked", max_leak, "Limit on bytes live at the end (SIZE)");
   std::string max_growth;
   check->add_option("--max-growth", max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)");
-  check->add_option("--baseline", copt.baseline, "summary --json of an earlier run");
+  check->add_option("--baseline", copt.baseline, "An earlier run's summary --json file (the reference)");
   check->add_option("--tolerance", copt.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
       ->check(kFiniteNonNegative);
   check->add_flag("--all-frames", copt.all_frames, "Keep gpuheap/CUDA-internal frames in site names");
@@ -203,8 +225,8 @@ int real_main(int argc, char** argv) {
   bool diff_all = false;
   int diff_top = 20;
   auto* diff = app.add_subcommand("diff", "Per-site differences between two traces");
-  diff->add_option("A", diff_a)->required();
-  diff->add_option("B", diff_b)->required();
+  diff->add_option("A", diff_a, "The trace to compare from")->required();
+  diff->add_option("B", diff_b, "The trace to compare with A")->required();
   diff->add_option("--top", diff_top, "Rows shown (default 20)")->check(CLI::PositiveNumber);
   diff->add_flag("--all-frames", diff_all, "Keep gpuheap/CUDA-internal frames");
   diff->add_flag("-q,--quiet", quiet, quiet_help);
@@ -213,14 +235,14 @@ int real_main(int argc, char** argv) {
   // report / export (analyzer/report_html.cpp, analyzer/export_*.cpp; docs/cli.md)
   ExportOptions xopt;
   auto* xport = app.add_subcommand("export", "Convert traces for other tools (Perfetto, speedscope, memory_viz, RMM)");
-  xport->add_option("--format", xopt.format, "chrome|folded|speedscope|torch-snapshot|csv|rmm-csv")
+  xport->add_option("--format", xopt.format, "Output format: chrome, folded, speedscope, torch-snapshot, csv or rmm-csv")
       ->required()->check(CLI::IsMember({"chrome", "folded", "speedscope", "torch-snapshot", "csv", "rmm-csv"}));
-  xport->add_option("--metric", xopt.metric, "folded: peak (default), leaked, allocated or count")
+  xport->add_option("--metric", xopt.metric, "What folded stacks weigh: peak (default), leaked, allocated or count")
       ->check(CLI::IsMember({"peak", "leaked", "allocated", "count"}));
   xport->add_option("--device", xopt.device, "Only this device (event formats)");
   xport->add_option("-o,--output", xopt.output, "Output file (- = stdout)")->required();
   xport->add_flag("--all-frames", xopt.all_frames, "Keep gpuheap/CUDA-internal frames");
-  xport->add_option("traces", traces, "TRACE...")->required();
+  xport->add_option("traces", traces, kTracesHelp)->required();
   xport->add_flag("-q,--quiet", quiet, quiet_help);
   ReportOptions ropt;
   auto* report = app.add_subcommand("report", "Self-contained HTML report: timeline, flame graphs, tables");
@@ -230,7 +252,7 @@ int real_main(int argc, char** argv) {
   report->add_option("--max-nodes", ropt.max_nodes, "Flame graph nodes per graph; smaller ones merge (default 4000)")
       ->check(CLI::Range(16, 1 << 22));
   report->add_flag("--all-frames", ropt.all_frames, "Keep gpuheap/CUDA-internal frames");
-  report->add_option("traces", traces, "TRACE...")->required();
+  report->add_option("traces", traces, kTracesHelp)->required();
   report->add_flag("-q,--quiet", quiet, quiet_help);
   add_debuginfod(xport, dopt);
   add_debuginfod(report, dopt);
@@ -238,7 +260,7 @@ int real_main(int argc, char** argv) {
   // symbolize / compress (analyzer/symbolize_trace.cpp, analyzer/trace_files.cpp)
   SymbolizeTraceOptions syopt;
   auto* symbolize = app.add_subcommand("symbolize", "Store symbolized frames in traces (run where the modules are)");
-  symbolize->add_option("traces", traces, "TRACE...")->required();
+  symbolize->add_option("traces", traces, kTracesHelp)->required();
   symbolize->add_flag("--allow-truncated", syopt.allow_truncated,
                       "Symbolize a trace without an end record (killed or still running) instead of failing");
   add_verbose(symbolize);
@@ -246,7 +268,7 @@ int real_main(int argc, char** argv) {
   CompressOptions zopt;
   auto* compress = app.add_subcommand("compress", "Compress traces with zstd into TRACE.zst (verified, then the "
                                                   "original is removed)");
-  compress->add_option("traces", traces, "TRACE...")->required();
+  compress->add_option("traces", traces, kTracesHelp)->required();
   compress->add_flag("-k,--keep", zopt.keep, "Keep the original trace");
   compress->add_flag("-f,--force", zopt.force, "Replace an existing TRACE.zst");
   for (auto* c : {summary, check, diff, xport, report}) add_verbose(c);
@@ -254,15 +276,23 @@ int real_main(int argc, char** argv) {
   // replay (analyzer/replay*.cpp): the trace through gpuheap's pool under other policies/limits.
   ReplayCli rp;
   auto* replay = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
-  replay->add_option("trace", rp.trace)->required();
-  replay->add_option("--policy", rp.policy, "gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch caching-allocator model), none");
+  replay->add_option("trace", rp.trace, "The trace (raw or .zst)")->required();
+  replay->add_option("--policy", rp.policy,
+                    "Pool policy: gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch's "
+                    "caching allocator) or none");
   replay->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
   replay->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
   replay->add_option("--sweep", rp.sweep, "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
-  replay->add_option("--limits", rp.limits, "Limits separated by ',' for the table");
+  replay->add_option("--limits", rp.limits, "Limits separated by ',' for the --sweep table");
   replay->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   replay->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
   add_debuginfod(replay, dopt);
+
+  // After `run --`, CLI11 2.1 hands the rest of the line back to the app (run has no
+  // positional left to fill): prefix_command() here keeps it whole, in order, as
+  // app.remaining(). Set after the subcommands were added, so they do not inherit it; any
+  // leftover outside `run` is refused below.
+  app.prefix_command();
 
   try {
     app.parse(argc, argv);
@@ -277,9 +307,19 @@ int real_main(int argc, char** argv) {
     return 2;
   }
 
+  if (!*run && !app.remaining().empty())
+    throw UsageError(fmt::format("unexpected argument(s): {}", fmt::join(app.remaining(), " ")));
   if (*run) {
+    run_opt.command = run->remaining();
+    if (run_opt.command.empty()) {
+      run_opt.command = app.remaining();  // after `--`: taken as it is
+    } else if (run_opt.command[0].size() > 1 && run_opt.command[0][0] == '-') {
+      throw UsageError(fmt::format("run: unknown option {} (run's options come before the program; `gpuheap run "
+                                   "[OPTIONS] [--] PROGRAM [ARGS...]`)", run_opt.command[0]));
+    }
     run_opt.finish.symbolize = !no_symbolize, run_opt.finish.compress = !no_compress;
     run_opt.finish.verbose = g_verbose;
+    run_opt.finish.force = run_opt.force;
     run_opt.keep_framework_pools = framework_pools == "keep";
     return run_traced(run_opt);
   }

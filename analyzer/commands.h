@@ -20,6 +20,8 @@ struct RunOptions {
   bool keep_framework_pools = false;
   std::string limit;            // GPUHEAP_LIMIT ("" = none)
   bool allow_no_trace = false;  // a traced process that could not write its trace is not an error
+  bool force = false;           // -o NAME may replace an existing NAME (and NAME.zst)
+  bool quiet = false;           // -q: nothing on stderr after a successful run (errors still)
   std::vector<std::string> command;
   FinishOptions finish;         // after the program exits: symbolize, compress (run_finish.h)
 };

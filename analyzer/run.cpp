@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -93,6 +94,97 @@ PathList make_path_list() {
   throw InputError(fmt::format("run: cannot create a private temporary directory: {}", std::strerror(errno)));
 }
 
+std::string current_dir() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+// `pattern` with every '%' doubled: a directory name taken literally into a GPUHEAP_OUTPUT
+// pattern (outpath.h: "%%" is a literal '%').
+std::string escape_percent(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '%' ? std::string("%%") : std::string(1, c);
+  return out;
+}
+
+// The pattern resolved once, here, in the directory run started in (docs/cli.md): a wrapper
+// that changes directory before the traced program starts (`sh -c 'cd /tmp && prog'`, pyenv
+// shims) must not move the traces. "" when it cannot be resolved (no working directory).
+std::string absolute_pattern(const std::string& pattern, const std::string& cwd) {
+  if (pattern.empty() || pattern[0] == '/') return pattern;
+  if (cwd.empty()) return pattern;
+  std::string rel = pattern.compare(0, 2, "./") == 0 ? pattern.substr(2) : pattern;
+  return escape_percent(cwd) + (cwd.back() == '/' ? "" : "/") + rel;
+}
+
+// The file a pattern names when it has no per-process conversion (%p %h %r %n): "-o NAME"
+// as memray and nsys read it. "" for a pattern, whose names the preload makes unique.
+std::string fixed_name(const std::string& pattern) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%') {
+      out += pattern[i];
+    } else if (i + 1 < pattern.size() && pattern[i + 1] == '%') {
+      out += '%', ++i;
+    } else if (i + 1 < pattern.size() && std::strchr("phrn", pattern[i + 1])) {
+      return {};
+    } else {
+      out += '%';  // an unknown conversion is kept literally (outpath.h)
+    }
+  }
+  return out;
+}
+
+// Whether `path` exists as something a trace would replace: anything but a device, FIFO or
+// socket (those the preload refuses with its own message, outpath.h special_file_kind).
+bool exists_as_file(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  return !S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode);
+}
+
+// `-o NAME` refuses an existing NAME (memray's rule): a second run must not leave NAME.1
+// beside the trace the user meant to replace, nor a run's trace be mistaken for the last
+// one's. Once compressed the trace is NAME.zst: that one existing counts too. --force
+// removes NAME now and lets the finishing step replace NAME.zst.
+void check_fixed_output(const std::string& name, const RunOptions& opt) {
+  std::vector<std::string> existing;
+  if (exists_as_file(name)) existing.push_back(name);
+  if (opt.finish.compress && exists_as_file(name + ".zst")) existing.push_back(name + ".zst");
+  if (existing.empty()) return;
+  if (!opt.force) {
+    // The pattern to suggest: %p where the preload would put its suffix (outpath.h).
+    std::string given = opt.output;
+    std::size_t base = given.rfind('/') == std::string::npos ? 0 : given.rfind('/') + 1;
+    std::size_t dot = given.rfind('.');
+    if (dot == std::string::npos || dot <= base) dot = given.size();
+    throw UsageError(fmt::format("run: {} exists; --force replaces it (or give a pattern: -o {}.%p{})", existing[0],
+                                 given.substr(0, dot), given.substr(dot)));
+  }
+  struct stat st {};
+  if (::lstat(name.c_str(), &st) == 0 && (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && ::unlink(name.c_str()) != 0)
+    throw InputError(fmt::format("run: cannot remove {}: {}", name, std::strerror(errno)));
+}
+
+// A path as one shell word: quoted when it holds anything but [A-Za-z0-9_./+,:@%=-].
+std::string shell_word(const std::string& p) {
+  bool plain = !p.empty();
+  for (char c : p)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_./+,:@%=-", c)) plain = false;
+  if (plain) return p;
+  std::string out = "'";
+  for (char c : p) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool env_true(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "1" || s == "true" || s == "yes" || s == "on";
+}
+
 void prepend_env(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);
   std::string v = value;
@@ -121,7 +213,19 @@ std::string find_preload_library() {
 }
 
 int run_traced(const RunOptions& opt) {
-  if (opt.command.empty()) throw UsageError("run: no command given (usage: gpuheap run [options] -- CMD [ARGS...])");
+  if (opt.command.empty())
+    throw UsageError("run: no program given (usage: gpuheap run [OPTIONS] [--] PROGRAM [ARGS...])");
+  const bool quiet = opt.quiet || env_true("GPUHEAP_QUIET");
+  // -o, else a GPUHEAP_OUTPUT you exported; neither: the preload's default, which it resolves
+  // at load in this same directory (the program starts here).
+  const char* env_out = std::getenv("GPUHEAP_OUTPUT");
+  std::string pattern = !opt.output.empty() ? opt.output : env_out ? env_out : "";
+  std::string cwd = current_dir();
+  pattern = absolute_pattern(pattern, cwd);
+  if (!opt.output.empty()) {
+    std::string name = fixed_name(pattern);
+    if (!name.empty()) check_fixed_output(name, opt);
+  }
   std::string lib = find_preload_library();
   if (lib.empty())
     throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
@@ -134,7 +238,11 @@ int run_traced(const RunOptions& opt) {
   // and calls its InitializeInjectionNvtx2. Another tool the user chose wins.
   ::setenv("NVTX_INJECTION64_PATH", lib.c_str(), 0);
   ::setenv("GPUHEAP_PATH_FILE", path_file.c_str(), 1);
-  if (!opt.output.empty()) ::setenv("GPUHEAP_OUTPUT", opt.output.c_str(), 1);
+  if (!pattern.empty()) ::setenv("GPUHEAP_OUTPUT", pattern.c_str(), 1);
+  if (quiet) ::setenv("GPUHEAP_QUIET", "1", 1);
+  // GPUHEAP_FOLLOW_FORK=0 traces the process started here (runtime.cpp claims it at load): a
+  // marker inherited from an enclosing traced job must not name another process.
+  ::unsetenv("GPUHEAP_FOLLOW_FORK_ROOT");
   if (opt.no_stacks) ::setenv("GPUHEAP_STACKS", "0", 1);
   if (opt.no_pool) ::setenv("GPUHEAP_POOL", "0", 1);
   if (!opt.limit.empty()) ::setenv("GPUHEAP_LIMIT", opt.limit.c_str(), 1);
@@ -152,7 +260,8 @@ int run_traced(const RunOptions& opt) {
       ::setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform", 1);
       set += "XLA_PYTHON_CLIENT_ALLOCATOR=platform ";
     }
-    std::fprintf(stderr,
+    if (!quiet)
+      std::fprintf(stderr,
                  "gpuheap: framework pools off: set %s(CuPy's pool has no environment switch and stays on); "
                  "--framework-pools=keep leaves them alone\n",
                  set.empty() ? "nothing, already set by you " : set.c_str());
@@ -207,7 +316,17 @@ int run_traced(const RunOptions& opt) {
     else if (holds_events(line)) written.push_back(line);
   }
   // Symbolized and compressed once the program is gone (analyzer/run_finish.h).
-  for (const auto& p : finish_traces(written, opt.finish)) std::fprintf(stderr, "gpuheap: trace written to %s\n", p.c_str());
+  // Then the exact paths and the next command, as heaptrack does (absolute: the preload
+  // resolves every path against the directory run started in).
+  std::vector<std::string> finished = finish_traces(written, opt.finish);
+  if (!quiet && !finished.empty()) {
+    std::string words;
+    for (const auto& p : finished) {
+      std::fprintf(stderr, "gpuheap: trace written to %s\n", p.c_str());
+      words += " " + shell_word(p);
+    }
+    std::fprintf(stderr, "Now run: gpuheap summary%s\n", words.c_str());
+  }
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   // Last, so they are what a CI log ends with: a trace that could not be written must not
   // pass as a job that made no GPU allocation.

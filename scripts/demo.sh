@@ -9,4 +9,4 @@ sim=--simulate
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then sim=""; fi
 out=$(mktemp -d)/demo.%p.trace
 build/gpuheap run $sim -o "$out" -- build/examples/mini_train "$@"
-build/gpuheap summary "$(dirname "$out")"/demo.*.trace
+build/gpuheap summary "$(dirname "$out")"/demo.*.trace.zst   # run compresses at exit

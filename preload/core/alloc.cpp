@@ -187,11 +187,23 @@ PoolFree pooled_free(const void* ptr) noexcept {
 
 // The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
 // (caller falls back to the real allocator, which gives the program the real answer).
+struct AllocHookArg {
+  int device;
+  std::size_t requested;
+  std::uint32_t stack;
+};
+
+// Runs under the pool lock, right after the block was handed out (Pool::allocate's hook).
+void record_pooled_alloc(void* arg, const PoolBlock& b) noexcept {
+  auto* a = static_cast<AllocHookArg*>(arg);
+  record_alloc(AllocKind::device_pooled, a->device, addr(b.ptr), a->requested, b.size, block_flags(b), 0, a->stack);
+}
+
 bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t stack) noexcept {
   PoolBlock b;
-  if (st->pool.allocate(size, &b, stack) != PoolStatus::ok) return false;
+  AllocHookArg arg{st->device, size, stack};
+  if (st->pool.allocate(size, &b, stack, record_pooled_alloc, &arg) != PoolStatus::ok) return false;
   *ptr = b.ptr;
-  record_alloc(AllocKind::device_pooled, st->device, addr(b.ptr), size, b.size, block_flags(b), 0, stack);
   return true;
 }
 

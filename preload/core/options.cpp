@@ -48,7 +48,10 @@ constinit const OptionSpec kOptionTable[kNumOptions] = {
     {I::limit, "GPUHEAP_LIMIT", T::limit, "none", 0, 0, 0, 0, "per-process cap per device"},
     {I::release_threshold, "GPUHEAP_RELEASE_THRESHOLD", T::size, "none", 0, 0, 0, 0,
      "give free cached segments back once the unused cache exceeds this"},
-    {I::follow_fork, "GPUHEAP_FOLLOW_FORK", T::boolean, "1", 1, 0, 1, 0, "trace forked children"},
+    {I::follow_fork, "GPUHEAP_FOLLOW_FORK", T::boolean, "1", 1, 0, 1, 0,
+     "0: trace only the process started first, not its forked or exec'd children"},
+    {I::follow_fork_root, "GPUHEAP_FOLLOW_FORK_ROOT", T::text, "none", 0, 0, 0, 0,
+     "set by gpuheap under GPUHEAP_FOLLOW_FORK=0: the one process traced (PID:START)"},
 };
 
 const OptionSpec* find_option(const char* name) noexcept {
@@ -156,7 +159,7 @@ void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
     case I::unsafe_reuse: o->unsafe_reuse = b; break;
     case I::release_threshold: o->release_threshold = static_cast<std::size_t>(v); break;
     case I::follow_fork: o->follow_fork = b; break;
-    case I::output: case I::path_file: case I::buffer_mb: case I::limit: break;
+    case I::output: case I::path_file: case I::buffer_mb: case I::limit: case I::follow_fork_root: break;
   }
 }
 
@@ -184,6 +187,9 @@ bool apply(Settings* o, const OptionSpec& s, const char* v) noexcept {
     case T::text:
       if (s.id == I::output) {
         o->output = v;  // kept as given: the pattern's expansion checks its length
+      } else if (s.id == I::follow_fork_root) {
+        if (strlen(v) >= sizeof o->follow_fork_root) return false;
+        snprintf(o->follow_fork_root, sizeof o->follow_fork_root, "%s", v);
       } else {
         if (strlen(v) >= sizeof o->path_file) return false;  // a cut name would be another file
         snprintf(o->path_file, sizeof o->path_file, "%s", v);

@@ -38,6 +38,7 @@ enum class OptionType : std::uint8_t {
 enum class OptionId : std::uint8_t {
   disable, output, path_file, quiet, pool, stacks, stack_depth, free_stacks, flush_ms, seal_us,
   strict_fences, unsafe_reuse, buffer_mb, limit, release_threshold, follow_fork, python_stacks,
+  follow_fork_root,
 };
 
 struct OptionSpec {
@@ -51,7 +52,7 @@ struct OptionSpec {
   const char* doc;           // one line
 };
 
-inline constexpr int kNumOptions = 17;
+inline constexpr int kNumOptions = 18;
 extern const OptionSpec kOptionTable[kNumOptions];
 const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
 
@@ -73,6 +74,8 @@ struct Settings {
   char limit[1024] = {};       // GPUHEAP_LIMIT, validated; "" = no cap
   std::size_t release_threshold = 0;  // GPUHEAP_RELEASE_THRESHOLD in bytes, 0 = none
   bool follow_fork = true;     // GPUHEAP_FOLLOW_FORK
+  char follow_fork_root[64] = {};  // GPUHEAP_FOLLOW_FORK_ROOT: "PID:START" of the one traced process, set at load (runtime.cpp)
+  char output_abs[4096] = {};  // the output pattern made absolute at load (runtime.cpp); output then points here
 };
 
 // Where the values come from and where warnings go; the defaults are getenv and stderr.

@@ -1,8 +1,13 @@
 // Start-up, settings, per-context pool states, fork handling and the trace observer.
 #include "preload/core/runtime.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/auxv.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -10,6 +15,7 @@
 
 #include "preload/core/fork.h"
 #include "preload/core/limits.h"
+#include "preload/record/outpath.h"
 #include "preload/record/recorder.h"
 #include "preload/hooks/real.h"
 #include "preload/core/state.h"
@@ -83,6 +89,54 @@ void atfork_child() noexcept {
   stream_registry().forget_all();
 }
 
+// "PID:START" of this process: START (clock ticks since boot, field 22 of /proc/self/stat)
+// tells a reused pid apart. Stack buffers only.
+void process_identity(char* out, std::size_t cap) noexcept {
+  char buf[1024];
+  unsigned long long start = 0;
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n > 0) {
+    buf[n] = '\0';
+    const char* p = strrchr(buf, ')');  // the name may hold spaces and ')'
+    for (int i = 0; p && i < 20; ++i) p = strchr(p + 1, ' ');
+    if (p) start = strtoull(p + 1, nullptr, 10);
+  }
+  snprintf(out, cap, "%ld:%llu", static_cast<long>(getpid()), start);
+}
+
+// GPUHEAP_FOLLOW_FORK=0: only the process started first is traced, not its forked or exec'd
+// children. The first process that loads gpuheap claims GPUHEAP_FOLLOW_FORK_ROOT (its
+// PID:START, which its children inherit); a process that finds another's there does nothing,
+// as under GPUHEAP_DISABLE. Chosen over dropping libgpuheap from LD_PRELOAD: an exec that
+// keeps the pid is still the started process (wrapper scripts that `exec python ...`, pyenv
+// shims, `sh -c 'prog'`), LD_PRELOAD is left as the user wrote it (no guessing which entry
+// is us in a list of paths and names), and a child that re-adds LD_PRELOAD itself is still
+// not traced. Forked children stop at the fork already (recorder.cpp). setenv runs in the
+// constructor, before main: host memory only, no hook. Returns whether to trace.
+bool claim_follow_fork_root(const Settings& s) noexcept {
+  char me[64];
+  process_identity(me, sizeof me);
+  if (s.follow_fork_root[0]) return strcmp(s.follow_fork_root, me) == 0;
+  setenv("GPUHEAP_FOLLOW_FORK_ROOT", me, 1);
+  return true;
+}
+
+// A relative GPUHEAP_OUTPUT (or the default, "./...") is resolved once, here, in the
+// directory the first traced process loaded gpuheap in, and exported absolute: a process
+// that changes directory before its first event, and every program it execs
+// (`sh -c 'cd /tmp && prog'`, pyenv shims), still writes where the job started. Without a
+// working directory the pattern stays relative (resolved at the first event, as before).
+void resolve_output_once(Settings& s) noexcept {
+  if (s.output && s.output[0] == '/') return;
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) return;
+  if (absolute_output_pattern(s.output, cwd, s.output_abs, sizeof s.output_abs) < 0) return;
+  s.output = s.output_abs;
+  setenv("GPUHEAP_OUTPUT", s.output_abs, 1);
+}
+
 __attribute__((constructor)) void gpuheap_init() noexcept {
   Settings& s = g_settings;
   // Never act inside setuid/setgid programs (secure-execution mode, getauxval(3)): not even
@@ -90,6 +144,8 @@ __attribute__((constructor)) void gpuheap_init() noexcept {
   if (getauxval(AT_SECURE) != 0) return;
   read_settings(&s);
   if (s.disable) return;
+  if (!s.follow_fork && !claim_follow_fork_root(s)) return;
+  resolve_output_once(s);
   limits_init(s.limit);
   set_device_info_fn(device_info);
   fork_set(ForkRank::runtime, {nullptr, nullptr, atfork_child});

@@ -70,6 +70,11 @@ Pool::~Pool() {
 }
 
 PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag) noexcept {
+  return allocate(requested, out, tag, nullptr, nullptr);
+}
+
+PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag, AllocHook hook,
+                          void* arg) noexcept {
   Impl& m = *impl_;
   std::size_t s = 0;
   bool ok = round_up(requested ? requested : 1, m.cfg.round, &s);
@@ -91,6 +96,7 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t t
   m.allocated += b->size;
   ++m.nblocks;
   m.fill(b, out);
+  if (hook) hook(arg, *out);
   return PoolStatus::ok;
 }
 

@@ -98,6 +98,13 @@ class Pool {
   // failure: wait all fences, release every fully free segment, on_retry, retry once ->
   // out_of_memory (stats().ooms++).
   PoolStatus allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag = 0) noexcept;
+  // Same, calling hook(arg, block) under the pool lock once the block is handed out: the
+  // preload records the allocation there, as it records frees, so the trace lists pooled
+  // events in the order the pool served them even when threads race (replay depends on it:
+  // a record written after the lock is dropped can land behind another thread's later
+  // allocation, and replaying the two the other way round picks other blocks).
+  using AllocHook = void (*)(void* arg, const PoolBlock& block) noexcept;
+  PoolStatus allocate(std::size_t requested, PoolBlock* out, std::uint32_t tag, AllocHook hook, void* arg) noexcept;
   // false when ptr is not the start of a live block of this pool (caller passes it on).
   bool deallocate(void* ptr, std::size_t* size_out = nullptr) noexcept;
   // Same, calling hook(arg, block) under the pool lock once the block is validated and

@@ -62,6 +62,25 @@ long expand_output_pattern(const char* pattern, const OutpathVars& v, char* out,
   return o.ok ? static_cast<long>(o.n) : -1;
 }
 
+long absolute_output_pattern(const char* pattern, const char* cwd, char* out, std::size_t cap) noexcept {
+  if (!out || cap == 0) return -1;
+  out[0] = '\0';
+  if (!pattern || !*pattern) pattern = kDefaultOutputPattern;
+  Out o{out, cap};
+  if (pattern[0] != '/') {
+    if (!cwd || cwd[0] != '/') return -1;
+    for (const char* c = cwd; *c; ++c) {
+      if (*c == '%') o.ch('%');
+      o.ch(*c);
+    }
+    if (o.n > 0 && out[o.n - 1] != '/') o.ch('/');
+    while (pattern[0] == '.' && pattern[1] == '/') pattern += 2;
+  }
+  for (const char* s = pattern; *s; ++s) o.ch(*s);
+  out[o.ok ? o.n : 0] = '\0';
+  return o.ok ? static_cast<long>(o.n) : -1;
+}
+
 void current_outpath_vars(OutpathVars* v, char* host, std::size_t host_cap, char* prog,
                           std::size_t prog_cap) noexcept {
   v->pid = static_cast<long>(getpid());

@@ -34,6 +34,14 @@ inline constexpr const char* kDefaultOutputPattern = "./gpuheap.%n.%p.trace";
 long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* out,
                            std::size_t cap) noexcept;
 
+// `pattern` (nullptr or "" = default) resolved against the directory `cwd` into out[0..cap):
+// a relative pattern becomes "CWD/PATTERN" ("./" dropped), with each '%' of CWD written
+// "%%" so the directory is taken literally; an absolute one is copied. Returns the length,
+// or -1 if it does not fit or cwd is not absolute (out then holds ""). The preload does this
+// once, at load (core/runtime.cpp), so that a process that changes directory before its
+// first event, and the programs it execs, write where the job started.
+long absolute_output_pattern(const char* pattern, const char* cwd, char* out, std::size_t cap) noexcept;
+
 // Fills `vars` for the calling process; strings point into the caller's buffers.
 void current_outpath_vars(OutpathVars* vars, char* host, std::size_t host_cap, char* prog,
                           std::size_t prog_cap) noexcept;

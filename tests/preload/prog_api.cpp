@@ -11,19 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/preload/prog_expect.h"
+
 #define CHECK(x)                                                              \
   do {                                                                        \
     cudaError_t rc_ = (x);                                                    \
     if (rc_ != cudaSuccess) {                                                 \
       std::fprintf(stderr, "prog_api: %s -> %d at line %d\n", #x, rc_, __LINE__); \
       return 10;                                                              \
-    }                                                                         \
-  } while (0)
-#define EXPECT(c)                                                             \
-  do {                                                                        \
-    if (!(c)) {                                                               \
-      std::fprintf(stderr, "prog_api: expectation %s failed at line %d\n", #c, __LINE__); \
-      return 11;                                                              \
     }                                                                         \
   } while (0)
 

@@ -22,13 +22,8 @@
 #include <string>
 #include <thread>
 
-#define EXPECT(c)                                                                 \
-  do {                                                                            \
-    if (!(c)) {                                                                   \
-      std::fprintf(stderr, "prog_ctx: expectation %s failed at line %d\n", #c, __LINE__); \
-      return 11;                                                                  \
-    }                                                                             \
-  } while (0)
+#include "tests/preload/prog_expect.h"
+
 #define OK(x) EXPECT((x) == CUDA_SUCCESS)
 
 namespace {

@@ -7,13 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#define EXPECT(c)                                                                  \
-  do {                                                                             \
-    if (!(c)) {                                                                    \
-      std::fprintf(stderr, "prog_driver: expectation %s failed at line %d\n", #c, __LINE__); \
-      return 11;                                                                   \
-    }                                                                              \
-  } while (0)
+#include "tests/preload/prog_expect.h"
+
 #define OK(x) EXPECT((x) == CUDA_SUCCESS)
 
 using getproc_t = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);

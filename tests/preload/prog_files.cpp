@@ -12,6 +12,9 @@
 //                                   file_before=0|1 (a t.PID.trace in DIR before the first
 //                                   event), path_before= and path_after= (gpuheap_trace_path)
 //                                   and start_ns= (CLOCK_MONOTONIC when main began)
+//   prog_files cuda                 cudaMalloc and cudaFree once, nothing else
+//   prog_files chdir_child DIR      no CUDA call; forks a child that chdir()s to DIR and only
+//                                   then makes its first CUDA call (cudaMalloc, cudaFree)
 //   prog_files bad_list DIR         appends DIR/gone.trace (no such file) and DIR/empty.trace
 //                                   (created, a trace header and nothing else) to
 //                                   $GPUHEAP_PATH_FILE, then allocates and frees once
@@ -157,6 +160,18 @@ int main(int argc, char** argv) {
     ok = wait_ok(fork_plain(true)) && ok;
     if (cudaFree(p) != cudaSuccess) return 11;
     return ok ? 0 : 1;
+  }
+  if (std::strcmp(mode, "cuda") == 0) {
+    void* p = nullptr;
+    return cudaMalloc(&p, 4096) == cudaSuccess && cudaFree(p) == cudaSuccess ? 0 : 10;
+  }
+  if (std::strcmp(mode, "chdir_child") == 0 && argc > 2) {
+    pid_t c = fork();
+    if (c == 0) {
+      void* p = nullptr;
+      std::exit(chdir(argv[2]) == 0 && cudaMalloc(&p, 4096) == cudaSuccess && cudaFree(p) == cudaSuccess ? 0 : 12);
+    }
+    return wait_ok(c) ? 0 : 1;
   }
   if (std::strcmp(mode, "late") == 0 && argc > 2) return late(argv[2], start_ns);
   if (std::strcmp(mode, "bad_list") == 0 && argc > 2) return bad_list(argv[2]);

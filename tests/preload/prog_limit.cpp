@@ -24,13 +24,8 @@
 #include <thread>
 #include <vector>
 
-#define EXPECT(c)                                                                   \
-  do {                                                                              \
-    if (!(c)) {                                                                     \
-      std::fprintf(stderr, "prog_limit: expectation %s failed at line %d\n", #c, __LINE__); \
-      return 11;                                                                    \
-    }                                                                               \
-  } while (0)
+#include "tests/preload/prog_expect.h"
+
 
 namespace {
 constexpr std::size_t MiB = 1u << 20;

@@ -14,14 +14,8 @@
 #include <vector>
 
 #include "preload/gpuheap.h"
+#include "tests/preload/prog_expect.h"
 
-#define EXPECT(c)                                                                 \
-  do {                                                                            \
-    if (!(c)) {                                                                   \
-      std::fprintf(stderr, "prog_phases: expectation %s failed at line %d\n", #c, __LINE__); \
-      return 11;                                                                  \
-    }                                                                             \
-  } while (0)
 
 template <class F>
 F* api(const char* name) {

@@ -4,9 +4,12 @@
 #include <sys/wait.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -325,6 +328,60 @@ TEST(Cli, RunPassesExitStatusThrough) {
   r = sh("run -- sh -c 'kill -TERM $$'");
   EXPECT_EQ(r.code, 128 + 15) << r.out;
   EXPECT_EQ(sh("run").code, 2);
+}
+
+// Issue #17, item 7: every --help line is a whole description at CLI11's default width (30
+// columns of names): none is empty or a placeholder, none stops mid-phrase ("...; keep"),
+// no parenthesis is left open.
+TEST(Cli, HelpTextsAreWholeSentences) {
+  const std::set<std::string> dangling = {"and", "or", "of", "the", "to", "with", "a", "an", "for", "by", "in"};
+  int checked = 0;
+  for (const char* sub : {"", "run", "dump", "summary", "check", "diff", "export", "report", "symbolize", "compress",
+                          "replay"}) {
+    auto r = sh(std::string(sub) + " --help");
+    ASSERT_EQ(r.code, 0) << sub << ": " << r.out;
+    std::istringstream in(r.out);
+    std::string line, name;
+    bool in_list = false;
+    while (std::getline(in, line)) {
+      if (line == "Options:" || line == "Positionals:" || line == "Subcommands:") {
+        in_list = true;
+        continue;
+      }
+      if (!in_list || line.size() < 3 || line.compare(0, 2, "  ") != 0) continue;
+      if (line[2] == ' ') continue;  // a continuation: read with its name below
+      // A name, its description from column 30, or on the next line after a long name.
+      // CLI11 pads the name to 30 columns, or breaks the line after a name that fills them.
+      bool same_line = line.size() > 30 && line[29] == ' ';
+      name = line.substr(2, same_line ? 27 : std::string::npos);
+      std::string desc = same_line ? line.substr(30) : "";
+      if (desc.empty() && in.peek() == ' ') {
+        std::string next;
+        std::getline(in, next);
+        if (next.size() > 30 && next.compare(0, 30, std::string(30, ' ')) == 0) desc = next.substr(30);
+      }
+      SCOPED_TRACE(std::string(sub) + " " + name);
+      ++checked;
+      while (!desc.empty() && desc.back() == ' ') desc.pop_back();
+      ASSERT_FALSE(desc.empty()) << line;
+      EXPECT_NE(desc, "TRACE...") << "a placeholder, not a description";
+      EXPECT_EQ(std::string(",;:-/").find(desc.back()), std::string::npos) << desc;
+      EXPECT_EQ(std::count(desc.begin(), desc.end(), '('), std::count(desc.begin(), desc.end(), ')')) << desc;
+      std::string last = desc.substr(desc.find_last_of(' ') == std::string::npos ? 0 : desc.find_last_of(' ') + 1);
+      EXPECT_EQ(dangling.count(last), 0u) << desc;
+      // The last clause after a ';' is more than one word ("off (default): ...; keep" was).
+      std::size_t semi = desc.rfind("; ");
+      if (semi != std::string::npos) EXPECT_NE(desc.find(' ', semi + 2), std::string::npos) << desc;
+    }
+  }
+  EXPECT_GT(checked, 80);
+  // The texts the issue named, in full.
+  auto run_help = sh("run --help").out;
+  EXPECT_NE(run_help.find("off (default): turn the PyTorch and JAX caching allocators off; keep: leave them on"),
+            std::string::npos)
+      << run_help;
+  EXPECT_NE(run_help.find("Usage: "), std::string::npos);
+  EXPECT_NE(run_help.find(" run [OPTIONS] [--] PROGRAM [ARGS...]"), std::string::npos) << run_help;
 }
 
 // summary's selection options on a synthetic trace (no symbols: sites by module+offset).

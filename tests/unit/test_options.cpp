@@ -52,7 +52,7 @@ std::uint64_t value_of(const d::Settings& s, d::OptionId id) {
     case I::unsafe_reuse: return s.unsafe_reuse;
     case I::release_threshold: return s.release_threshold;
     case I::follow_fork: return s.follow_fork;
-    case I::output: case I::path_file: case I::buffer_mb: case I::limit: break;
+    case I::output: case I::path_file: case I::buffer_mb: case I::limit: case I::follow_fork_root: break;
   }
   return 0;
 }
@@ -123,7 +123,7 @@ TEST(Options, TableIsComplete) {
     EXPECT_EQ(d::find_option(s.name), &s);
     EXPECT_TRUE(s.doc && *s.doc && s.default_text && *s.default_text) << s.name;
   }
-  EXPECT_EQ(names.size(), 17u);
+  EXPECT_EQ(names.size(), 18u);  // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17)
   EXPECT_EQ(d::kOptionTable[0].id, d::OptionId::disable);  // read first: nothing else when set
 }
 

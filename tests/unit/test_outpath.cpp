@@ -10,6 +10,7 @@
 
 #include "preload/record/outpath.h"
 
+using gpuheap::detail::absolute_output_pattern;
 using gpuheap::detail::create_trace_file;
 using gpuheap::detail::current_outpath_vars;
 using gpuheap::detail::expand_output_pattern;
@@ -174,4 +175,26 @@ TEST(Outpath, ModeIs0600WhateverTheUmask) {
 TEST(Outpath, MissingDirectoryReportsErrno) {
   char got[512];
   EXPECT_EQ(create_trace_file("/nonexistent-gpuheap-dir/x.trace", got, sizeof got), -ENOENT);
+}
+
+// Issue #17: a relative pattern is resolved once against the starting directory, whose '%'
+// must stay literal through the later expansion.
+TEST(Outpath, AbsolutePatternKeepsTheDirectoryLiteral) {
+  char out[256];
+  EXPECT_EQ(absolute_output_pattern("t.%p.trace", "/w/d", out, sizeof out), 15);
+  EXPECT_STREQ(out, "/w/d/t.%p.trace");
+  EXPECT_GT(absolute_output_pattern(nullptr, "/w/", out, sizeof out), 0);
+  EXPECT_STREQ(out, "/w/gpuheap.%n.%p.trace");  // the default, "./" dropped
+  EXPECT_GT(absolute_output_pattern("/abs/%p", "/w", out, sizeof out), 0);
+  EXPECT_STREQ(out, "/abs/%p");
+  EXPECT_GT(absolute_output_pattern("x.%p", "/a/100%p", out, sizeof out), 0);
+  EXPECT_STREQ(out, "/a/100%%p/x.%p");
+  OutpathVars v;
+  v.pid = 7;
+  char expanded[256];
+  ASSERT_GT(expand_output_pattern(out, v, expanded, sizeof expanded), 0);
+  EXPECT_STREQ(expanded, "/a/100%p/x.7");
+  EXPECT_EQ(absolute_output_pattern("x", "relative", out, sizeof out), -1);
+  EXPECT_EQ(absolute_output_pattern("x.trace", "/very/long/dir", out, 8), -1);
+  EXPECT_STREQ(out, "");
 }

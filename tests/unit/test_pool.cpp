@@ -1,7 +1,10 @@
 // Caching pool: sizing, splitting, coalescing, best fit, oversize, find, stats.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -246,6 +249,48 @@ TEST_F(PoolTest, FreeHookRunsBeforeTheBlockCanBeReused) {
   EXPECT_TRUE(seen.block.small);
   EXPECT_FALSE(p.deallocate(a.ptr, nullptr, hook, &seen));  // double free: no hook
   EXPECT_EQ(seen.calls, 1);
+}
+
+// The preload records a pooled allocation from this hook: it must run once, with the block
+// handed out, after the segment it came from was reported, and with the pool lock held (so no
+// other thread's allocation or free can be recorded between the pool's choice and the record).
+TEST_F(PoolTest, AllocHookRunsUnderThePoolLockWithTheBlock) {
+  Pool p(up, {}, &obs);
+  struct Seen {
+    Pool* pool;
+    RecordingObserver* obs;
+    std::string kinds_at_hook;
+    PoolBlock block;
+    int calls = 0;
+    std::atomic<bool> done{false};
+    bool other_thread_got_in = false;
+    std::thread asker;
+  } seen;
+  seen.pool = &p;
+  seen.obs = &obs;
+  Pool::AllocHook hook = [](void* arg, const PoolBlock& b) noexcept {
+    auto* s = static_cast<Seen*>(arg);
+    s->kinds_at_hook = s->obs->kinds();
+    s->block = b;
+    ++s->calls;
+    // Another thread asking the pool anything must wait until the hook returns.
+    s->asker = std::thread([s] {
+      (void)s->pool->stats();
+      s->done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s->other_thread_got_in = s->done.load();
+  };
+  PoolBlock out;
+  ASSERT_EQ(p.allocate(3000, &out, 7, hook, &seen), PoolStatus::ok);
+  seen.asker.join();
+  EXPECT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.kinds_at_hook, "A");  // the new segment was reported before the block
+  EXPECT_EQ(seen.block.ptr, out.ptr);
+  EXPECT_EQ(seen.block.size, 3072u);
+  EXPECT_EQ(seen.block.tag, 7u);
+  EXPECT_FALSE(seen.other_thread_got_in);
+  EXPECT_TRUE(seen.done.load());
 }
 
 TEST_F(PoolTest, ContainsCoversEveryBlockStateButNotForeignMemory) {
