@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
+#include "analyzer/labels.h"
 #include "analyzer/phases.h"
 #include "analyzer/report.h"
 #include "analyzer/safe_file.h"
@@ -25,8 +26,10 @@ std::string largest_site(const Model& m, const std::vector<SiteRow>& rows, bool 
   StackResolver res(m, all_frames);
   auto merged = merge_sites(rows, res);
   const auto& fr = res.frames(merged[0].stack);
-  return fmt::format("{} in {} allocations at {}", human_bytes(merged[0].bytes), merged[0].count,
-                     fr.empty() ? std::string("(no stack)") : Symbolizer::format_frame(fr[0]));
+  // Named by its label (labels.h): the first frame below the allocator's own, which says
+  // which tensor it is; the allocator's frames are the same for every site.
+  return fmt::format("{} in {} allocations at {} [{}]", human_bytes(merged[0].bytes), merged[0].count,
+                     fr.empty() ? std::string("(no stack)") : site_label_text(fr), text_safe(library_label(fr)));
 }
 
 // The site most responsible for the peak of `device`: the top peak consumer in the process

@@ -24,6 +24,7 @@
 #include "analyzer/error.h"
 #include "analyzer/export.h"
 #include "analyzer/phases.h"
+#include "analyzer/reader.h"
 #include "analyzer/replay.h"
 #include "analyzer/report.h"
 #include "analyzer/symbolize.h"
@@ -91,6 +92,35 @@ void add_verbose(CLI::App* cmd) {
   cmd->add_flag("-v,--verbose", g_verbose, "List the trace's modules that are not on this machine");
 }
 
+// summary --pid: the traces (of those given) whose process record names PID; each file's
+// first record only is read. None: exit 2, naming the pids there are.
+std::vector<std::string> traces_of_pid(const std::vector<std::string>& paths, std::uint64_t pid) {
+  std::vector<std::string> keep;
+  std::string seen;
+  for (const auto& p : paths) {
+    TraceReader reader(p);
+    format::Record r;
+    if (!reader.next(r) || r.type != format::RecordType::process) throw NotATraceError(p + ": not a gpuheap trace");
+    if (r.process.pid == pid) keep.push_back(p);
+    seen += fmt::format("{}{}", seen.empty() ? "" : ", ", r.process.pid);
+  }
+  if (keep.empty()) throw InputError(fmt::format("--pid {}: no trace of that process (the traces are of pid {})", pid, seen));
+  return keep;
+}
+
+// summary --device N where no trace has device N is a mistake (a typo, the wrong trace), not
+// an empty report: exit 2, naming the devices there are.
+void require_device(const Analysis& a, int device) {
+  std::string seen;
+  for (const auto& t : a.traces)
+    for (const auto& d : t->devices) {
+      if (d.device == device) return;
+      if (d.device >= 0) seen += fmt::format("{}{}", seen.empty() ? "" : ", ", d.device);
+    }
+  throw InputError(fmt::format("--device {}: no such device in the trace{} ({})", device, a.traces.size() > 1 ? "s" : "",
+                               seen.empty() ? "it has no device" : "devices: " + seen));
+}
+
 // `run`'s usage line names the program it takes (prefix_command: no positional option).
 class RunUsage : public CLI::Formatter {
  public:
@@ -145,11 +175,19 @@ int real_main(int argc, char** argv) {
   std::vector<std::string> traces;
   bool json = false;
   SummaryOptions sopt;
-  int top = 10;
+  int top = 5;
   auto* summary = app.add_subcommand("summary", "Memory summary of one or more traces");
   summary->add_flag("--json", json, "One JSON document (schema gpuheap.summary/2)");
-  summary->add_option("--device", sopt.device, "Only this device");
-  summary->add_option("--top", top, "Entries per list (default 10)")->check(CLI::PositiveNumber);
+  summary->add_option("--device", sopt.device, "Only this device (exit 2 when no trace has it)");
+  summary->add_option("--top", top, "Entries per list (default 5)")->check(CLI::PositiveNumber);
+  int depth = 8;
+  auto* depth_opt = summary->add_option("--depth", depth, "Frames per site below the allocator's own (default 8)")
+                        ->check(CLI::PositiveNumber);
+  summary->add_flag("--full", sopt.full, "Everything: every frame of every stack, every entry of every list");
+  summary->add_option("--library", sopt.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
+  std::int64_t only_pid = -1;
+  summary->add_option("--pid", only_pid, "Only the trace of this process (of several given)")
+      ->check(CLI::NonNegativeNumber);
   summary->add_flag("--all-frames", sopt.all_frames, "Keep gpuheap/CUDA-internal frames");
   summary->add_option("traces", traces, kTracesHelp)->required();
   summary->add_flag("-q,--quiet", quiet, quiet_help);
@@ -315,8 +353,12 @@ int real_main(int argc, char** argv) {
   if (*report) return ropt.progress = !quiet, report_command(traces, ropt);
   if (*summary) {
     sopt.top = static_cast<std::size_t>(top);
+    sopt.depth = static_cast<std::size_t>(depth);
+    sopt.depth_given = depth_opt->count() > 0;
     sopt.window = wspec.describe();
+    if (only_pid >= 0) traces = traces_of_pid(traces, static_cast<std::uint64_t>(only_pid));
     auto a = analyze_window(traces, aopt, wspec);
+    if (sopt.device >= 0) require_device(a, sopt.device);
     if (json) {
       // Trace strings (paths, command lines, names) are arbitrary bytes: invalid UTF-8 is
       // replaced by U+FFFD rather than making dump() throw; everything else is escaped.

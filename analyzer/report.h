@@ -18,7 +18,12 @@ struct SummaryOptions {
   int device = -1;        // -1: every device
   std::size_t top = 10;   // entries per list
   bool all_frames = false;
-  std::size_t text_frames = 12;  // frames shown per stack in text output
+  // Frames shown per site in text, counted from the first frame below the allocator's own
+  // (labels.h: those are summarised as "... N allocator frames").
+  std::size_t depth = 8;
+  bool depth_given = false;  // --depth: JSON stacks are cut the same way (else they are whole)
+  bool full = false;         // --full: every frame of every stack, every entry of every list
+  std::string library;       // --library: only sites with this library_label (case-insensitive)
   std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
   std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)
 };
@@ -47,6 +52,11 @@ struct SiteRow {
   std::uint64_t bytes = 0, count = 0, allocated = 0;
 };
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count = false);
+// The merged rows a summary list shows: those of opt.library only, the first opt.top of
+// them (all with opt.full).
+std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt);
+// opt.library is empty or names frames' library_label (case-insensitive).
+bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt);
 
 // What the summary says about one OOM: format/rules.h's diagnosis, the same rule and words as
 // the in-process stderr report (preload/core/oom.cpp).

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cctype>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -78,6 +79,24 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
     if (a.count != b.count) return a.count > b.count;
     return a.stack < b.stack;
   });
+  return out;
+}
+
+bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt) {
+  if (opt.library.empty()) return true;
+  const std::string lib = library_label(frames);
+  return lib.size() == opt.library.size() &&
+         std::equal(lib.begin(), lib.end(), opt.library.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+         });
+}
+
+std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt) {
+  std::vector<SiteRow> out;
+  for (const auto& r : merged) {
+    if (!opt.full && out.size() >= opt.top) break;
+    if (library_selected(res.frames(r.stack), opt)) out.push_back(r);
+  }
   return out;
 }
 

@@ -1,6 +1,9 @@
 // JSON summary, schema "gpuheap.summary/2" (docs/summary-json.md).
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "analyzer/labels.h"
 #include "analyzer/report.h"
 #include "analyzer/torch_stats.h"
 
@@ -29,14 +32,32 @@ json frag_json(const Fragmentation& f, const TraceInfo& in) {
           {"unusable_bytes", f.unusable_bytes}, {"unusable_share", f.unusable_share}};
 }
 
-json site_list(const std::vector<SiteRow>& rows, StackResolver& res, std::size_t top, double pct_of = 0) {
+// `stack`, `label` and `label_frame` (the label's index in `stack`) of one site. Whole stacks
+// unless --depth: then the frames text shows (from the first frame below the allocator's, or
+// from the first Python frame where the label is one), `frames_hidden` counting the others.
+void put_stack(json& j, const std::vector<Frame>& frames, const SummaryOptions& opt) {
+  const LabelPos pos = label_pos(frames);
+  j["label"] = site_label(frames);
+  if (!opt.depth_given || opt.full) {
+    j["stack"] = stack_json(frames);
+    if (!frames.empty()) j["label_frame"] = pos.index;
+    return;
+  }
+  const std::size_t from = pos.python_from, to = std::min(frames.size(), from + opt.depth);
+  j["stack"] = stack_json(std::vector<Frame>(frames.begin() + static_cast<std::ptrdiff_t>(from),
+                                             frames.begin() + static_cast<std::ptrdiff_t>(to)));
+  if (pos.index >= from && pos.index < to) j["label_frame"] = pos.index - from;
+  j["frames_hidden"] = frames.size() - (to - from);
+}
+
+json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const SummaryOptions& opt, double pct_of = 0) {
   json arr = json::array();
-  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
-    const auto& frames = res.frames(rows[i].stack);
-    json j = {{"bytes", rows[i].bytes},          {"allocated_bytes", rows[i].allocated},
-              {"count", rows[i].count},          {"stack", stack_json(frames)},
-              {"stack_id", rows[i].stack}, {"library", library_label(frames)}};
-    if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(rows[i].bytes) / pct_of;
+  for (const auto& r : shown_sites(rows, res, opt)) {
+    const auto& frames = res.frames(r.stack);
+    json j = {{"bytes", r.bytes}, {"allocated_bytes", r.allocated}, {"count", r.count},
+              {"stack_id", r.stack}, {"library", library_label(frames)}};
+    put_stack(j, frames, opt);
+    if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(r.bytes) / pct_of;
     arr.push_back(std::move(j));
   }
   return arr;
@@ -105,7 +126,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     std::vector<SiteRow> rows;
     for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     auto merged = merge_sites(rows, res);
-    for (auto& e : site_list(merged, res, opt.top, static_cast<double>(d.peak_held))) {
+    for (auto& e : site_list(merged, res, opt, static_cast<double>(d.peak_held))) {
       e["device"] = d.device;
       peaks.push_back(std::move(e));
     }
@@ -137,9 +158,9 @@ json process_json(const Model& m, const SummaryOptions& opt) {
     if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
   }
   for (const auto& l : m.leaks) leaks.push_back({l.stack, l.bytes, l.count, l.allocated});
-  doc["most_allocations"] = site_list(merge_sites(by_count, res, true), res, opt.top);
-  doc["temporary"] = site_list(merge_sites(temps, res, true), res, opt.top);
-  doc["leaks"] = site_list(merge_sites(leaks, res), res, opt.top);
+  doc["most_allocations"] = site_list(merge_sites(by_count, res, true), res, opt);
+  doc["temporary"] = site_list(merge_sites(temps, res, true), res, opt);
+  doc["leaks"] = site_list(merge_sites(leaks, res), res, opt);
   doc["leaked_bytes"] = m.leaked_bytes;
   doc["leaked_allocated_bytes"] = m.leaked_allocated_bytes;
   doc["leaked_count"] = m.leaked_count;
@@ -169,8 +190,8 @@ json process_json(const Model& m, const SummaryOptions& opt) {
                     {"cause", adv.cause},
                     {"suggestion", adv.suggestion},
                     {"fragmentation", frag_json(o.frag, in)},
-                    {"stack", stack_json(res.frames(r.stack))},
-                    {"top_live", site_list(merge_sites(rows, res), res, opt.top)}});
+                    {"top_live", site_list(merge_sites(rows, res), res, opt)}});
+    put_stack(ooms.back(), res.frames(r.stack), opt);
   }
   doc["ooms"] = std::move(ooms);
   doc["timeline"] = std::move(tl);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "analyzer/labels.h"
 #include "analyzer/report.h"
 #include "analyzer/text_safe.h"
 #include "analyzer/units.h"
@@ -20,6 +21,11 @@ std::string signed_bytes(std::int64_t v) {
   return (v < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v));
 }
 
+// One site's stack. By default from the first frame below the allocator's own (labels.h;
+// those are counted in one line), at most opt.depth frames; a stack through Python that is
+// too long to show whole keeps its first frame and the Python lines, which say where in the
+// program it was, counting the native frames between (the framework's operator dispatch).
+// --full: every frame. summary --json has every frame.
 void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
   const auto& fr = res.frames(stack);
   if (fr.empty()) {
@@ -27,19 +33,33 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
     return;
   }
   auto line = [&](std::size_t i) { out += fmt::format("        at {}\n", Symbolizer::format_frame(fr[i])); };
-  std::size_t first_py = 0;
+  if (opt.full) {
+    for (std::size_t i = 0; i < fr.size(); ++i) line(i);
+    return;
+  }
+  const LabelPos pos = label_pos(fr);
+  if (pos.allocator > 0)
+    out += fmt::format("        ... {} allocator frame{}\n", pos.allocator, pos.allocator == 1 ? "" : "s");
+  std::size_t next = pos.allocator, shown = 0;
+  if (pos.python_from > next) {
+    out += fmt::format("        ... {} native frames\n", pos.python_from - next);
+    next = pos.python_from;
+  }
+  std::size_t first_py = next;
   while (first_py < fr.size() && fr[first_py].module != "python") ++first_py;
-  std::size_t shown = 0, next = 0;
-  // A stack through Python that is too long to show whole: the allocator's frame (innermost),
-  // then the Python lines, which say where in the program it was; the native frames between
-  // (the framework's operator dispatch) are counted. summary --json has every frame.
-  if (first_py < fr.size() && fr.size() > opt.text_frames && first_py > 1 && opt.text_frames > 2) {
-    line(0);
-    out += fmt::format("        ... {} native frames\n", first_py - 1);
+  if (first_py < fr.size() && fr.size() - next > opt.depth && first_py > next + 1 && opt.depth > 2) {
+    line(next);
+    out += fmt::format("        ... {} native frames\n", first_py - next - 1);
     shown = 1, next = first_py;
   }
-  for (; next < fr.size() && shown < opt.text_frames; ++next, ++shown) line(next);
+  for (; next < fr.size() && shown < opt.depth; ++next, ++shown) line(next);
   if (next < fr.size()) out += fmt::format("        ... {} more frames\n", fr.size() - next);
+}
+
+// "[LIBRARY] LABEL (file:line)" after a site's numbers: what a person reads first.
+std::string site_tag(StackResolver& res, std::uint32_t stack) {
+  const auto& fr = res.frames(stack);
+  return fmt::format("[{}] {}", text_safe(library_label(fr)), site_label_text(fr));
 }
 
 void kinds_table(std::string& out, const DeviceState& d);
@@ -155,6 +175,9 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!opt.window.empty())
     out += fmt::format("  window:    {} (peaks, sites, leaks and OOMs inside it only; docs/cli.md)\n", opt.window);
+  if (!opt.library.empty())
+    out += fmt::format("  library:   {} (site lists show its sites only; totals are the whole trace's)\n",
+                       text_safe(opt.library));
   if (!in.truncated) {
     out += "  truncated: no\n";
   } else {
@@ -184,11 +207,12 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     std::vector<SiteRow> rows;
     for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     auto merged = merge_sites(rows, res);
-    for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
-      const auto& r = merged[i];
-      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} [{}]\n", i + 1, both_bytes(r.bytes, r.allocated),
+    auto shown = shown_sites(merged, res, opt);
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      const auto& r = shown[i];
+      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1, both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s", text_safe(library_label(res.frames(r.stack))));
+                         r.count == 1 ? "" : "s", site_tag(res, r.stack));
       append_stack(out, res, r.stack, opt);
     }
     auto libs = peak_by_library(merged, res);
@@ -211,11 +235,12 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   auto list = [&](const char* title, const std::vector<SiteRow>& rows, const char* what) {
     if (rows.empty()) return;
     out += fmt::format("{}\n", title);
-    auto merged = merge_sites(rows, res, true);
-    for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
-      out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total)\n", i + 1, merged[i].count, what,
-                         human_bytes(merged[i].bytes), human_bytes(merged[i].allocated));
-      append_stack(out, res, merged[i].stack, opt);
+    auto shown = shown_sites(merge_sites(rows, res, true), res, opt);
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total) {}\n", i + 1, shown[i].count, what,
+                         human_bytes(shown[i].bytes), human_bytes(shown[i].allocated), site_tag(res, shown[i].stack));
+      // Counts, not bytes: one line per site unless frames are asked for (--depth, --full).
+      if (opt.depth_given || opt.full) append_stack(out, res, shown[i].stack, opt);
     }
     out += "\n";
   };
@@ -228,12 +253,11 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
                        human_bytes(m.leaked_bytes), human_bytes(m.leaked_allocated_bytes), m.leaked_count);
     std::vector<SiteRow> rows;
     for (const auto& l : m.leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
-    auto merged = merge_sites(rows, res);
-    for (std::size_t i = 0; i < merged.size() && i < opt.top; ++i) {
-      out += fmt::format("  #{:<2} {} in {} allocation{}\n", i + 1, both_bytes(merged[i].bytes, merged[i].allocated),
-                         merged[i].count,
-                         merged[i].count == 1 ? "" : "s");
-      append_stack(out, res, merged[i].stack, opt);
+    auto shown = shown_sites(merge_sites(rows, res), res, opt);
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      out += fmt::format("  #{:<2} {} in {} allocation{} {}\n", i + 1, both_bytes(shown[i].bytes, shown[i].allocated),
+                         shown[i].count, shown[i].count == 1 ? "" : "s", site_tag(res, shown[i].stack));
+      append_stack(out, res, shown[i].stack, opt);
     }
     out += "\n";
   } else {
@@ -270,9 +294,9 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";
     std::vector<SiteRow> rows;
     for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
-    for (const auto& s : merge_sites(rows, res)) {
-      out += fmt::format("    {} in {} allocation{}\n", both_bytes(s.bytes, s.allocated), s.count,
-                         s.count == 1 ? "" : "s");
+    for (const auto& s : shown_sites(merge_sites(rows, res), res, opt)) {
+      out += fmt::format("    {} in {} allocation{} {}\n", both_bytes(s.bytes, s.allocated), s.count,
+                         s.count == 1 ? "" : "s", site_tag(res, s.stack));
       append_stack(out, res, s.stack, opt);
     }
     out += "\n";

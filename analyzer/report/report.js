@@ -287,8 +287,8 @@
   function sites(title, list, total) {
     tbBox.appendChild(el('h3', null, title));
     if (!list || !list.length) { tbBox.appendChild(el('p', 'hint', 'none')); return; }
-    tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['stack (innermost first)', 'stack']],
-      list.map(function (s) { return [bytes(s.bytes), s.count, s.library, stackText(s.stack)]; })));
+    tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['site', 'l'], ['stack (innermost first)', 'stack']],
+      list.map(function (s) { return [bytes(s.bytes), s.count, s.library, s.label || '', stackText(s.stack)]; })));
   }
   var docs = D.summary.processes || [D.summary];
   docs.forEach(function (doc) {

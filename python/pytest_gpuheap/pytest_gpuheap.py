@@ -307,9 +307,10 @@ def _frame_text(f):
 def _site_line(site):
     stack = site.get("stack") or []
     # Python frames (module "python") say where in the test the memory came from; show the
-    # innermost few of them, else the innermost native frames.
+    # innermost few of them, else the native frames from the site's label on (the first frame
+    # below the allocator's own, `label_frame`).
     py = [f for f in stack if f.get("module") == "python"]
-    frames = (py or stack)[:3]
+    frames = (py or stack[site.get("label_frame", 0):] or stack)[:3]
     where = " <- ".join(_frame_text(f) for f in frames) or "(no stack)"
     n = site.get("count", 0)
     return f"{human(site.get('bytes', 0))} in {n} allocation{'s' if n != 1 else ''}: {where}"

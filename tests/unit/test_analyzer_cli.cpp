@@ -383,3 +383,36 @@ TEST(Cli, HelpTextsAreWholeSentences) {
   EXPECT_NE(run_help.find("Usage: "), std::string::npos);
   EXPECT_NE(run_help.find(" run [OPTIONS] [--] PROGRAM [ARGS...]"), std::string::npos) << run_help;
 }
+
+// summary's selection options on a synthetic trace (no symbols: sites by module+offset).
+TEST(Cli, SummaryLibraryPidAndDeviceFilters) {
+  TraceBuilder b;
+  b.module(0x400000, 0x410000, "/opt/x/libnccl.so.2");
+  b.module(0x500000, 0x510000, "/opt/x/train");
+  b.stack(1, {0x400100, 0x500100});  // NCCL's own buffer, called from the program
+  b.stack(2, {0x500200});            // the program's
+  b.alloc(0x9000000, 4 * MiB, 4 * MiB, 1, AllocKind::async);
+  b.alloc(0xa000000, 1 * MiB, 1 * MiB, 2, AllocKind::async);
+  b.end();
+  auto path = b.write("cli_filters.gh");
+  auto all = sh("summary -q " + path);
+  ASSERT_EQ(all.code, 0) << all.out;
+  EXPECT_NE(all.out.find("[NCCL] libnccl.so.2+0xff"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("[train] train+0x1ff"), std::string::npos) << all.out;
+  auto nccl = sh("summary -q --library nccl " + path);
+  EXPECT_NE(nccl.out.find("[NCCL]"), std::string::npos) << nccl.out;
+  EXPECT_EQ(nccl.out.find("[train]"), std::string::npos) << nccl.out;
+  auto j = nlohmann::json::parse(run("(" + std::string(GPUHEAP_CLI) + " summary -q --json --library TRAIN " + path + " 2>/dev/null)").out);
+  ASSERT_EQ(j["leaks"].size(), 1u);
+  EXPECT_EQ(j["leaks"][0]["library"], "train");
+  EXPECT_EQ(j["leaks"][0]["label"], "train+0x1ff");  // the call: return address - 1
+  EXPECT_EQ(j["leaked_bytes"], 5 * MiB);
+  EXPECT_EQ(sh("summary -q --pid 100 " + path).code, 0);
+  auto pid = sh("summary -q --pid 5 " + path);
+  EXPECT_EQ(pid.code, 2);
+  EXPECT_NE(pid.out.find("--pid 5: no trace of that process (the traces are of pid 100)"), std::string::npos) << pid.out;
+  auto dev = sh("summary -q --device 7 " + path);
+  EXPECT_EQ(dev.code, 2);
+  EXPECT_NE(dev.out.find("--device 7: no such device in the trace (devices: 0)"), std::string::npos) << dev.out;
+  EXPECT_EQ(sh("summary -q --device 0 " + path).code, 0);
+}

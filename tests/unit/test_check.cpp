@@ -98,3 +98,31 @@ TEST(Check, BaselineAndTolerance) {
   o.baseline = TraceBuilder::dir() + "/notsummary.json";
   EXPECT_THROW(run_check(base, o), InputError);
 }
+
+// The top site is named by its label (analyzer/labels.h): the first frame below PyTorch's
+// allocator, not the allocator's own frame. Names come from frames stored in the trace.
+TEST(Check, TopSiteIsNamedByItsLabel) {
+  TraceBuilder b;
+  const char* names[] = {"", "void* c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(int)",
+                         "at::detail::empty_cuda(long)", "user_model_forward(int)", "model.cpp", "main"};
+  for (std::uint32_t id = 1; id < 6; ++id) b.put(format::SymbolStringRecord{id, names[id]});
+  auto frames = [&](std::uint64_t ip, std::uint32_t fn, std::uint32_t line) {
+    format::SymbolFrameEntry e{fn, 4, line, 0};
+    unsigned char buf[256];
+    auto n = format::encode_symbol_frames(buf, sizeof buf, ip, &e, 1);
+    b.data.insert(b.data.end(), buf, buf + n);
+  };
+  frames(0x401000, 1, 10), frames(0x402000, 2, 20), frames(0x403000, 3, 12), frames(0x404000, 5, 40);
+  b.stack(1, {0x401000, 0x402000, 0x403000, 0x404000});
+  b.alloc(0x9000000, MiB, MiB, 1, AllocKind::async);
+  b.end();
+  auto a = analyze_one(b, "chk_label.gh");
+  CheckOptions o;
+  o.max_leaked = 0;
+  auto r = run_check(a, o);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_NE(r.violations[0].find("top site: 1.00 MiB in 1 allocations at user_model_forward (model.cpp:12)"),
+            std::string::npos)
+      << r.violations[0];
+  EXPECT_EQ(r.violations[0].find("CachingAllocator"), std::string::npos) << r.violations[0];
+}

@@ -1,0 +1,41 @@
+// Site labels: the frame a person reads first for an allocation site. The innermost frames
+// of most GPU allocations are an allocator's own (PyTorch's caching allocator, CuPy's memory
+// pool, XLA's BFC allocator): the same few functions for every tensor of a job, so they say
+// nothing about *which* tensor. A site is labelled by the first frame below them; the
+// allocator frames stay in the stack (summary --full / --depth show them).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analyzer/symbolize.h"
+
+namespace gpuheap {
+
+// True for a frame inside an allocator (the table in labels.cpp says which and why).
+bool is_allocator_frame(const Frame& f);
+
+// Where a stack's label is. `allocator`: how many innermost frames are the allocator's
+// (with std:: glue between them); `index`: the label's frame (== frames.size() only for an
+// empty stack). For a stack through Python whose first frame below the allocator is a
+// framework's own native code (PyTorch/XLA/CuPy operator dispatch), the label is the first
+// Python frame outside site-packages/dist-packages (the program's own line), else the first
+// Python frame; `python_from` is then the first Python frame (else == index).
+struct LabelPos {
+  std::size_t allocator = 0, index = 0, python_from = 0;
+};
+LabelPos label_pos(const std::vector<Frame>& frames);
+
+// The label: the function's qualified name without return type and parameters
+// ("user_model_forward", "Block.forward"), "module+0xoff" without a name, "<no stack>".
+std::string site_label(const std::vector<Frame>& frames);
+// The label with where it is: "Block.forward (torch_job.py:43)" (the file's base name), for
+// text output; escaped (text_safe.h).
+std::string site_label_text(const std::vector<Frame>& frames);
+
+// "void* ns::f<int>(unsigned long) const" -> "ns::f<int>".
+std::string_view qualified_name(std::string_view function);
+
+}  // namespace gpuheap
