@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <stdexcept>
 
@@ -49,23 +48,24 @@ class SimUpstream final : public detail::Upstream {
     out_->reserved.add(-static_cast<std::int64_t>(bytes));
   }
   Fence fence_record() noexcept override {
-    fences_.push_back(0);
-    return base_ + fences_.size();
+    if (count_ == fences_.size()) grow_fences();
+    fence(base_ + ++count_) = 0;
+    return base_ + count_;
   }
-  bool fence_done(Fence f) noexcept override { return f <= base_ || (fences_[f - base_ - 1] & kDone); }
+  bool fence_done(Fence f) noexcept override { return f <= base_ || (fence(f) & kDone); }
   void fence_wait(Fence f) noexcept override { complete(f); }
   void fence_release(Fence f) noexcept override {
     if (f <= base_) return;
-    fences_[f - base_ - 1] |= kReleased;
+    fence(f) |= kReleased;
     // The pool releases fences oldest first, so the front is dropped at once.
-    while (!fences_.empty() && (fences_.front() & kReleased)) fences_.pop_front(), ++base_;
+    while (count_ && (fence(base_ + 1) & kReleased)) ++base_, --count_;
   }
   std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
 
   void complete(Fence f) noexcept {
-    if (f > base_) fences_[f - base_ - 1] |= kDone;
+    if (f > base_) fence(f) |= kDone;
   }
-  Fence last_fence() const { return base_ + fences_.size(); }
+  Fence last_fence() const { return base_ + count_; }
   // Device memory of kinds the pool does not serve: charged against the limit.
   void charge_other(std::int64_t d) {
     other_ += static_cast<std::uint64_t>(d);
@@ -78,12 +78,21 @@ class SimUpstream final : public detail::Upstream {
 
  private:
   static constexpr std::uint8_t kDone = 1, kReleased = 2;
+  // Fences base_+1 .. base_+count_ live in a ring indexed by fence number (a power-of-two
+  // size): cheaper per fence than a deque, and every free records one.
+  std::uint8_t& fence(Fence f) { return fences_[f & (fences_.size() - 1)]; }
+  void grow_fences() {
+    std::vector<std::uint8_t> n(fences_.empty() ? 1024 : fences_.size() * 2);
+    for (Fence f = base_ + 1; f <= base_ + count_; ++f) n[f & (n.size() - 1)] = fence(f);
+    fences_.swap(n);
+  }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
   ReplayDevice* out_;
   std::uint64_t limit_, reserved_ = 0, other_ = 0;
   std::uint64_t next_ = std::uint64_t{1} << 40;
-  std::deque<std::uint8_t> fences_;
+  std::vector<std::uint8_t> fences_;
   Fence base_ = 0;  // fences <= base_ are released (and done)
+  std::uint64_t count_ = 0;
 };
 
 // Segments of one replayed pool, for what PoolStats does not say: the free bytes pinned by
@@ -187,7 +196,6 @@ class Replayer {
   ReplayResult run() {
     auto t0 = std::chrono::steady_clock::now();
     TraceReader rd(res_.trace);
-    format::EventRecord ev;
     format::Record r;
     // Events wait kAhead records in a ring after their map slots were prefetched, so the
     // cache misses of consecutive events overlap (the replay's cost is those misses). Any
@@ -201,12 +209,14 @@ class Replayer {
       return on_event(a.ev, a.index);
     };
     while (ok) {
-      auto got = rd.next_any(ev, r);
+      if (n == kAhead) ok = drain_one();  // a free slot to decode into (not a copy: records are large)
+      if (!ok) break;
+      Ahead& slot = ring[(head + n) % kAhead];
+      auto got = rd.next_any(slot.ev, r);
       if (got == TraceReader::Got::none) break;
       if (got == TraceReader::Got::event) {
-        if (n == kAhead) ok = drain_one();
-        prefetch(ev);
-        ring[(head + n) % kAhead] = {ev, rd.records()};
+        prefetch(slot.ev);
+        slot.index = rd.records();
         ++n;
         continue;
       }
@@ -301,10 +311,8 @@ class Replayer {
       case RecordType::free: ++res_.events, on_free(e.free); break;
       case RecordType::free_completed: {
         ++res_.events;
-        if (Pending* p = pending_.find(e.free_completed.ptr)) {
-          devs_[p->dev]->up.complete(p->fence);
-          pending_.erase(e.free_completed.ptr);
-        }
+        Pending p;
+        if (pending_.take(e.free_completed.ptr, &p)) devs_[p.dev]->up.complete(p.fence);
         break;
       }
       case RecordType::segment_alloc:
@@ -334,7 +342,9 @@ class Replayer {
       d.up.charge_other(static_cast<std::int64_t>(a.size));
       return true;
     }
-    if (live_.find(a.ptr)) return true;  // recorded twice without a free: a corrupt trace
+    bool inserted = false;
+    Live& slot = live_.get(a.ptr, &inserted);  // one probe; nothing else touches live_ before slot is set
+    if (!inserted) return true;  // recorded twice without a free: a corrupt trace
     Live l;
     l.requested = a.requested, l.dev = di, l.passthrough = a.kind == AllocKind::device_passthrough;
     if (d.none) {
@@ -358,7 +368,7 @@ class Replayer {
     }
     d.out.allocated.add(static_cast<std::int64_t>(l.size));
     d.out.requested.add(static_cast<std::int64_t>(l.requested));
-    live_.get(a.ptr) = l;
+    slot = l;  // (an out-of-memory return above leaves a default entry: the replay stops there)
     std::uint64_t reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
     if (reserved > d.snap_reserved) {  // a new peak of reserved bytes: what it looked like then
       d.snap_reserved = reserved;
@@ -385,13 +395,11 @@ class Replayer {
       }
       return;
     }
-    Live* lp = live_.find(f.ptr);
-    if (!lp) {
+    Live l;
+    if (!live_.take(f.ptr, &l)) {
       ++res_.unmatched_frees;
       return;
     }
-    Live l = *lp;
-    live_.erase(f.ptr);
     DeviceSim& d = *devs_[l.dev];
     d.out.allocated.add(-static_cast<std::int64_t>(l.size));
     d.out.requested.add(-static_cast<std::int64_t>(l.requested));
