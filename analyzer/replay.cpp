@@ -176,12 +176,15 @@ struct DeviceSim {
   std::int64_t recorded_reserved = 0;
 };
 
+// No block size: the free gets it back from the pool or torch model (none: recomputed), and
+// without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
 struct Live {
-  std::uint64_t addr = 0, requested = 0, size = 0;
+  std::uint64_t addr = 0, requested = 0;
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
   std::uint8_t passthrough = 0;
 };
+static_assert(sizeof(Live) <= 24, "a live-map slot (key + Live) stays 32 bytes");
 struct Pending {
   std::uint64_t fence = 0;
   std::uint16_t dev = 0;
@@ -255,6 +258,7 @@ class Replayer {
     *idx = static_cast<std::uint16_t>(i);
     return *devs_[static_cast<std::size_t>(i)];
   }
+  static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
   // Other device kinds live in their own key space (a VMM handle may equal an address).
   static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
@@ -346,27 +350,28 @@ class Replayer {
     Live& slot = live_.get(a.ptr, &inserted);  // one probe; nothing else touches live_ before slot is set
     if (!inserted) return true;  // recorded twice without a free: a corrupt trace
     Live l;
+    std::uint64_t size = 0;
     l.requested = a.requested, l.dev = di, l.passthrough = a.kind == AllocKind::device_passthrough;
     if (d.none) {
-      l.size = round_up(a.requested ? a.requested : 1, kDriverGranularity);
-      if (!d.up.fits(l.size)) return oom(d, a, index, 0);
-      d.out.reserved.add(static_cast<std::int64_t>(l.size));
-      d.up.charge_other(static_cast<std::int64_t>(l.size));  // the driver's bytes count as held
+      size = none_size(a.requested);
+      if (!d.up.fits(size)) return oom(d, a, index, 0);
+      d.out.reserved.add(static_cast<std::int64_t>(size));
+      d.up.charge_other(static_cast<std::int64_t>(size));  // the driver's bytes count as held
       ++d.none_segments;
     } else if (d.torch) {
-      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &l.size)) return oom(d, a, index, d.largest_free());
+      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &size)) return oom(d, a, index, d.largest_free());
       l.seg = d.segs.find(l.addr);
-      d.segs.add(l.seg, l.size);
+      d.segs.add(l.seg, size);
     } else {
       detail::PoolBlock b;
       if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
         return oom(d, a, index, d.pool->stats().largest_free);
       }
-      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), l.size = b.size;
+      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), size = b.size;
       l.seg = d.segs.find(l.addr);
       d.segs.add(l.seg, b.size);
     }
-    d.out.allocated.add(static_cast<std::int64_t>(l.size));
+    d.out.allocated.add(static_cast<std::int64_t>(size));
     d.out.requested.add(static_cast<std::int64_t>(l.requested));
     slot = l;  // (an out-of-memory return above leaves a default entry: the replay stops there)
     std::uint64_t reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
@@ -401,17 +406,19 @@ class Replayer {
       return;
     }
     DeviceSim& d = *devs_[l.dev];
-    d.out.allocated.add(-static_cast<std::int64_t>(l.size));
     d.out.requested.add(-static_cast<std::int64_t>(l.requested));
     if (d.none) {  // cudaFree: back to the driver at once
-      d.out.reserved.add(-static_cast<std::int64_t>(l.size));
-      d.up.charge_other(-static_cast<std::int64_t>(l.size));
+      std::uint64_t size = none_size(l.requested);
+      d.out.allocated.add(-static_cast<std::int64_t>(size));
+      d.out.reserved.add(-static_cast<std::int64_t>(size));
+      d.up.charge_other(-static_cast<std::int64_t>(size));
       --d.none_segments;
       return;
     }
     if (d.torch) {  // stream-ordered: reusable at once on its stream; free_completed is not waited for
       std::uint64_t size = d.torch->deallocate(l.addr);
       if (size == 0) throw std::logic_error("replay: the torch model does not know a block it handed out");
+      d.out.allocated.add(-static_cast<std::int64_t>(size));
       d.segs.remove(l.seg, size);
       return;
     }
@@ -419,6 +426,7 @@ class Replayer {
     std::size_t size = 0;
     if (!d.pool->deallocate(reinterpret_cast<void*>(l.addr), &size))
       throw std::logic_error("replay: the pool does not know a block it handed out");
+    d.out.allocated.add(-static_cast<std::int64_t>(size));
     d.segs.remove(l.seg, size);
     detail::Upstream::Fence f_id = d.up.last_fence();
     if (f_id == before) throw std::logic_error("replay: a free recorded no fence");
