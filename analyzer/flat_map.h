@@ -136,6 +136,20 @@ class FlatMap {
     return true;
   }
 
+  // Moves k's value to *out and erases it, with one probe; false when k is absent.
+  bool take(std::uint64_t k, V* out) {
+    if (k == kEmpty) {
+      if (!has_sentinel_) return false;
+      *out = sentinel_, has_sentinel_ = false;
+      return true;
+    }
+    std::size_t i = find_index(k);
+    if (i == npos) return false;
+    *out = slots_[i].val;
+    erase_at(i);
+    return true;
+  }
+
   // Erases the entry in slot i (an index from find_index).
   void erase_at(std::size_t i) {
     // Backward-shift: move later entries of the probe run into the hole.

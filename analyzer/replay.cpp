@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <stdexcept>
 
@@ -49,23 +48,24 @@ class SimUpstream final : public detail::Upstream {
     out_->reserved.add(-static_cast<std::int64_t>(bytes));
   }
   Fence fence_record() noexcept override {
-    fences_.push_back(0);
-    return base_ + fences_.size();
+    if (count_ == fences_.size()) grow_fences();
+    fence(base_ + ++count_) = 0;
+    return base_ + count_;
   }
-  bool fence_done(Fence f) noexcept override { return f <= base_ || (fences_[f - base_ - 1] & kDone); }
+  bool fence_done(Fence f) noexcept override { return f <= base_ || (fence(f) & kDone); }
   void fence_wait(Fence f) noexcept override { complete(f); }
   void fence_release(Fence f) noexcept override {
     if (f <= base_) return;
-    fences_[f - base_ - 1] |= kReleased;
+    fence(f) |= kReleased;
     // The pool releases fences oldest first, so the front is dropped at once.
-    while (!fences_.empty() && (fences_.front() & kReleased)) fences_.pop_front(), ++base_;
+    while (count_ && (fence(base_ + 1) & kReleased)) ++base_, --count_;
   }
   std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
 
   void complete(Fence f) noexcept {
-    if (f > base_) fences_[f - base_ - 1] |= kDone;
+    if (f > base_) fence(f) |= kDone;
   }
-  Fence last_fence() const { return base_ + fences_.size(); }
+  Fence last_fence() const { return base_ + count_; }
   // Device memory of kinds the pool does not serve: charged against the limit.
   void charge_other(std::int64_t d) {
     other_ += static_cast<std::uint64_t>(d);
@@ -78,12 +78,21 @@ class SimUpstream final : public detail::Upstream {
 
  private:
   static constexpr std::uint8_t kDone = 1, kReleased = 2;
+  // Fences base_+1 .. base_+count_ live in a ring indexed by fence number (a power-of-two
+  // size): cheaper per fence than a deque, and every free records one.
+  std::uint8_t& fence(Fence f) { return fences_[f & (fences_.size() - 1)]; }
+  void grow_fences() {
+    std::vector<std::uint8_t> n(fences_.empty() ? 1024 : fences_.size() * 2);
+    for (Fence f = base_ + 1; f <= base_ + count_; ++f) n[f & (n.size() - 1)] = fence(f);
+    fences_.swap(n);
+  }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
   ReplayDevice* out_;
   std::uint64_t limit_, reserved_ = 0, other_ = 0;
   std::uint64_t next_ = std::uint64_t{1} << 40;
-  std::deque<std::uint8_t> fences_;
+  std::vector<std::uint8_t> fences_;
   Fence base_ = 0;  // fences <= base_ are released (and done)
+  std::uint64_t count_ = 0;
 };
 
 // Segments of one replayed pool, for what PoolStats does not say: the free bytes pinned by
@@ -167,12 +176,15 @@ struct DeviceSim {
   std::int64_t recorded_reserved = 0;
 };
 
+// No block size: the free gets it back from the pool or torch model (none: recomputed), and
+// without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
 struct Live {
-  std::uint64_t addr = 0, requested = 0, size = 0;
+  std::uint64_t addr = 0, requested = 0;
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
   std::uint8_t passthrough = 0;
 };
+static_assert(sizeof(Live) <= 24, "a live-map slot (key + Live) stays 32 bytes");
 struct Pending {
   std::uint64_t fence = 0;
   std::uint16_t dev = 0;
@@ -187,7 +199,6 @@ class Replayer {
   ReplayResult run() {
     auto t0 = std::chrono::steady_clock::now();
     TraceReader rd(res_.trace);
-    format::EventRecord ev;
     format::Record r;
     // Events wait kAhead records in a ring after their map slots were prefetched, so the
     // cache misses of consecutive events overlap (the replay's cost is those misses). Any
@@ -201,12 +212,14 @@ class Replayer {
       return on_event(a.ev, a.index);
     };
     while (ok) {
-      auto got = rd.next_any(ev, r);
+      if (n == kAhead) ok = drain_one();  // a free slot to decode into (not a copy: records are large)
+      if (!ok) break;
+      Ahead& slot = ring[(head + n) % kAhead];
+      auto got = rd.next_any(slot.ev, r);
       if (got == TraceReader::Got::none) break;
       if (got == TraceReader::Got::event) {
-        if (n == kAhead) ok = drain_one();
-        prefetch(ev);
-        ring[(head + n) % kAhead] = {ev, rd.records()};
+        prefetch(slot.ev);
+        slot.index = rd.records();
         ++n;
         continue;
       }
@@ -245,6 +258,7 @@ class Replayer {
     *idx = static_cast<std::uint16_t>(i);
     return *devs_[static_cast<std::size_t>(i)];
   }
+  static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
   // Other device kinds live in their own key space (a VMM handle may equal an address).
   static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
@@ -301,10 +315,8 @@ class Replayer {
       case RecordType::free: ++res_.events, on_free(e.free); break;
       case RecordType::free_completed: {
         ++res_.events;
-        if (Pending* p = pending_.find(e.free_completed.ptr)) {
-          devs_[p->dev]->up.complete(p->fence);
-          pending_.erase(e.free_completed.ptr);
-        }
+        Pending p;
+        if (pending_.take(e.free_completed.ptr, &p)) devs_[p.dev]->up.complete(p.fence);
         break;
       }
       case RecordType::segment_alloc:
@@ -334,31 +346,34 @@ class Replayer {
       d.up.charge_other(static_cast<std::int64_t>(a.size));
       return true;
     }
-    if (live_.find(a.ptr)) return true;  // recorded twice without a free: a corrupt trace
+    bool inserted = false;
+    Live& slot = live_.get(a.ptr, &inserted);  // one probe; nothing else touches live_ before slot is set
+    if (!inserted) return true;  // recorded twice without a free: a corrupt trace
     Live l;
+    std::uint64_t size = 0;
     l.requested = a.requested, l.dev = di, l.passthrough = a.kind == AllocKind::device_passthrough;
     if (d.none) {
-      l.size = round_up(a.requested ? a.requested : 1, kDriverGranularity);
-      if (!d.up.fits(l.size)) return oom(d, a, index, 0);
-      d.out.reserved.add(static_cast<std::int64_t>(l.size));
-      d.up.charge_other(static_cast<std::int64_t>(l.size));  // the driver's bytes count as held
+      size = none_size(a.requested);
+      if (!d.up.fits(size)) return oom(d, a, index, 0);
+      d.out.reserved.add(static_cast<std::int64_t>(size));
+      d.up.charge_other(static_cast<std::int64_t>(size));  // the driver's bytes count as held
       ++d.none_segments;
     } else if (d.torch) {
-      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &l.size)) return oom(d, a, index, d.largest_free());
+      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &size)) return oom(d, a, index, d.largest_free());
       l.seg = d.segs.find(l.addr);
-      d.segs.add(l.seg, l.size);
+      d.segs.add(l.seg, size);
     } else {
       detail::PoolBlock b;
       if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
         return oom(d, a, index, d.pool->stats().largest_free);
       }
-      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), l.size = b.size;
+      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), size = b.size;
       l.seg = d.segs.find(l.addr);
       d.segs.add(l.seg, b.size);
     }
-    d.out.allocated.add(static_cast<std::int64_t>(l.size));
+    d.out.allocated.add(static_cast<std::int64_t>(size));
     d.out.requested.add(static_cast<std::int64_t>(l.requested));
-    live_.get(a.ptr) = l;
+    slot = l;  // (an out-of-memory return above leaves a default entry: the replay stops there)
     std::uint64_t reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
     if (reserved > d.snap_reserved) {  // a new peak of reserved bytes: what it looked like then
       d.snap_reserved = reserved;
@@ -385,25 +400,25 @@ class Replayer {
       }
       return;
     }
-    Live* lp = live_.find(f.ptr);
-    if (!lp) {
+    Live l;
+    if (!live_.take(f.ptr, &l)) {
       ++res_.unmatched_frees;
       return;
     }
-    Live l = *lp;
-    live_.erase(f.ptr);
     DeviceSim& d = *devs_[l.dev];
-    d.out.allocated.add(-static_cast<std::int64_t>(l.size));
     d.out.requested.add(-static_cast<std::int64_t>(l.requested));
     if (d.none) {  // cudaFree: back to the driver at once
-      d.out.reserved.add(-static_cast<std::int64_t>(l.size));
-      d.up.charge_other(-static_cast<std::int64_t>(l.size));
+      std::uint64_t size = none_size(l.requested);
+      d.out.allocated.add(-static_cast<std::int64_t>(size));
+      d.out.reserved.add(-static_cast<std::int64_t>(size));
+      d.up.charge_other(-static_cast<std::int64_t>(size));
       --d.none_segments;
       return;
     }
     if (d.torch) {  // stream-ordered: reusable at once on its stream; free_completed is not waited for
       std::uint64_t size = d.torch->deallocate(l.addr);
       if (size == 0) throw std::logic_error("replay: the torch model does not know a block it handed out");
+      d.out.allocated.add(-static_cast<std::int64_t>(size));
       d.segs.remove(l.seg, size);
       return;
     }
@@ -411,6 +426,7 @@ class Replayer {
     std::size_t size = 0;
     if (!d.pool->deallocate(reinterpret_cast<void*>(l.addr), &size))
       throw std::logic_error("replay: the pool does not know a block it handed out");
+    d.out.allocated.add(-static_cast<std::int64_t>(size));
     d.segs.remove(l.seg, size);
     detail::Upstream::Fence f_id = d.up.last_fence();
     if (f_id == before) throw std::logic_error("replay: a free recorded no fence");

@@ -28,13 +28,14 @@ std::uint64_t TorchAllocator::allocation_size(std::uint64_t rounded) {
   return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-void TorchAllocator::insert_free(std::uint64_t addr, const Block& b) {
-  pool(b.small).emplace(b.stream, b.size, addr);
-  free_sizes_.insert(b.size);
+void TorchAllocator::insert_free(std::uint64_t addr, Block& b) {
+  b.pos = pool(b.small).emplace(b.stream, b.size, addr).first;
+  ++free_sizes_[b.size];
 }
-void TorchAllocator::erase_free(std::uint64_t addr, const Block& b) {
-  pool(b.small).erase(Key{b.stream, b.size, addr});
-  free_sizes_.erase(free_sizes_.find(b.size));
+void TorchAllocator::erase_free(const Block& b) {
+  pool(b.small).erase(b.pos);
+  auto it = free_sizes_.find(b.size);
+  if (--it->second == 0) free_sizes_.erase(it);
 }
 
 bool TorchAllocator::get_free_block(std::uint64_t size, std::uint64_t stream, bool small, std::uint64_t* addr) {
@@ -47,7 +48,7 @@ bool TorchAllocator::get_free_block(std::uint64_t size, std::uint64_t stream, bo
   if (size < cfg_.max_split_size && found >= cfg_.max_split_size) return false;
   if (size >= cfg_.max_split_size && found >= size + kLargeBuffer) return false;
   *addr = std::get<2>(*it);
-  erase_free(*addr, blocks_.at(*addr));
+  erase_free(blocks_.at(*addr));
   return true;
 }
 
@@ -63,7 +64,7 @@ bool TorchAllocator::alloc_block(std::uint64_t alloc_size, std::uint64_t stream,
 bool TorchAllocator::release_block(Blocks::iterator it) {
   Block b = it->second;
   if (b.allocated || !whole_segment(it->first, b)) return false;
-  erase_free(it->first, b);
+  erase_free(b);
   blocks_.erase(it);
   if (obs_) obs_->on_segment_free(reinterpret_cast<void*>(b.seg), b.seg_size, b.small);
   up_.deallocate(reinterpret_cast<void*>(b.seg), b.seg_size);
@@ -121,8 +122,8 @@ bool TorchAllocator::allocate(std::uint64_t requested, std::uint64_t stream, std
     Block rest = b;
     rest.size = remaining;
     b.size = n;
-    blocks_[addr + n] = rest;  // the low part is handed out, the high part stays cached
-    insert_free(addr + n, rest);
+    Block& high = blocks_[addr + n] = rest;  // the low part is handed out, the high part stays cached
+    insert_free(addr + n, high);
   }
   Block& got = blocks_.at(addr);
   got.allocated = true;
@@ -138,14 +139,14 @@ std::uint64_t TorchAllocator::deallocate(std::uint64_t ptr) {
   std::uint64_t freed = b.size;
   // Merge with free neighbours of the same segment (free_block / try_merge_blocks).
   if (auto nx = std::next(it); nx != blocks_.end() && nx->second.seg == b.seg && !nx->second.allocated) {
-    erase_free(nx->first, nx->second);
+    erase_free(nx->second);
     b.size += nx->second.size;
     blocks_.erase(nx);
   }
   if (it != blocks_.begin()) {
     auto pv = std::prev(it);
     if (pv->second.seg == b.seg && !pv->second.allocated) {
-      erase_free(pv->first, pv->second);
+      erase_free(pv->second);
       pv->second.size += b.size;
       blocks_.erase(it);
       it = pv;

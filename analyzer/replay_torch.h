@@ -36,18 +36,21 @@ class TorchAllocator {
   std::uint64_t deallocate(std::uint64_t ptr);
   // torch.cuda.empty_cache(): every cached segment with no live piece goes back.
   void empty_cache() { release_cached_blocks(); }
-  std::uint64_t largest_free() const { return free_sizes_.empty() ? 0 : *free_sizes_.rbegin(); }
+  std::uint64_t largest_free() const { return free_sizes_.empty() ? 0 : free_sizes_.rbegin()->first; }
   std::uint64_t retries() const { return retries_; }
 
   std::uint64_t round_size(std::uint64_t n) const;
   static std::uint64_t allocation_size(std::uint64_t rounded);
 
  private:
+  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;  // stream, size, address
   struct Block {
     std::uint64_t size = 0, stream = 0, seg = 0, seg_size = 0;
     bool small = false, allocated = false;
+    // Where a free block sits in its pool's set: erasing by it skips a search by key
+    // (meaningful only while the block is free).
+    std::set<Key>::iterator pos{};
   };
-  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;  // stream, size, address
   using Blocks = std::map<std::uint64_t, Block>;
 
   std::set<Key>& pool(bool small) { return small ? small_ : large_; }
@@ -56,8 +59,8 @@ class TorchAllocator {
   bool release_available_cached_blocks(std::uint64_t size, std::uint64_t stream, bool small);
   void release_cached_blocks();
   bool release_block(Blocks::iterator it);  // a free whole segment: back to the driver
-  void insert_free(std::uint64_t addr, const Block& b);
-  void erase_free(std::uint64_t addr, const Block& b);
+  void insert_free(std::uint64_t addr, Block& b);
+  void erase_free(const Block& b);
   bool whole_segment(std::uint64_t addr, const Block& b) const { return addr == b.seg && b.size == b.seg_size; }
 
   detail::Upstream& up_;
@@ -65,7 +68,8 @@ class TorchAllocator {
   detail::PoolObserver* obs_;
   Blocks blocks_;  // every block, free or not, by address
   std::set<Key> small_, large_;
-  std::multiset<std::uint64_t> free_sizes_;
+  // Free blocks per size (for largest_free): sizes repeat, so an insert seldom allocates.
+  std::map<std::uint64_t, std::uint64_t> free_sizes_;
   std::uint64_t retries_ = 0;
 };
 

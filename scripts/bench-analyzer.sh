@@ -7,41 +7,19 @@
 #   EVENTS=10000000  RUNS=3  CPU=1 (core to pin to)  BUILD_DIR=build
 #   BASELINE=path/to/older/gpuheap: also measures that binary, same traces, runs interleaved
 #   KEEP_TRACES=dir: generate the traces there and keep them (reused when present)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
 EVENTS=${EVENTS:-10000000}
-RUNS=${RUNS:-3}
-CPU=${CPU:-1}
-gh="$BUILD_DIR/gpuheap"
-gen="$BUILD_DIR/gpuheap_gen_trace"
-[ -x "$gh" ] && [ -x "$gen" ] || { echo "bench-analyzer: build first (scripts/setup.sh): $gh, $gen" >&2; exit 2; }
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo true || echo false)
+. "$(dirname "$0")/bench-common.sh"
 out="bench/results/analyzer-$(date +%Y-%m-%d)-$commit.json"
-if [ -n "${KEEP_TRACES:-}" ]; then tdir=$KEEP_TRACES; mkdir -p "$tdir"; else tdir=$(mktemp -d); trap 'rm -rf "$tdir"' EXIT; fi
 plain="$tdir/analyzer-$EVENTS.trace"
 zst="$tdir/analyzer-$EVENTS.trace.zst"
 [ -s "$plain" ] || "$gen" "$plain" "$EVENTS" 2>/dev/null
 [ -s "$zst" ] || "$gen" "$zst" "$EVENTS" --zstd 2>/dev/null
-pin=(); command -v taskset >/dev/null && pin=(taskset -c "$CPU")
-timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "%e %U %S %M" -o "$tdir/time.txt")
 results="$tdir/runs.tsv"; : > "$results"
 one() {  # label binary trace
   local q=(); "$2" summary --help 2>/dev/null | grep -q -- --quiet && q=(--quiet)  # older binaries: no --quiet
-  if [ ${#timer[@]} -gt 0 ]; then
-    "${pin[@]}" "${timer[@]}" "$2" summary "${q[@]}" "$3" > /dev/null 2>&1 ||
-      { echo "bench-analyzer: $2 summary $3 failed" >&2; exit 1; }
-    read -r wall user sys rss < "$tdir/time.txt"
-  else
-    read -r wall user sys rss < <(python3 - "${pin[@]}" "$2" summary "${q[@]}" "$3" <<'PY'
-import resource, subprocess, sys, time
-t = time.monotonic(); subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-w = time.monotonic() - t; r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(f"{w:.2f} {r.ru_utime:.2f} {r.ru_stime:.2f} {r.ru_maxrss}")
-PY
-)
-  fi
+  local t
+  t=$(timed_run "$2" summary "${q[@]}" "$3") || { echo "bench-analyzer: $2 summary $3 failed" >&2; exit 1; }
+  read -r wall user sys rss <<< "$t"
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(basename "$3")" "$wall" "$user" "$sys" "$rss" >> "$results"
   echo "bench-analyzer: $1 $(basename "$3"): ${wall}s wall, ${user}s user, ${rss} KiB peak RSS" >&2
 }

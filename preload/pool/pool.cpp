@@ -8,8 +8,9 @@
 // Data structures (all under one mutex per Pool, so observer callbacks see pool order):
 //   - Block nodes: address-ordered doubly linked list per segment (for coalescing), recycled
 //     through a free list so steady-state alloc/free does not call malloc.
-//   - Free (reusable) blocks: one std::set per pool kind ordered by (size, address) = best
-//     fit in O(log n); set nodes come from a recycling arena.
+//   - Free (reusable) blocks: one FreeIndex per pool kind (pool_free_index.h): best fit by
+//     (size, address) through size bins with a bitmap, each bin an intrusive treap whose
+//     links live in the blocks (no allocation on insert).
 //   - Live blocks: open-addressing hash map start address -> Block (O(1) free lookup).
 //   - Segments: std::map base -> Segment, only for find() and bulk release.
 //   - Pending blocks: an unsealed FIFO, then FIFO batches each guarded by one fence.

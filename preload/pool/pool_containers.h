@@ -1,6 +1,6 @@
-// Containers behind the caching pool (pool_impl.h only): a node-recycling allocator for the
-// free-block sets and an open-addressing pointer map for live blocks. Both keep the
-// steady-state allocate/deallocate path free of malloc.
+// Containers behind the caching pool (pool_impl.h only): an open-addressing pointer map for
+// live blocks (it keeps the steady-state allocate/deallocate path free of malloc) and the
+// pool's lock. The free-block index is in pool_free_index.h.
 #pragma once
 
 #include <linux/futex.h>
@@ -16,60 +16,6 @@ namespace gpuheap {
 namespace detail {
 // Own namespace: libgpuheap.so links every preload/*.cpp, so avoid ODR clashes on names.
 namespace pool_impl {
-
-// Recycles fixed-size nodes for the free sets: std::set allocates exactly one node type, so
-// the first size seen is the slot size; anything else goes straight to operator new/delete.
-class NodeArena {
- public:
-  NodeArena() = default;
-  NodeArena(const NodeArena&) = delete;
-  NodeArena& operator=(const NodeArena&) = delete;
-  ~NodeArena() {
-    while (head_) {
-      Slot* s = head_;
-      head_ = s->next;
-      ::operator delete(s);
-    }
-  }
-  void* get(std::size_t bytes) {
-    if (slot_ == 0 && bytes >= sizeof(Slot)) slot_ = bytes;
-    if (bytes == slot_ && head_) {
-      Slot* s = head_;
-      head_ = s->next;
-      return s;
-    }
-    return ::operator new(bytes);  // aborts on failure under -fno-exceptions; rare
-  }
-  void put(void* p, std::size_t bytes) noexcept {
-    if (bytes != slot_) return ::operator delete(p);
-    head_ = new (p) Slot{head_};
-  }
-
- private:
-  struct Slot { Slot* next; };
-  Slot* head_ = nullptr;
-  std::size_t slot_ = 0;
-};
-
-template <class T>
-struct ArenaAlloc {
-  using value_type = T;
-  NodeArena* arena;
-  explicit ArenaAlloc(NodeArena* a) noexcept : arena(a) {}
-  template <class U>
-  ArenaAlloc(const ArenaAlloc<U>& o) noexcept : arena(o.arena) {}  // NOLINT: rebind
-  T* allocate(std::size_t n) {
-    if (n == 1) return static_cast<T*>(arena->get(sizeof(T)));
-    return static_cast<T*>(::operator new(n * sizeof(T)));
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    if (n == 1) return arena->put(p, sizeof(T));
-    ::operator delete(p);
-  }
-  template <class U>
-  bool operator==(const ArenaAlloc<U>& o) const noexcept { return arena == o.arena; }
-};
-
 
 // Open addressing, linear probing, backward-shift deletion; key 0 = empty (no block is at 0).
 template <class V>

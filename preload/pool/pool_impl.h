@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <new>
-#include <set>
 
 #include "preload/pool/pool.h"
 #include "preload/pool/pool_containers.h"
+#include "preload/pool/pool_free_index.h"
 
 namespace gpuheap {
 namespace detail {
@@ -35,10 +35,7 @@ struct Segment;
 struct Block;
 enum class State : std::uint8_t { free_, live, pending };
 
-struct BySizeAddr {
-  bool operator()(const Block* a, const Block* b) const noexcept;
-};
-using FreeSet = std::set<Block*, BySizeAddr, ArenaAlloc<Block*>>;
+using FreeSet = FreeIndex<Block>;
 
 struct Block {
   std::uintptr_t addr = 0;
@@ -49,9 +46,12 @@ struct Block {
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
   std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
-  // Where a free block sits in its free set: erasing by it skips a tree search by key
-  // (valid only while state == free_ and the block is in the set).
-  FreeSet::iterator pos{};
+  // Links of a free block in its free set (FreeIndex): intrusive, so inserting allocates
+  // nothing and coalescing erases a neighbour without a search (meaningful only while
+  // state == free_).
+  Block* fl = nullptr;
+  Block* fr = nullptr;
+  Block* fp = nullptr;
 };
 
 struct Segment {
@@ -66,10 +66,6 @@ struct Batch {
   Block* head = nullptr;
   Batch* next = nullptr;
 };
-
-inline bool BySizeAddr::operator()(const Block* a, const Block* b) const noexcept {
-  return a->size != b->size ? a->size < b->size : a->addr < b->addr;
-}
 
 }  // namespace pool_impl
 
@@ -88,8 +84,7 @@ struct Pool::Impl {
   PoolObserver noop;
   PoolObserver* obs;
   mutable pool_impl::SpinFutexMutex mu;
-  pool_impl::NodeArena arena;  // before the sets: it must outlive their nodes
-  FreeSet free_sets[2] = {FreeSet(pool_impl::ArenaAlloc<Block*>(&arena)), FreeSet(pool_impl::ArenaAlloc<Block*>(&arena))};
+  FreeSet free_sets[2];
   pool_impl::PtrMap<Block> live;
   std::map<std::uintptr_t, Segment*> segments;
   Block* spare_blocks = nullptr;
@@ -125,22 +120,18 @@ struct Pool::Impl {
   // it wastes less than one large segment.
   Block* take_fit(bool small, std::size_t s) noexcept {
     FreeSet& fs = free_sets[small];
-    Block key;
-    key.size = s;
-    auto it = fs.lower_bound(&key);
-    if (it == fs.end()) return nullptr;
-    Block* b = *it;
+    Block* b = fs.lower_bound(s);
+    if (!b) return nullptr;
     if (!small) {
       if (s < cfg.max_split_size && b->size >= cfg.max_split_size) return nullptr;
       if (s >= cfg.max_split_size && b->size - s >= cfg.large_segment) return nullptr;
     }
-    // The remainder sorts just before b's old place in the common case (b was the largest
-    // free block, e.g. a segment's tail), so that place is a good insertion hint.
-    return carve(b, s, small, fs.erase(it));
+    fs.erase(b);
+    return carve(b, s, small);
   }
 
   // b is free and in no set; splits off the tail when the remainder is worth keeping.
-  Block* carve(Block* b, std::size_t s, bool small, FreeSet::const_iterator hint) noexcept {
+  Block* carve(Block* b, std::size_t s, bool small) noexcept {
     std::size_t rem = b->size - s;
     bool split = small ? rem >= cfg.round
                        : (s < cfg.max_split_size && rem > cfg.large_split_min);
@@ -151,7 +142,7 @@ struct Pool::Impl {
         if (b->next) b->next->prev = r;
         b->next = r;
         b->size = s;
-        r->pos = free_sets[small].insert(hint, r);
+        free_sets[small].insert(r);
       }  // else: hand out the whole block (only when the host is out of memory)
     }
     return b;
@@ -164,7 +155,7 @@ struct Pool::Impl {
     b->state = State::free_;
     FreeSet& fs = set_of(b);
     if (Block* p = b->prev; p && p->state == State::free_) {
-      fs.erase(p->pos);
+      fs.erase(p);
       p->size += b->size;
       p->next = b->next;
       if (b->next) b->next->prev = p;
@@ -172,13 +163,13 @@ struct Pool::Impl {
       b = p;
     }
     if (Block* n = b->next; n && n->state == State::free_) {
-      fs.erase(n->pos);
+      fs.erase(n);
       b->size += n->size;
       b->next = n->next;
       if (n->next) n->next->prev = b;
       recycle(n);
     }
-    b->pos = fs.insert(b).first;
+    fs.insert(b);
   }
 
   // The interval limits fences recorded, so only a real record restarts it.
@@ -259,7 +250,7 @@ struct Pool::Impl {
     reserved += seg_bytes;
     obs->on_segment_alloc(p, seg_bytes, small);
     b->addr = sg->base, b->size = seg_bytes, b->seg = sg;
-    return carve(b, s, small, free_sets[small].end());
+    return carve(b, s, small);
   }
 
   std::size_t release_free_segments() noexcept {
@@ -271,7 +262,7 @@ struct Pool::Impl {
         ++it;
         continue;
       }
-      free_sets[sg->small].erase(b->pos);
+      free_sets[sg->small].erase(b);
       recycle(b);
       obs->on_segment_free(reinterpret_cast<void*>(sg->base), sg->size, sg->small);
       up.deallocate(reinterpret_cast<void*>(sg->base), sg->size);

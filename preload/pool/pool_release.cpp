@@ -53,7 +53,7 @@ std::size_t Pool::abandon(FreeHook hook, void* arg) noexcept {
       } else if (b->state == State::pending) {
         m.obs->on_free_completed(reinterpret_cast<void*>(b->addr), b->size);
       } else {
-        m.free_sets[sg->small].erase(b->pos);
+        m.free_sets[sg->small].erase(b);
       }
       m.recycle(b);
       b = next;
@@ -88,7 +88,7 @@ PoolStats Pool::stats() const noexcept {
   st.pending = m.pending;
   st.cached_free = m.reserved - m.allocated;
   for (const FreeSet& fs : m.free_sets)
-    if (!fs.empty()) st.largest_free = std::max(st.largest_free, (*fs.rbegin())->size);
+    if (const Block* b = fs.last()) st.largest_free = std::max(st.largest_free, b->size);
   st.segments = m.segments.size();
   st.blocks = m.nblocks;
   st.retries = m.retries;
@@ -123,7 +123,7 @@ bool Pool::check_consistency() const noexcept {
         case State::free_:
           ++nfree[sg->small];
           if (b->next && b->next->state == State::free_) return false;  // not coalesced
-          if (m.free_sets[sg->small].count(b) != 1) return false;
+          if (!m.free_sets[sg->small].contains(b)) return false;
           break;
       }
     }

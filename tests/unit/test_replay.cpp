@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analyzer/error.h"
+#include "analyzer/flat_map.h"
 #include "analyzer/replay.h"
 #include "tests/unit/test_analyzer_util.h"
 
@@ -237,4 +238,29 @@ TEST(ReplayCli, ExitCodes) {
   Cmd min = cli("replay -q --find-min-limit " + path);
   EXPECT_EQ(min.status, 0) << min.out;
   EXPECT_NE(min.out.find("(14680064 B)"), std::string::npos) << min.out;
+}
+
+// FlatMap::take (the replay's one-probe lookup-and-erase on its live and pending maps): the
+// value comes out, the entry is gone, entries sharing its probe run stay findable, and the
+// all-ones key (stored beside the table, not in it) works like any other.
+TEST(ReplayFlatMap, TakeMovesTheValueOutAndErasesIncludingTheSentinelKey) {
+  gpuheap::detail::FlatMap<std::uint64_t> m;
+  for (std::uint64_t k = 1; k <= 1000; ++k) m.get(k << 21) = k;
+  m.get(~std::uint64_t{0}) = 77;
+  std::uint64_t v = 0;
+  EXPECT_FALSE(m.take(12345, &v));
+  for (std::uint64_t k = 1; k <= 1000; k += 2) {
+    ASSERT_TRUE(m.take(k << 21, &v));
+    EXPECT_EQ(v, k);
+    EXPECT_FALSE(m.take(k << 21, &v));
+  }
+  for (std::uint64_t k = 2; k <= 1000; k += 2) {
+    const std::uint64_t* p = m.find(k << 21);
+    ASSERT_NE(p, nullptr) << k;
+    EXPECT_EQ(*p, k);
+  }
+  ASSERT_TRUE(m.take(~std::uint64_t{0}, &v));
+  EXPECT_EQ(v, 77u);
+  EXPECT_FALSE(m.take(~std::uint64_t{0}, &v));
+  EXPECT_EQ(m.size(), 500u);
 }
