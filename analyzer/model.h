@@ -183,9 +183,6 @@ class Model {
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
-  // A second prefetch stage, some records after prefetch(e): loads what the live entry
-  // (by then in cache) says the event will touch.
-  void prefetch_more(const format::EventRecord& e) const;
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;
