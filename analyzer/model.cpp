@@ -361,6 +361,9 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
       if (kind == AllocKind::device_pooled) {
         if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
         e.flags |= kPending;
+        // Its free_completed will look up the block's end edge, which that record's prefetch
+        // cannot name (the record's size may be 0): start loading it now.
+        if (e.seg != kNoSeg) edges_.prefetch(k + e.size);
       } else {
         pool_stats(d, pool, kActiveBytes, -s);
         pool_stats(d, pool, kActiveAllocs, -1);
