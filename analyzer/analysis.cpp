@@ -90,10 +90,11 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
       auto got = rd.next_any(e, slow);
       if (got == TraceReader::Got::none) break;
       if (got == TraceReader::Got::event && Model::batchable(e.type)) {
+        // One prefetch stage only: a second one half a window later (reading the live entry
+        // to prefetch what it points at) stalled on that entry, which had not arrived 8 or 16
+        // records after its prefetch (perf: a quarter of the replay's samples), and cost ~30
+        // instructions a record; without it the replay was no slower (bench/results 2026-12-05).
         m.prefetch(e);
-        // Second stage, half a window later: the live entry that the first stage asked for
-        // has arrived, and tells where the rest of that event's misses are.
-        if (head - tail >= kWindow / 2) m.prefetch_more(ring[(head - kWindow / 2) & (kWindow - 1)]);
         if (++head - tail == kWindow) m.feed(ring[tail++ & (kWindow - 1)]);
       } else {
         while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);

@@ -72,12 +72,6 @@ inline Site& Model::site(std::uint32_t stack) {
   return sites[stack];
 }
 
-std::uint64_t Model::key(std::uint64_t ptr, AllocKind k) {
-  // Each address space (format/rules.h, the preload's registry follows the same rule) in its
-  // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
-  return ptr ^ (static_cast<std::uint64_t>(format::address_space(k)) << 58);
-}
-
 std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
   return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
 }
@@ -260,7 +254,7 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   seg_update(s);
 }
 
-void Model::add_acc(DeviceState& d, const Live& e) {
+inline void Model::add_acc(DeviceState& d, const Live& e) {
   DeviceState::Acc* acc;
   if (e.stack < sites.size()) {
     if (d.acc.size() <= e.stack) d.acc.resize(sites.size());
@@ -368,6 +362,9 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
       if (kind == AllocKind::device_pooled) {
         if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
         e.flags |= kPending;
+        // Its free_completed will look up the block's end edge, which that record's prefetch
+        // cannot name (the record's size may be 0): start loading it now.
+        if (e.seg != kNoSeg) edges_.prefetch(k + e.size);
       } else {
         pool_stats(d, pool, kActiveBytes, -s);
         pool_stats(d, pool, kActiveAllocs, -1);

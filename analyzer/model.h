@@ -185,9 +185,6 @@ class Model {
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
-  // A second prefetch stage, some records after prefetch(e): loads what the live entry
-  // (by then in cache) says the event will touch.
-  void prefetch_more(const format::EventRecord& e) const;
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;
@@ -256,7 +253,12 @@ class Model {
   std::uint16_t dev_index(int device);
   std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack);
-  static std::uint64_t key(std::uint64_t ptr, format::AllocKind k);
+  // Inline: hashed several times per event, also from model_events.cpp's prefetch.
+  static std::uint64_t key(std::uint64_t ptr, format::AllocKind k) {
+    // Each address space (format/rules.h, the preload's registry follows the same rule) in its
+    // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
+    return ptr ^ (static_cast<std::uint64_t>(format::address_space(k)) << 58);
+  }
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
   static bool pending(const Live& e) { return e.flags & kPending; }
   void touch_ts(std::uint64_t ts) {
@@ -295,7 +297,12 @@ class Model {
   Fragmentation layout(std::uint16_t dev_idx, std::uint64_t max_seq,
                        const std::vector<DeviceState::Gone>& gone) const;
   Fragmentation peak_layout(std::uint16_t dev_idx) const;
-  void frag_gone(std::uint16_t dev_idx, std::uint64_t seq, std::uint64_t ptr, std::uint64_t size, bool segment);
+  // A block or segment leaves the layout: logged while it was there at the open peak (inline:
+  // once per completed block, nearly always a test that fails).
+  void frag_gone(std::uint16_t dev_idx, std::uint64_t seq, std::uint64_t ptr, std::uint64_t size, bool segment) {
+    auto& d = devices[dev_idx];
+    if (d.frag_open && seq <= d.frag_seq) d.frag_log.push_back({ptr, size, segment});
+  }
   void complete_pending();
   void finish_fragmentation(Fragmentation& f) const;
 

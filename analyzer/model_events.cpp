@@ -43,24 +43,4 @@ void Model::prefetch(const format::EventRecord& e) const {
   }
 }
 
-void Model::prefetch_more(const format::EventRecord& e) const {
-  switch (e.type) {
-    case RecordType::free: {
-      if (const Live* x = live_.find(key(e.free.ptr, e.free.kind))) {
-        if (x->stack < sites.size()) __builtin_prefetch(&sites[x->stack]);
-      }
-      break;
-    }
-    case RecordType::free_completed: {
-      // The block's end edge: the replay uses its own size, which the record may not carry.
-      const auto& f = e.free_completed;
-      if (f.size == 0) {
-        if (const Live* x = live_.find(key(f.ptr, AllocKind::device_pooled))) edges_.prefetch(f.ptr + x->size);
-      }
-      break;
-    }
-    default: break;
-  }
-}
-
 }  // namespace gpuheap

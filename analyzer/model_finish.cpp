@@ -82,11 +82,6 @@ Fragmentation Model::peak_layout(std::uint16_t di) const {
   return f;
 }
 
-void Model::frag_gone(std::uint16_t di, std::uint64_t seq, std::uint64_t ptr, std::uint64_t size, bool segment) {
-  auto& d = devices[di];
-  if (d.frag_open && seq <= d.frag_seq) d.frag_log.push_back({ptr, size, segment});
-}
-
 // The end record is written as the process exits: no stream has work left, so every free
 // waiting for its stream (pending) is complete. Without this, blocks freed after the last
 // allocation stay "active" at the end (Active > Allocated) and inflate the layout.

@@ -7,6 +7,10 @@
 #   EVENTS=10000000  RUNS=3  CPU=1 (core to pin to)  BUILD_DIR=build
 #   BASELINE=path/to/older/gpuheap: also measures that binary, same traces, runs interleaved
 #   KEEP_TRACES=dir: generate the traces there and keep them (reused when present)
+#   CALLGRIND=500000: also count instructions per record under valgrind's callgrind (collected
+#     inside gpuheap::analyze only) on a generated trace of that many events, for the current
+#     binary and BASELINE: the noise-free figure where the machine is shared
+#   NOTE="...": free text stored in the result (e.g. that other jobs shared the machine)
 EVENTS=${EVENTS:-10000000}
 . "$(dirname "$0")/bench-common.sh"
 out="bench/results/analyzer-$(date +%Y-%m-%d)-$commit.json"
@@ -29,12 +33,25 @@ for ((i = 0; i < RUNS; i++)); do
     [ -n "${BASELINE:-}" ] && one baseline "$BASELINE" "$t"
   done
 done
+cg="$tdir/callgrind.tsv"; : > "$cg"
+if [ -n "${CALLGRIND:-}" ] && command -v valgrind >/dev/null; then
+  small="$tdir/analyzer-$CALLGRIND.trace"
+  [ -s "$small" ] || "$gen" "$small" "$CALLGRIND" 2>/dev/null
+  for b in current:"$gh" ${BASELINE:+baseline:"$BASELINE"}; do
+    valgrind --tool=callgrind --callgrind-out-file="$tdir/cg.out" "--toggle-collect=gpuheap::analyze(*" \
+      "${b#*:}" summary --quiet "$small" > /dev/null 2> "$tdir/cg.err" || true
+    ir=$(grep -o 'refs: *[0-9,]*' "$tdir/cg.err" | tr -dc 0-9)
+    printf '%s\t%s\n' "${b%%:*}" "$ir" >> "$cg"
+  done
+  cg_records=$("$gh" summary --json --quiet "$small" 2>/dev/null |
+               python3 -c 'import json,sys; print(json.load(sys.stdin)["trace"]["records"])')
+fi
 records=$("$gh" summary --json --quiet "$plain" 2>/dev/null |
           python3 -c 'import json,sys; d=json.load(sys.stdin); t=d.get("trace") or d["traces"][0]["trace"]; print(t["records"])')
 python3 - "$results" "$out" "$commit" "$dirty" "$EVENTS" "$records" "$plain" "$zst" "${pin[*]:-none}" \
-    "${BASELINE:-}" <<'PY'
+    "${BASELINE:-}" "$cg" "${cg_records:-0}" "${NOTE:-}" <<'PY'
 import json, os, platform, statistics, subprocess, sys, datetime
-results, out, commit, dirty, events, records, plain, zst, pin, baseline = sys.argv[1:11]
+results, out, commit, dirty, events, records, plain, zst, pin, baseline, cg, cg_records, note = sys.argv[1:14]
 records = int(records)
 def cpu_model():
     try:
@@ -70,6 +87,14 @@ doc = {"date": datetime.date.today().isoformat(), "commit": commit, "dirty_tree"
        "unit": "events/s = records in the trace / wall seconds of the whole command (read, replay, report)",
        "summary": summary, "runs": runs}
 if baseline: doc["baseline_binary"] = baseline
+if note: doc["note"] = note
+cg_rows = [l.rstrip("\n").split("\t") for l in open(cg) if l.strip()]
+if cg_rows:
+    doc["callgrind"] = {"command": "valgrind --tool=callgrind --toggle-collect='gpuheap::analyze(*' gpuheap summary --quiet TRACE",
+                        "records": int(cg_records),
+                        "instructions": {k: int(v) for k, v in cg_rows if v},
+                        "instructions_per_record": {k: round(int(v) / int(cg_records), 1) for k, v in cg_rows if v}}
+    print(json.dumps(doc["callgrind"], indent=1))
 os.makedirs(os.path.dirname(out), exist_ok=True)
 with open(out, "w") as f: json.dump(doc, f, indent=1); f.write("\n")
 print(json.dumps(summary, indent=1))

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Byte-for-byte comparison of two gpuheap binaries' outputs (summary, summary --json, check,
+# report, dump) over traces of the golden tests' and preload tests' programs (recorded here
+# under the preload), the example traces, the fuzz corpus and generated traces of several
+# seeds and sizes, and a few damaged files (cut, zeroed, empty, not a trace). Exit codes and
+# stderr are compared too (refused inputs must be refused the same way).
+#   scripts/compare-outputs.sh OLD_BINARY [NEW_BINARY (default build/gpuheap)]
+#   GEN=build/gpuheap_gen_trace  EXTRA="more traces"  KEEP=dir (keep/reuse generated traces)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+old=${1:?usage: compare-outputs.sh OLD_BINARY [NEW_BINARY]}
+new=${2:-build/gpuheap}
+gen=${GEN:-build/gpuheap_gen_trace}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+tdir=${KEEP:-$work/traces}; mkdir -p "$tdir"
+if [ -x "$gen" ]; then
+  for spec in "1 20000" "2 200000" "7 1000000" "3 50000 --no-end" "5 300000 --zstd"; do
+    set -- $spec; f="$tdir/gen-s$1-n$2${3:+$3}.trace"; [ "${3:-}" = --zstd ] && f="$f.zst"
+    [ -s "$f" ] || "$gen" "$f" "$2" --seed "$1" ${3:+$3} 2>/dev/null
+  done
+fi
+# The simcuda programs the preload tests run, recorded under the preload (as the tests do).
+if [ -f build/libgpuheap.so ] && [ -d build/tests/preload ]; then
+  for p in prog_api prog_driver prog_limit prog_misuse prog_reuse prog_threads prog_phases prog_load prog_ctx; do
+    [ -x "build/tests/preload/$p" ] || continue
+    [ -n "$(ls "$tdir"/sim-"$p".*.trace 2>/dev/null)" ] && continue
+    env LD_LIBRARY_PATH=build/simcuda LD_PRELOAD=build/libgpuheap.so GPUHEAP_OUTPUT="$tdir/sim-$p.%p.trace" \
+      GPUHEAP_QUIET=1 timeout 60 "build/tests/preload/$p" > /dev/null 2>&1
+  done
+  for m in pooled kinds sites frag churn real; do  # the golden tests' patterns
+    [ -x build/tests/golden/golden_prog ] || break
+    [ -n "$(ls "$tdir"/golden-"$m".*.trace 2>/dev/null)" ] && continue
+    env LD_LIBRARY_PATH=build/simcuda LD_PRELOAD=build/libgpuheap.so GPUHEAP_OUTPUT="$tdir/golden-$m.%p.trace" \
+      GPUHEAP_QUIET=1 GPUHEAP_SEAL_US=0 timeout 60 build/tests/golden/golden_prog "$m" > /dev/null 2>&1
+  done
+fi
+# Damaged inputs: cut mid-record, a zeroed stretch, empty, not a trace at all.
+src=$(ls "$tdir"/gen-s1-*.trace 2>/dev/null | head -1)
+if [ -n "$src" ] && [ ! -f "$tdir/bad-cut.trace" ]; then
+  head -c 100003 "$src" > "$tdir/bad-cut.trace"
+  cp "$src" "$tdir/bad-zeroed.trace"; dd if=/dev/zero of="$tdir/bad-zeroed.trace" bs=1 seek=50000 count=300 conv=notrunc 2>/dev/null
+  : > "$tdir/bad-empty.trace"; head -c 5000 /dev/urandom > "$tdir/bad-random.trace"
+fi
+traces=()
+for f in examples/traces/*.trace* tests/fuzz/corpus/* "$tdir"/*.trace*; do
+  [ -f "$f" ] && traces+=("$f")
+done
+# Traces the tests wrote (simcuda programs, golden runs), when a build tree has them.
+while IFS= read -r f; do traces+=("$f"); done < <(find build -path build/_deps -prune -o -type f \
+  \( -name '*.trace' -o -name '*.trace.zst' \) -size -64M -print 2>/dev/null | sort | head -200)
+for x in ${EXTRA:-}; do traces+=("$x"); done
+cmds=("summary" "summary --json" "check --max-leaked 0 --max-reserved 1GiB" "check --allow-truncated"
+      "report -o -" "dump" "summary --json --after 0.5s")
+fail=0 n=0
+for t in "${traces[@]}"; do
+  for c in "${cmds[@]}"; do
+    # shellcheck disable=SC2086
+    "$old" $c "$t" > "$work/o.out" 2> "$work/o.err"; orc=$?
+    # shellcheck disable=SC2086
+    "$new" $c "$t" > "$work/n.out" 2> "$work/n.err"; nrc=$?
+    n=$((n + 1))
+    if [ $orc != $nrc ] || ! cmp -s "$work/o.out" "$work/n.out" || ! cmp -s "$work/o.err" "$work/n.err"; then
+      echo "DIFF: $c $t (exit $orc vs $nrc)"; diff "$work/o.out" "$work/n.out" | head -5
+      diff "$work/o.err" "$work/n.err" | head -5; fail=$((fail + 1))
+    fi
+  done
+done
+echo "compare-outputs: ${#traces[@]} traces x ${#cmds[@]} commands = $n runs, $fail differ"
+[ $fail = 0 ]
