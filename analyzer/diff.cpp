@@ -99,7 +99,9 @@ DiffVerdict diff_verdict(const Model& a, const Model& b, const std::vector<Devic
     for (int m : gate.fail_on) {
       const std::int64_t va = d.a[static_cast<std::size_t>(m)], vb = d.b[static_cast<std::size_t>(m)];
       const std::int64_t growth = vb - va;
-      if (growth <= 0 || static_cast<std::uint64_t>(growth) <= gate.tolerance_bytes) continue;
+      // --tolerance-bytes is slack in bytes: it never excuses growth of the allocation count.
+      const bool slack = m != kDiffCount && static_cast<std::uint64_t>(growth) <= gate.tolerance_bytes;
+      if (growth <= 0 || slack) continue;
       // Growth from 0 is infinite %: fails whatever the tolerance (the slack bytes aside).
       auto p = change_pct(va, vb);
       if (p && *p <= gate.tolerance_pct) continue;
@@ -116,13 +118,14 @@ std::vector<std::string> verdict_lines(const DiffVerdict& v, const DiffGate& gat
                       ? fmt::format("note: {}; comparing what it holds (--allow-truncated)", s)
                       : fmt::format("FAIL: {}, so its numbers cannot be trusted; pass --allow-truncated to "
                                     "compare what it holds", s));
-  std::string limit = fmt::format("--tolerance {}%", gate.tolerance_pct);
+  const std::string pct_limit = fmt::format("--tolerance {}%", gate.tolerance_pct);
+  std::string limit = pct_limit;
   if (gate.tolerance_bytes) limit += fmt::format(" and --tolerance-bytes {}", value_text(kDiffRequested,
                                                  static_cast<std::int64_t>(gate.tolerance_bytes)));
   for (const auto& x : v.breaches)
     out.push_back(fmt::format("FAIL: {} on device {}: A {} -> B {}, {} exceeds {}", diff_metric_name(x.metric),
                               x.device, value_text(x.metric, x.a), value_text(x.metric, x.b), pct_text(x.a, x.b),
-                              limit));
+                              x.metric == kDiffCount ? pct_limit : limit));
   if (!v.failed()) {
     std::string metrics;
     for (int m : gate.fail_on) metrics += (metrics.empty() ? "" : ",") + std::string(diff_metric_name(m));

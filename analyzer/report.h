@@ -16,7 +16,7 @@ namespace gpuheap {
 
 struct SummaryOptions {
   int device = -1;        // -1: every device
-  std::size_t top = 10;   // entries per list
+  std::size_t top = 5;    // entries per list (the CLI's default; the HTML report uses it too)
   bool all_frames = false;
   // Frames shown per site in text, counted from the first frame below the allocator's own
   // (labels.h: those are summarised as "... N allocator frames").

@@ -42,18 +42,18 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
     out += fmt::format("        ... {} allocator frame{}\n", pos.allocator, pos.allocator == 1 ? "" : "s");
   std::size_t next = pos.allocator, shown = 0;
   if (pos.python_from > next) {
-    out += fmt::format("        ... {} native frames\n", pos.python_from - next);
+    out += fmt::format("        ... {} native frame{}\n", pos.python_from - next, pos.python_from - next == 1 ? "" : "s");
     next = pos.python_from;
   }
   std::size_t first_py = next;
   while (first_py < fr.size() && fr[first_py].module != "python") ++first_py;
   if (first_py < fr.size() && fr.size() - next > opt.depth && first_py > next + 1 && opt.depth > 2) {
     line(next);
-    out += fmt::format("        ... {} native frames\n", first_py - next - 1);
+    out += fmt::format("        ... {} native frame{}\n", first_py - next - 1, first_py - next - 1 == 1 ? "" : "s");
     shown = 1, next = first_py;
   }
   for (; next < fr.size() && shown < opt.depth; ++next, ++shown) line(next);
-  if (next < fr.size()) out += fmt::format("        ... {} more frames\n", fr.size() - next);
+  if (next < fr.size()) out += fmt::format("        ... {} more frame{}\n", fr.size() - next, fr.size() - next == 1 ? "" : "s");
 }
 
 // "[LIBRARY] LABEL (file:line)" after a site's numbers: what a person reads first.

@@ -21,6 +21,7 @@
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
 #include "analyzer/reader.h"
+#include "preload/record/outpath.h"
 
 extern char** environ;
 
@@ -99,22 +100,16 @@ std::string current_dir() {
   return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
 }
 
-// `pattern` with every '%' doubled: a directory name taken literally into a GPUHEAP_OUTPUT
-// pattern (outpath.h: "%%" is a literal '%').
-std::string escape_percent(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '%' ? std::string("%%") : std::string(1, c);
-  return out;
-}
-
-// The pattern resolved once, here, in the directory run started in (docs/cli.md): a wrapper
-// that changes directory before the traced program starts (`sh -c 'cd /tmp && prog'`, pyenv
-// shims) must not move the traces. "" when it cannot be resolved (no working directory).
+// The pattern resolved once, here, in the directory run started in (docs/cli.md), by the
+// preload's own rule (outpath.h: the directory's '%' doubled, leading "./" dropped, "" = the
+// default pattern): a wrapper that changes directory before the traced program starts
+// (`sh -c 'cd /tmp && prog'`, pyenv shims) must not move the traces, and the preload then
+// finds an absolute pattern and exports nothing itself. The pattern unchanged when there is
+// no working directory.
 std::string absolute_pattern(const std::string& pattern, const std::string& cwd) {
-  if (pattern.empty() || pattern[0] == '/') return pattern;
-  if (cwd.empty()) return pattern;
-  std::string rel = pattern.compare(0, 2, "./") == 0 ? pattern.substr(2) : pattern;
-  return escape_percent(cwd) + (cwd.back() == '/' ? "" : "/") + rel;
+  char buf[PATH_MAX + 256];
+  if (detail::absolute_output_pattern(pattern.c_str(), cwd.c_str(), buf, sizeof buf) < 0) return pattern;
+  return buf;
 }
 
 // The file a pattern names when it has no per-process conversion (%p %h %r %n): "-o NAME"
@@ -216,8 +211,8 @@ int run_traced(const RunOptions& opt) {
   if (opt.command.empty())
     throw UsageError("run: no program given (usage: gpuheap run [OPTIONS] [--] PROGRAM [ARGS...])");
   const bool quiet = opt.quiet || env_true("GPUHEAP_QUIET");
-  // -o, else a GPUHEAP_OUTPUT you exported; neither: the preload's default, which it resolves
-  // at load in this same directory (the program starts here).
+  // -o, else a GPUHEAP_OUTPUT you exported, else the preload's default: made absolute here
+  // and exported, so the preload need not setenv in its constructor.
   const char* env_out = std::getenv("GPUHEAP_OUTPUT");
   std::string pattern = !opt.output.empty() ? opt.output : env_out ? env_out : "";
   std::string cwd = current_dir();

@@ -185,8 +185,6 @@ PoolFree pooled_free(const void* ptr) noexcept {
   return r;
 }
 
-// The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
-// (caller falls back to the real allocator, which gives the program the real answer).
 struct AllocHookArg {
   int device;
   std::size_t requested;
@@ -199,6 +197,8 @@ void record_pooled_alloc(void* arg, const PoolBlock& b) noexcept {
   record_alloc(AllocKind::device_pooled, a->device, addr(b.ptr), a->requested, b.size, block_flags(b), 0, a->stack);
 }
 
+// The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
+// (caller falls back to the real allocator, which gives the program the real answer).
 bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t stack) noexcept {
   PoolBlock b;
   AllocHookArg arg{st->device, size, stack};

@@ -114,7 +114,10 @@ void process_identity(char* out, std::size_t cap) noexcept {
 // shims, `sh -c 'prog'`), LD_PRELOAD is left as the user wrote it (no guessing which entry
 // is us in a list of paths and names), and a child that re-adds LD_PRELOAD itself is still
 // not traced. Forked children stop at the fork already (recorder.cpp). setenv runs in the
-// constructor, before main: host memory only, no hook. Returns whether to trace.
+// constructor: host memory only, no hook; it is racy only if another thread reads the
+// environment right then (a thread started by an earlier library's constructor, or a late
+// dlopen of gpuheap), which is why `gpuheap run` exports what it can itself. Returns whether
+// to trace.
 bool claim_follow_fork_root(const Settings& s) noexcept {
   char me[64];
   process_identity(me, sizeof me);
@@ -127,7 +130,8 @@ bool claim_follow_fork_root(const Settings& s) noexcept {
 // directory the first traced process loaded gpuheap in, and exported absolute: a process
 // that changes directory before its first event, and every program it execs
 // (`sh -c 'cd /tmp && prog'`, pyenv shims), still writes where the job started. Without a
-// working directory the pattern stays relative (resolved at the first event, as before).
+// working directory the pattern stays relative (the recorder joins the directory it finds
+// when it starts). Under `gpuheap run` the pattern arrives absolute and nothing is exported.
 void resolve_output_once(Settings& s) noexcept {
   if (s.output && s.output[0] == '/') return;
   char cwd[4096];

@@ -184,6 +184,19 @@ TEST(Diff, FailOnAroundTheTolerance) {
   // The absolute slack: growth up to it never fails.
   EXPECT_EQ(sh("diff --fail-on reserved --tolerance-bytes 6MiB " + a + " " + b6).code, 0);
   EXPECT_EQ(sh("diff --fail-on reserved --tolerance-bytes 5MiB " + a + " " + b6).code, 1);
+  // The byte slack does not excuse a growing allocation count (1 -> 3 allocations is +200%).
+  TraceBuilder three;
+  three.stack(1, {0x401000});
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    three.alloc(0x1000000 + i * 0x100000, 1024, 1024, 1, AllocKind::device_passthrough, 0, 1, 0);
+    three.free(0x1000000 + i * 0x100000, AllocKind::device_passthrough, 1, 0);
+  }
+  three.end();
+  auto c3 = three.write("diff_fc3.gh");
+  r = sh("diff --fail-on count --tolerance-bytes 64KiB " + a + " " + c3);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("FAIL: count on device 0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("exceeds --tolerance 5% and --tolerance-bytes"), std::string::npos) << r.out;
   // Shrinking never fails; without --fail-on diff exits 0.
   EXPECT_EQ(sh("diff --fail-on reserved,requested,allocated,leaked,count --tolerance 0 " + b6 + " " + a).code, 0);
   EXPECT_EQ(sh("diff " + a + " " + b6).code, 0);

@@ -76,7 +76,7 @@ void random_ops(std::size_t max_size, std::size_t unit, unsigned seed) {
       ASSERT_EQ(std::make_pair(last->size, last->addr), *ref.rbegin());
     }
     if (step % 1000 == 0)
-      for (Node& m : nodes) ASSERT_EQ(m.in, m.in && idx.contains(&m));
+      for (Node& m : nodes) ASSERT_EQ(m.in, idx.contains(&m));
   }
   idx.clear();
   EXPECT_TRUE(idx.empty());
