@@ -29,7 +29,7 @@ std::string largest_site(const Model& m, const std::vector<SiteRow>& rows, bool 
   // Named by its label (labels.h): the first frame below the allocator's own, which says
   // which tensor it is; the allocator's frames are the same for every site.
   return fmt::format("{} in {} allocations at {} [{}]", human_bytes(merged[0].bytes), merged[0].count,
-                     fr.empty() ? std::string("(no stack)") : site_label_text(fr), text_safe(library_label(fr)));
+                     site_label_text(fr), text_safe(library_label(fr)));
 }
 
 // The site most responsible for the peak of `device`: the top peak consumer in the process

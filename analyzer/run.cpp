@@ -21,6 +21,7 @@
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
 #include "analyzer/reader.h"
+#include "preload/core/options.h"
 #include "preload/record/outpath.h"
 
 extern char** environ;
@@ -172,12 +173,12 @@ std::string shell_word(const std::string& p) {
   return out + "'";
 }
 
+// The preload's own boolean rule (options.h: 1/0, true/false, yes/no, on/off, any case), so
+// `run` and the preload read GPUHEAP_QUIET alike.
 bool env_true(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return false;
-  std::string s(v);
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s == "1" || s == "true" || s == "yes" || s == "on";
+  const char* text = std::getenv(name);
+  bool v = false;
+  return text && detail::parse_bool(text, &v) && v;
 }
 
 void prepend_env(const char* name, const std::string& value, char sep) {
