@@ -237,6 +237,24 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
       return;
     }
   }
+  if (sign > 0 && a != edges_.kEmpty && b != edges_.kEmpty) {
+    // A block arriving (every allocation): room for both edges first, so neither insert
+    // rehashes and `ea` stays valid; a new block's start count is at least 1 (never dropped),
+    // and so is its end's end count.
+    edges_.reserve_more(2);
+    auto& ea = edges_.get_reserved(a);
+    std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+    ea.starts++;
+    const bool drop_a = ea.starts == 0 && ea.ends == 0;  // only if the count wrapped (u32)
+    auto& eb = edges_.get_reserved(b);
+    t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+    eb.ends++;
+    if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
+    if (drop_a) edges_.erase(a);
+    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+    seg_update(s);
+    return;
+  }
   auto& ea = edges_.get(a);
   std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
   ea.starts += static_cast<std::uint32_t>(sign);
