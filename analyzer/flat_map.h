@@ -170,6 +170,21 @@ class FlatMap {
     return true;
   }
 
+  // Erases k's entry, given its value as find() or get() of k returned it (no insert or
+  // erase since): no second probe.
+  void erase_found(std::uint64_t k, V* v) {
+    if (k == kEmpty) {
+      has_sentinel_ = false;
+      return;
+    }
+    auto off = reinterpret_cast<const char*>(v) - reinterpret_cast<const char*>(&slots_.data()->val);
+    erase_at(static_cast<std::size_t>(off) / sizeof(Slot));
+  }
+  // The key in slot i: whether an index from find_index still holds its key after an erase
+  // (a backward shift moves entries only into the hole, so a slot that still holds the key
+  // holds its entry).
+  std::uint64_t key_at(std::size_t i) const { return slots_[i].key; }
+
   // Erases the entry in slot i (an index from find_index).
   void erase_at(std::size_t i) {
     // Backward-shift: move later entries of the probe run into the hole.
