@@ -179,7 +179,7 @@ class Model {
   explicit Model(std::string path = {}, std::size_t timeline_buckets = 2048);
 
   void feed(const format::Record& r);
-  // The replay's fast path (model_events.h): the same as feed() of the equivalent Record,
+  // The replay's fast path (model_events.cpp): the same as feed() of the equivalent Record,
   // for records that TraceReader::next_any decoded in place.
   void feed(const format::EventRecord& e);
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
@@ -253,7 +253,7 @@ class Model {
   std::uint16_t dev_index(int device);
   std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack);
-  // Inline: hashed several times per event, also from model_events.h's prefetch.
+  // Inline: hashed several times per event, also from model_events.cpp's prefetch.
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k) {
     // Each address space (format/rules.h, the preload's registry follows the same rule) in its
     // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
@@ -365,5 +365,3 @@ class Model {
 };
 
 }  // namespace gpuheap
-
-#include "analyzer/model_events.h"  // inline definitions of feed(EventRecord) and prefetch

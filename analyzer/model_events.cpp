@@ -1,0 +1,49 @@
+// Model's fast path for event records decoded in place (format::EventRecord): dispatch and
+// prefetch, kept apart from model.cpp's replay semantics. Each case does exactly what
+// Model::feed / Model::prefetch do for the same record in a format::Record. Out of line on
+// purpose: GCC (12, -O1 and up) deems a function of loads and __builtin_prefetch free of
+// side effects and deletes the calls to it wherever it sees the body, so prefetch() made
+// inline lost every prefetch of the replay loops (9bcdc28, fixed in the next commit).
+#include "analyzer/model.h"
+
+namespace gpuheap {
+
+using format::AllocKind;
+using format::RecordType;
+
+void Model::feed(const format::EventRecord& e) {
+  switch (e.type) {
+    case RecordType::alloc: ++info.events, on_alloc(e.alloc); break;
+    case RecordType::free: ++info.events, on_free(e.free); break;
+    case RecordType::free_completed: ++info.events, on_free_completed(e.free_completed); break;
+    case RecordType::segment_alloc: ++info.events, on_segment(e.segment, false); break;
+    case RecordType::segment_free: ++info.events, on_segment(e.segment, true); break;
+    default: break;
+  }
+}
+
+void Model::prefetch(const format::EventRecord& e) const {
+  switch (e.type) {
+    case RecordType::alloc: {
+      const auto& a = e.alloc;
+      live_.prefetch(key(a.ptr, a.kind));
+      if (a.kind == AllocKind::device_pooled) {
+        // The block's edges (seg_add_block).
+        edges_.prefetch(a.ptr);
+        edges_.prefetch(a.ptr + (a.size ? a.size : a.requested));
+      }
+      break;
+    }
+    case RecordType::free: live_.prefetch(key(e.free.ptr, e.free.kind)); break;
+    case RecordType::free_completed: {
+      const auto& f = e.free_completed;
+      live_.prefetch(key(f.ptr, AllocKind::device_pooled));
+      edges_.prefetch(f.ptr);
+      if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace gpuheap
