@@ -40,6 +40,8 @@ class HugeArray {
     for (std::size_t i = 0; i < n; ++i) new (&p_[i]) T(fill);
   }
   T& operator[](std::size_t i) { return p_[i]; }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
   const T& operator[](std::size_t i) const { return p_[i]; }
   std::size_t size() const { return n_; }
   void swap(HugeArray& o) noexcept { std::swap(n_, o.n_), p_.swap(o.p_); }
@@ -68,8 +70,10 @@ class FlatMap {
 
   V* find(std::uint64_t k) {
     if (k == kEmpty) return has_sentinel_ ? &sentinel_ : nullptr;
-    for (std::size_t i = slot(k);; i = (i + 1) & mask_) {
-      auto& s = slots_[i];
+    Slot* const sl = slots_.data();
+    const std::size_t mask = mask_;
+    for (std::size_t i = slot(k);; i = (i + 1) & mask) {
+      auto& s = sl[i];
       if (s.key == k) return &s.val;
       if (s.key == kEmpty) return nullptr;
     }
@@ -79,8 +83,10 @@ class FlatMap {
   // The slot index of k (not kEmpty), or npos: for a lookup followed by erase_at(), which
   // then need not probe again. An index stays valid until the next insert or erase.
   std::size_t find_index(std::uint64_t k) const {
-    for (std::size_t i = slot(k);; i = (i + 1) & mask_) {
-      const auto& s = slots_[i];
+    const Slot* const sl = slots_.data();
+    const std::size_t mask = mask_;
+    for (std::size_t i = slot(k);; i = (i + 1) & mask) {
+      const auto& s = sl[i];
       if (s.key == k) return i;
       if (s.key == kEmpty) return npos;
     }
@@ -107,16 +113,30 @@ class FlatMap {
       return sentinel_;
     }
     if (((size_ + 1) << kLoadShift) > cap()) rehash(cap() * 2);
+    return get_reserved(k, inserted);
+  }
+
+  // Makes room for n more entries: the next n get_reserved() calls neither rehash nor move
+  // an entry, so references from the first stay valid through the others.
+  void reserve_more(std::size_t n) {
+    while (((size_ + n) << kLoadShift) > cap()) rehash(cap() * 2);
+  }
+  // get() of a key that is not kEmpty, in a table with room for it (reserve_more).
+  V& get_reserved(std::uint64_t k, bool* inserted = nullptr) {
+    // Table base and mask in locals: the slot stores below may alias the members (both
+    // u64), which would make the compiler reload them at every step.
+    Slot* const sl = slots_.data();
+    const std::size_t mask = mask_;
     std::size_t i = slot(k);
-    for (;; i = (i + 1) & mask_) {
-      auto& s = slots_[i];
+    for (;; i = (i + 1) & mask) {
+      auto& s = sl[i];
       if (s.key == k) {
         if (inserted) *inserted = false;
         return s.val;
       }
       if (s.key == kEmpty) break;
     }
-    auto& s = slots_[i];
+    auto& s = sl[i];
     s.key = k;
     s.val = V{};
     ++size_;
@@ -150,20 +170,38 @@ class FlatMap {
     return true;
   }
 
+  // Erases k's entry, given its value as find() or get() of k returned it (no insert or
+  // erase since): no second probe.
+  void erase_found(std::uint64_t k, V* v) {
+    if (k == kEmpty) {
+      has_sentinel_ = false;
+      return;
+    }
+    auto off = reinterpret_cast<const char*>(v) - reinterpret_cast<const char*>(&slots_.data()->val);
+    erase_at(static_cast<std::size_t>(off) / sizeof(Slot));
+  }
+  // The key in slot i: whether an index from find_index still holds its key after an erase
+  // (a backward shift moves entries only into the hole, so a slot that still holds the key
+  // holds its entry).
+  std::uint64_t key_at(std::size_t i) const { return slots_[i].key; }
+
   // Erases the entry in slot i (an index from find_index).
   void erase_at(std::size_t i) {
     // Backward-shift: move later entries of the probe run into the hole.
+    Slot* const sl = slots_.data();  // locals: the slot stores may alias the members
+    const std::size_t mask = mask_;
+    const unsigned shift = shift_;
     std::size_t hole = i;
-    for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
-      std::size_t home = slot(slots_[j].key);
+    for (std::size_t j = (i + 1) & mask; sl[j].key != kEmpty; j = (j + 1) & mask) {
+      std::size_t home = static_cast<std::size_t>((sl[j].key * kGolden) >> shift);
       // Entry j may fill the hole if its home is not in (hole, j] (cyclically).
       bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
       if (movable) {
-        slots_[hole] = slots_[j];
+        sl[hole] = sl[j];
         hole = j;
       }
     }
-    slots_[hole].key = kEmpty;
+    sl[hole].key = kEmpty;
     --size_;
   }
 
@@ -197,6 +235,7 @@ class FlatMap {
   };
   static_assert(std::is_trivially_copyable_v<V>);
 
+  static constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // 2^64 / phi
   std::size_t cap() const { return slots_.size(); }
   std::size_t slot(std::uint64_t k) const {
     // Fibonacci hashing: the top bits of k * 2^64/phi. Device pointers are multiples of
@@ -206,7 +245,7 @@ class FlatMap {
     // the replay hashes several times per event (probes, and every entry that a deletion's
     // backward shift looks at). Iteration order is not part of the interface (every
     // consumer sorts what it collects).
-    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
+    return static_cast<std::size_t>((k * kGolden) >> shift_);
   }
   void rehash(std::size_t n) {
     HugeArray<Slot> old(n, Slot{kEmpty, V{}});

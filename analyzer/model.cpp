@@ -229,13 +229,32 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
       bool drop_a = ea.starts == 0 && ea.ends == 0, drop_b = eb.starts == 0 && eb.ends == 0;
       if (drop_b) edges_.erase_at(ib);
       if (drop_a) {
-        if (drop_b) edges_.erase(a);  // the erase of b may have moved a's entry
+        // The erase of b may have moved a's entry (backward shift): then probe again.
+        if (drop_b && edges_.key_at(ia) != a) edges_.erase(a);
         else edges_.erase_at(ia);
       }
       s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
       seg_update(s);
       return;
     }
+  }
+  if (sign > 0 && a != edges_.kEmpty && b != edges_.kEmpty) {
+    // A block arriving (every allocation): room for both edges first, so neither insert
+    // rehashes and `ea` stays valid; a new block's start count is at least 1 (never dropped),
+    // and so is its end's end count.
+    edges_.reserve_more(2);
+    auto& ea = edges_.get_reserved(a);
+    std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+    ea.starts++;
+    const bool drop_a = ea.starts == 0 && ea.ends == 0;  // only if the count wrapped (u32)
+    auto& eb = edges_.get_reserved(b);
+    t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+    eb.ends++;
+    if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
+    if (drop_a) edges_.erase(a);
+    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+    seg_update(s);
+    return;
   }
   auto& ea = edges_.get(a);
   std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
@@ -381,7 +400,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
   if (kind == AllocKind::device_pooled) {
     complete(k, e);
   } else {
-    live_.erase(k);
+    live_.erase_found(k, &e);
   }
 }
 
@@ -395,7 +414,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;
   seg_add_block(k, e, -1);  // pooled: the key is the address
-  live_.erase(k);
+  live_.erase_found(k, &e);  // e is the live entry (seg_add_block touches only edges_)
   if (in_layout) frag_gone(di, seq, k, size, false);
 }
 

@@ -1,6 +1,9 @@
 // Model's fast path for event records decoded in place (format::EventRecord): dispatch and
 // prefetch, kept apart from model.cpp's replay semantics. Each case does exactly what
-// Model::feed / Model::prefetch do for the same record in a format::Record.
+// Model::feed / Model::prefetch do for the same record in a format::Record. Out of line on
+// purpose: GCC (12, -O1 and up) deems a function of loads and __builtin_prefetch free of
+// side effects and deletes the calls to it wherever it sees the body, so prefetch() made
+// inline lost every prefetch of the replay loops (9bcdc28, fixed in the next commit).
 #include "analyzer/model.h"
 
 namespace gpuheap {

@@ -58,6 +58,12 @@ class Timeline {
   // merged multi-process timeline has none and passes 0).
   void sample(std::uint64_t ts, std::int64_t requested, std::int64_t allocated, std::int64_t reserved,
               std::int64_t active = 0) {
+    // Consecutive samples nearly always land in the bucket of the one before (2048 buckets
+    // for millions of events): one compare finds it, and only the maxima are updated.
+    if (ts - cur_lo_ < cur_width_) {
+      max_into(b_[cur_], requested, allocated, reserved, active);
+      return;
+    }
     if (!started_) t0_ = ts, started_ = true;
     if (ts < t0_) ts = t0_;  // threads' timestamps may interleave slightly out of order
     // width_ is a power of two: a shift, not a division, on the per-event path.
@@ -71,11 +77,9 @@ class Timeline {
     if (!x.used) {
       x = {requested, allocated, reserved, active, true};
     } else {
-      if (requested > x.requested) x.requested = requested;
-      if (allocated > x.allocated) x.allocated = allocated;
-      if (reserved > x.reserved) x.reserved = reserved;
-      if (active > x.active) x.active = active;
+      max_into(x, requested, allocated, reserved, active);
     }
+    cur_ = static_cast<std::size_t>(idx), cur_lo_ = t0_ + (idx << shift_), cur_width_ = width_;
   }
   std::vector<Point> points() const {
     std::vector<Point> out;
@@ -92,7 +96,15 @@ class Timeline {
     std::int64_t requested = 0, allocated = 0, reserved = 0, active = 0;
     bool used = false;
   };
+  static void max_into(Bucket& x, std::int64_t requested, std::int64_t allocated, std::int64_t reserved,
+                       std::int64_t active) {
+    if (requested > x.requested) x.requested = requested;
+    if (allocated > x.allocated) x.allocated = allocated;
+    if (reserved > x.reserved) x.reserved = reserved;
+    if (active > x.active) x.active = active;
+  }
   void compact() {
+    cur_width_ = 0;  // bucket indexes change: the next sample takes the full path
     width_ *= 2;
     ++shift_;
     std::vector<Bucket> n((b_.size() + 1) / 2);
@@ -116,6 +128,10 @@ class Timeline {
   unsigned shift_ = 0;
   bool started_ = false;
   std::vector<Bucket> b_;
+  // The bucket the last sample went to (b_[cur_], used) and its time range
+  // [cur_lo_, cur_lo_ + cur_width_); cur_width_ 0: none.
+  std::size_t cur_ = 0;
+  std::uint64_t cur_lo_ = 0, cur_width_ = 0;
 };
 
 // Log-linear histogram of sizes (64 sub-buckets per power of two): a median within 1/64

@@ -264,3 +264,39 @@ TEST(ReplayFlatMap, TakeMovesTheValueOutAndErasesIncludingTheSentinelKey) {
   EXPECT_FALSE(m.take(~std::uint64_t{0}, &v));
   EXPECT_EQ(m.size(), 500u);
 }
+
+// FlatMap::erase_found (the model's erase of a completed block from the slot its lookup
+// found), key_at (whether an index survived another erase) and reserve_more/get_reserved
+// (both edges of a block inserted after one capacity check): entries erased through them
+// are gone, every other entry stays findable, and the all-ones key works like any other.
+TEST(ReplayFlatMap, EraseFoundKeyAtAndReservedInsertsKeepTheOtherEntries) {
+  gpuheap::detail::FlatMap<std::uint64_t> m;
+  for (std::uint64_t k = 1; k <= 1000; ++k) {
+    m.reserve_more(2);
+    std::uint64_t* a = &m.get_reserved(k << 21);
+    *a = k;
+    m.get_reserved((k << 21) + 512) = k + 5000;
+    EXPECT_EQ(*a, k);  // the second insert moved nothing
+  }
+  m.get(~std::uint64_t{0}) = 77;
+  for (std::uint64_t k = 1; k <= 1000; k += 2) {
+    std::uint64_t* p = m.find(k << 21);
+    ASSERT_NE(p, nullptr);
+    m.erase_found(k << 21, p);
+    std::size_t ia = m.find_index((k << 21) + 512), ib = m.find_index((k + 1) << 21);
+    ASSERT_NE(ia, m.npos);
+    ASSERT_NE(ib, m.npos);
+    m.erase_at(ib);
+    if (m.key_at(ia) == (k << 21) + 512) m.erase_at(ia);
+    else ASSERT_TRUE(m.erase((k << 21) + 512));
+  }
+  m.erase_found(~std::uint64_t{0}, m.find(~std::uint64_t{0}));
+  EXPECT_EQ(m.find(~std::uint64_t{0}), nullptr);
+  for (std::uint64_t k = 1; k <= 1000; ++k) {
+    EXPECT_EQ(m.find(k << 21), nullptr) << k;  // odd k: erase_found; even k: erase_at(ib)
+    const std::uint64_t* e = m.find((k << 21) + 512);
+    ASSERT_EQ(e != nullptr, k % 2 == 0) << k;
+    if (e) EXPECT_EQ(*e, k + 5000);
+  }
+  EXPECT_EQ(m.size(), 500u);
+}
