@@ -426,13 +426,19 @@ def case_real_trace(ctx):
         f.write(text)
     # Frame lines of the summary: "at FUNCTION (FILE:LINE)" once named, "at 0x... (module+0x...)" not.
     frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("at ")]
-    unnamed = [ln for ln in frames if ln.startswith("at 0x")]
+    # NVIDIA ships cuBLAS, cuDNN and NCCL stripped (no .symtab, only the exported dynamic
+    # symbols), so no symbolizer names their internal frames: they are counted apart (H100,
+    # 2026-12-06: 18 of 134 frame lines, all libcublas.so.13, failed the 10% rule).
+    stripped = ("libcublas", "libcudnn", "libnccl")
+    unnamed_all = [ln for ln in frames if ln.startswith("at 0x")]
+    unnamed = [ln for ln in unnamed_all if not any(m in ln for m in stripped)]
     checks = {"run_rc": rc == 0, "zst": magic == b"\x28\xb5\x2f\xfd", "raw_removed": not os.path.exists(raw),
               "written_line": ("trace written to " + zst) in err, "symbol_frames": t.count("symbol_frames") > 0,
               "summary_rc": src == 0, "named_frames": bool(frames) and len(unnamed) <= len(frames) // 10}
     res = {"trace": zst, "bytes": os.path.getsize(zst), "seconds": round(dt, 1),
            "symbol_frames": t.count("symbol_frames"), "symbol_strings": t.count("symbol_string"),
-           "frame_lines": len(frames), "unnamed_frame_lines": len(unnamed), "unnamed_sample": unnamed[:5],
+           "frame_lines": len(frames), "unnamed_frame_lines": len(unnamed),
+           "unnamed_in_stripped_nvidia_libraries": len(unnamed_all) - len(unnamed), "unnamed_sample": unnamed_all[:5],
            "checks": checks}
     return all(checks.values()), res
 
