@@ -78,6 +78,21 @@ inline std::string summary_text(const std::vector<std::string>& traces) {
   return r.out;
 }
 
+// `gpuheap run --simulate --no-pool -o DIR/np.%p.trace -- golden_prog MODE` in a fresh DIR: the
+// CLI's result and the traces DIR then holds (the pass-through path, through the CLI).
+struct NoPoolRun {
+  CliRun cli;
+  std::string dir;
+  std::vector<std::string> traces;
+};
+inline NoPoolRun run_without_pool(const std::string& mode) {
+  NoPoolRun r;
+  r.dir = test::make_dir();
+  r.cli = cli({"run", "--simulate", "--no-pool", "-o", r.dir + "/np.%p.trace", "--", test::kProgs + "/golden_prog", mode});
+  r.traces = test::traces_in(r.dir);
+  return r;
+}
+
 // golden_prog MODE under the preload; its "line NAME N" output parsed.
 struct Prog {
   test::ProgRun run;

@@ -104,14 +104,15 @@ TEST(GoldenPooled, TextTableRows) {
 
 // Through the CLI this time: gpuheap run --simulate --no-pool.
 TEST(GoldenPooled, NoPool) {
-  std::string dir = test::make_dir(), prog = test::kProgs + "/golden_prog";
-  auto r = cli({"run", "--simulate", "--no-pool", "-o", dir + "/np.%p.trace", "--", prog, "pooled"});
+  NoPoolRun np = run_without_pool("pooled");
+  const CliRun& r = np.cli;
+  const auto& traces = np.traces;
   ASSERT_EQ(r.status, 0) << r.err;
-  auto traces = test::traces_in(dir);
   ASSERT_EQ(traces.size(), 1u) << r.err;
   EXPECT_NE(r.err.find("gpuheap: trace written to " + traces[0]), std::string::npos) << r.err;
   // run passes the command's exit status through (golden_prog: 2 for an unknown mode).
-  EXPECT_EQ(cli({"run", "--simulate", "-o", dir + "/x.%p.trace", "--", prog, "no-such-mode"}).status, 2);
+  EXPECT_EQ(cli({"run", "--simulate", "-o", np.dir + "/x.%p.trace", "--", test::kProgs + "/golden_prog", "no-such-mode"}).status,
+            2);
   json j = summary_json({traces[0]});
   const json& d = j["devices"].at(0);
   // Pass-through: the driver's allocation is the block and the reservation.

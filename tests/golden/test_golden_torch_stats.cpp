@@ -64,12 +64,10 @@ TEST(GoldenTorchStats, PooledKeysEqualTheSummaryStats) {
 // Without the pool every allocation is the driver's: no honest pool split, and each
 // allocation is one device alloc (golden_prog "pooled": 5 allocations, all freed).
 TEST(GoldenTorchStats, NoPoolLeavesThePoolSplitOut) {
-  std::string dir = test::make_dir(), prog = test::kProgs + "/golden_prog";
-  auto r = cli({"run", "--simulate", "--no-pool", "-o", dir + "/np.%p.trace", "--", prog, "pooled"});
-  ASSERT_EQ(r.status, 0) << r.err;
-  auto traces = test::traces_in(dir);
-  ASSERT_EQ(traces.size(), 1u) << r.err;
-  json j = summary_json({traces[0]});
+  NoPoolRun np = run_without_pool("pooled");
+  ASSERT_EQ(np.cli.status, 0) << np.cli.err;
+  ASSERT_EQ(np.traces.size(), 1u) << np.cli.err;
+  json j = summary_json({np.traces[0]});
   const json& d = j["devices"].at(0);
   EXPECT_EQ(expect_mapped(d, false), 9 * 4 + 8 + 2);
   const json& t = d["torch_memory_stats"];
