@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_tmpdir.h"
 #include "format/trace.h"
 
 namespace gpuheap::test {
@@ -63,10 +64,7 @@ class RawTrace {
     return path;
   }
   static std::string dir() {
-    static std::string d = [] {
-      char t[] = "/tmp/gpuheap-badinput-XXXXXX";
-      return std::string(::mkdtemp(t));
-    }();
+    static std::string d = test::temp_dir("gpuheap-badinput");
     return d;
   }
   std::vector<unsigned char> bytes;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_tmpdir.h"
+
 extern char** environ;
 
 namespace gpuheap::test {
@@ -36,8 +38,7 @@ struct ProgRun {
 };
 
 inline std::string make_dir() {
-  char tmpl[] = "/tmp/gpuheap-preload-XXXXXX";
-  return mkdtemp(tmpl);
+  return gpuheap::test::temp_dir("gpuheap-preload");
 }
 
 inline std::vector<std::string> traces_in(const std::string& dir) {

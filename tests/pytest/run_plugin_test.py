@@ -11,6 +11,7 @@ and the failure messages (their allocation sites).
                  skipped, when this python has no pip)
 """
 import os
+import atexit
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,8 @@ mode, gpuheap, plugin_dir, simcuda = sys.argv[1:5]
 here = os.path.dirname(os.path.abspath(__file__))
 sample = os.path.join(here, "gpu_sample.py")
 work = tempfile.mkdtemp(prefix="gpuheap-pytest-")
+if not os.environ.get("GPUHEAP_TEST_KEEP"):  # GPUHEAP_TEST_KEEP=1 keeps it to look at after a failure
+    atexit.register(shutil.rmtree, work, True)
 junit = os.path.join(work, "junit.xml")
 
 plugin_args = ["-p", "pytest_gpuheap"]

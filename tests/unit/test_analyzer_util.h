@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_tmpdir.h"
 #include "analyzer/analysis.h"
 #include "format/trace.h"
 
@@ -110,10 +111,7 @@ class TraceBuilder {
     return path;
   }
   static std::string dir() {
-    static std::string d = [] {
-      char t[] = "/tmp/gpuheap-anatest-XXXXXX";
-      return std::string(::mkdtemp(t));
-    }();
+    static std::string d = temp_dir("gpuheap-anatest");
     return d;
   }
 
