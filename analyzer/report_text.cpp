@@ -39,12 +39,7 @@ std::string joined(const std::vector<std::string>& parts, const char* sep) {
 // already shown say nothing a person can act on: they are left out and counted in the last
 // line, so the frames shown are the ones that differ between sites.
 // --full: every frame. summary --json has every frame.
-void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
-  const auto& fr = res.frames(stack);
-  if (fr.empty()) {
-    out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
-    return;
-  }
+void append_frames(std::string& out, const std::vector<Frame>& fr, const SummaryOptions& opt) {
   auto line = [&](std::size_t i) { out += fmt::format("        at {}\n", Symbolizer::format_frame(fr[i])); };
   if (opt.full) {
     for (std::size_t i = 0; i < fr.size(); ++i) line(i);
@@ -98,6 +93,14 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
     out += "        ... " + count_of(fr.size() - next, "more frame") + (fold.empty() ? "" : ", " + fold) + "\n";
   else if (!fold.empty())
     out += "        ... " + fold + "\n";
+}
+
+void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
+  const auto& fr = res.frames(stack);
+  if (fr.empty())
+    out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
+  else
+    append_frames(out, fr, opt);
 }
 
 // "[LIBRARY] LABEL (file:line)" after a site's numbers: what a person reads first.
@@ -411,9 +414,13 @@ std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const M
                        human_bytes(static_cast<std::uint64_t>(r.peak_a)), human_bytes(static_cast<std::uint64_t>(r.peak_b)),
                        signed_bytes(r.d_total()), human_bytes(static_cast<std::uint64_t>(r.total_a)),
                        human_bytes(static_cast<std::uint64_t>(r.total_b)));
-    if (r.frames.empty()) out += fmt::format("        {}\n", text_safe(r.key));
-    for (std::size_t j = 0; j < r.frames.size() && j < 12; ++j)
-      out += fmt::format("        at {}\n", Symbolizer::format_frame(r.frames[j]));
+    // Named and cut as summary's default view names and cuts its sites (labels.h).
+    if (r.frames.empty()) {
+      out += fmt::format("        {}\n", text_safe(r.key));
+    } else {
+      out += fmt::format("        [{}] {}\n", text_safe(library_label(r.frames)), site_label_text(r.frames, true));
+      append_frames(out, r.frames, SummaryOptions{});
+    }
   }
   return out;
 }

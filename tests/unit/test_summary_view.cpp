@@ -161,3 +161,18 @@ TEST(SummaryView, TemplateNamesElidedInTheDefaultTextOnly) {
   EXPECT_TRUE(whole) << doc(kH100)["most_allocations"].dump();
   EXPECT_EQ(summary("--json " + kH100).find("<...>"), std::string::npos);
 }
+
+TEST(SummaryView, DiffNamesAndCutsSitesAsTheSummaryDoes) {
+  // The two traces' sites differ (one has stored names, one has not): every row is a change.
+  auto r = run("(" + std::string(GPUHEAP_CLI) + " diff -q --top 3 " + kH200 + " " + kH100 + " 2>/dev/null)");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = r.out.find("Per-site change");
+  ASSERT_NE(rows, std::string::npos) << r.out;
+  const std::string t = r.out.substr(rows);
+  EXPECT_NE(t.find("\n        [PyTorch] Block.forward (torch_job.py:49)\n        ... 6 allocator frames, 12 native frames\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("module-call frames folded\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("at c10::cuda::CUDACachingAllocator"), std::string::npos) << t;
+  EXPECT_EQ(t.find("at Module._call_impl"), std::string::npos) << t;
+}
