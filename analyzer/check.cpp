@@ -27,9 +27,10 @@ std::string largest_site(const Model& m, const std::vector<SiteRow>& rows, bool 
   auto merged = merge_sites(rows, res);
   const auto& fr = res.frames(merged[0].stack);
   // Named by its label (labels.h): the first frame below the allocator's own, which says
-  // which tensor it is; the allocator's frames are the same for every site.
+  // which tensor it is; the allocator's frames are the same for every site. Template
+  // arguments elided, as in summary's default view: the message is one line.
   return fmt::format("{} in {} allocations at {} [{}]", human_bytes(merged[0].bytes), merged[0].count,
-                     site_label_text(fr), text_safe(library_label(fr)));
+                     site_label_text(fr, true), text_safe(library_label(fr)));
 }
 
 // The site most responsible for the peak of `device`: the top peak consumer in the process

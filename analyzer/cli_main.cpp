@@ -180,10 +180,11 @@ int real_main(int argc, char** argv) {
   summary->add_flag("--json", json, "One JSON document (schema gpuheap.summary/2)");
   summary->add_option("--device", sopt.device, "Only this device (exit 2 when no trace has it)");
   summary->add_option("--top", top, "Entries per list (default 5)")->check(CLI::PositiveNumber);
-  int depth = 8;
-  auto* depth_opt = summary->add_option("--depth", depth, "Frames per site below the allocator's own (default 8)")
+  int depth = static_cast<int>(sopt.depth);
+  auto* depth_opt = summary->add_option("--depth", depth, "Frames per site below the allocator's own (default 3)")
                         ->check(CLI::PositiveNumber);
   summary->add_flag("--full", sopt.full, "Everything: every frame of every stack, every entry of every list");
+  summary->add_flag("--pools", sopt.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   summary->add_option("--library", sopt.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
   std::int64_t only_pid = -1;
   summary->add_option("--pid", only_pid, "Only the trace of this process (of several given)")

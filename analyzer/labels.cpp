@@ -63,6 +63,38 @@ const AllocatorPattern kAllocatorPatterns[] = {
     {Match::function_prefix, "stream_executor::", "Allocat"},
 };
 
+// Frames that pass a call on without deciding anything about memory (labels.h
+// Passthrough): shown by summary --full, folded into a count otherwise.
+struct PassthroughPattern {
+  Passthrough kind;
+  Match how;
+  const char* text;
+  const char* also = "";
+};
+const PassthroughPattern kPassthroughPatterns[] = {
+    // torch.nn.Module.__call__ -> _wrapped_call_impl -> _call_impl -> forward: two frames
+    // between every layer's forward and its caller's (Module.__call__ in older versions).
+    {Passthrough::module_call, Match::file_part, "torch/nn/modules/module.py", "_call_impl"},
+    {Passthrough::module_call, Match::file_part, "torch/nn/modules/module.py", "__call__"},
+    // nn.Sequential.forward only calls each of its modules in turn.
+    {Passthrough::module_call, Match::file_part, "torch/nn/modules/container.py", "Sequential.forward"},
+    // @torch.no_grad() / @torch.inference_mode() decorators: the decorated function is next.
+    {Passthrough::module_call, Match::file_part, "torch/utils/_contextlib.py", "decorate_context"},
+    // The operator dispatcher between an op's Python binding and its kernel: boxing wrappers
+    // (whose template names run to hundreds of characters), the op's entry points and the
+    // autograd / ADInplaceOrView kernels, which record the graph and call the next kernel.
+    {Passthrough::dispatch, Match::function_prefix, "c10::impl::wrap_kernel_functor_unboxed_"},
+    {Passthrough::dispatch, Match::function_prefix, "c10::impl::make_boxed_from_unboxed_functor"},
+    {Passthrough::dispatch, Match::function_prefix, "c10::impl::BoxedKernelWrapper"},
+    {Passthrough::dispatch, Match::function_prefix, "c10::Dispatcher::"},
+    {Passthrough::dispatch, Match::function_prefix, "c10::KernelFunction::"},
+    {Passthrough::dispatch, Match::function_prefix, "c10::BoxedKernel::"},
+    {Passthrough::dispatch, Match::function_prefix, "at::_ops::", "::call"},
+    {Passthrough::dispatch, Match::function_prefix, "at::_ops::", "::redispatch"},
+    {Passthrough::dispatch, Match::function_prefix, "torch::autograd::VariableType::"},
+    {Passthrough::dispatch, Match::function_prefix, "torch::ADInplaceOrView::"},
+};
+
 std::string_view base_name(std::string_view path) {
   auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -105,7 +137,44 @@ bool framework_native(const Frame& f) {
   return lib == "PyTorch" || lib == "XLA" || lib == "CuPy" || lib == "Triton";
 }
 
+bool matches(const PassthroughPattern& p, const Frame& f) {
+  if (p.how == Match::file_part)  // Python frames: the file, then the function's name
+    return f.module == "python" && f.file.find(p.text) != std::string::npos &&
+           f.function.find(p.also) != std::string::npos;
+  return matches(AllocatorPattern{p.how, p.text, p.also}, f);
+}
+
 }  // namespace
+
+Passthrough passthrough_kind(const Frame& f) {
+  for (const auto& p : kPassthroughPatterns)
+    if (matches(p, f)) return p.kind;
+  return Passthrough::none;
+}
+
+std::string short_name(std::string_view q) {
+  std::string out;
+  out.reserve(q.size());
+  int depth = 0;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const char c = q[i];
+    // operator<, operator<<, operator<=, operator<=> (and their templates, ignored): the
+    // '<' characters are the name.
+    if (depth == 0 && c == '<' && std::string_view(out).ends_with("operator")) {
+      while (i < q.size() && (q[i] == '<' || q[i] == '=' || q[i] == '>')) out += q[i++];
+      --i;
+      continue;
+    }
+    if (c == '<') {
+      if (depth++ == 0) out += "<...>";
+    } else if (c == '>' && depth > 0) {
+      --depth;
+    } else if (depth == 0) {
+      out += c;
+    }
+  }
+  return out;
+}
 
 std::string_view qualified_name(std::string_view fn) {
   static constexpr std::string_view kAnon = "(anonymous namespace)";
@@ -173,10 +242,11 @@ std::string site_label(const std::vector<Frame>& frames) {
   return fmt::format("{:#x}", f.ip);
 }
 
-std::string site_label_text(const std::vector<Frame>& frames) {
-  std::string label = text_safe(site_label(frames));
-  if (frames.empty()) return label;
+std::string site_label_text(const std::vector<Frame>& frames, bool short_names) {
+  std::string label = site_label(frames);
+  if (frames.empty()) return text_safe(label);
   const Frame& f = frames[label_pos(frames).index];
+  label = text_safe(short_names && f.module != "python" && !f.function.empty() ? short_name(label) : label);
   if (f.function.empty() || f.file.empty()) return label;
   auto file = text_safe(base_name(f.file));
   return f.line > 0 ? fmt::format("{} ({}:{})", label, file, f.line) : fmt::format("{} ({})", label, file);

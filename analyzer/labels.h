@@ -32,10 +32,24 @@ LabelPos label_pos(const std::vector<Frame>& frames);
 // ("user_model_forward", "Block.forward"), "module+0xoff" without a name, "<no stack>".
 std::string site_label(const std::vector<Frame>& frames);
 // The label with where it is: "Block.forward (torch_job.py:43)" (the file's base name), for
-// text output; escaped (text_safe.h).
-std::string site_label_text(const std::vector<Frame>& frames);
+// text output; escaped (text_safe.h). `short_names`: a native label's template arguments
+// elided (short_name()), for one-line views a person reads (summary's default, check).
+std::string site_label_text(const std::vector<Frame>& frames, bool short_names = false);
 
 // "void* ns::f<int>(unsigned long) const" -> "ns::f<int>".
 std::string_view qualified_name(std::string_view function);
+// A qualified name with every template argument list elided:
+// "at::native::gpu_reduce_kernel<float, 4, ...>" -> "at::native::gpu_reduce_kernel<...>",
+// "c10::impl::wrap_kernel_functor_unboxed_<...>::call". `operator<`-style names keep their
+// '<'. For C++ names only (Python's "<module>" is a name, not a template).
+std::string short_name(std::string_view qualified);
+
+// Frames that only pass a call on: PyTorch's nn.Module call machinery in Python
+// (Module._call_impl, Module._wrapped_call_impl: two per layer) and the C++ operator
+// dispatcher's wrappers (c10::impl::wrap_kernel_functor_unboxed_<...>::call, at::_ops::X::call
+// and ::redispatch, autograd's VariableType::X). The table is in labels.cpp. The text
+// summary folds them into a count by default (summary --full shows them).
+enum class Passthrough { none, module_call, dispatch };
+Passthrough passthrough_kind(const Frame& f);
 
 }  // namespace gpuheap

@@ -19,10 +19,12 @@ struct SummaryOptions {
   std::size_t top = 5;    // entries per list (the CLI's default; the HTML report uses it too)
   bool all_frames = false;
   // Frames shown per site in text, counted from the first frame below the allocator's own
-  // (labels.h: those are summarised as "... N allocator frames").
-  std::size_t depth = 8;
+  // (labels.h: those are summarised as "... N allocator frames"); pass-through frames
+  // (labels.h Passthrough) are folded into a count, not shown, and count for nothing here.
+  std::size_t depth = 3;
   bool depth_given = false;  // --depth: JSON stacks are cut the same way (else they are whole)
   bool full = false;         // --full: every frame of every stack, every entry of every list
+  bool pools = false;        // --pools (or --full): the torch table's large/small pool rows
   std::string library;       // --library: only sites with this library_label (case-insensitive)
   std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
   std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)

@@ -2,6 +2,7 @@
 // peak consumers, most allocations / temporaries, leaks, fragmentation and OOMs; then, for
 // several traces, the merged per-device view.
 #include <algorithm>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -21,48 +22,96 @@ std::string signed_bytes(std::int64_t v) {
   return (v < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v));
 }
 
+std::string count_of(std::size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
+
+std::string joined(const std::vector<std::string>& parts, const char* sep) {
+  std::string s;
+  for (const auto& p : parts) s += (s.empty() ? "" : sep) + p;
+  return s;
+}
+
 // One site's stack. By default from the first frame below the allocator's own (labels.h;
 // those are counted in one line), at most opt.depth frames; a stack through Python that is
 // too long to show whole keeps its first frame and the Python lines, which say where in the
 // program it was, counting the native frames between (the framework's operator dispatch).
+// Frames that only pass the call on (labels.h Passthrough: nn.Module's __call__ machinery,
+// the operator dispatcher) and a stripped library's unnamed frames after one of its frames
+// already shown say nothing a person can act on: they are left out and counted in the last
+// line, so the frames shown are the ones that differ between sites.
 // --full: every frame. summary --json has every frame.
-void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
-  const auto& fr = res.frames(stack);
-  if (fr.empty()) {
-    out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
-    return;
-  }
+void append_frames(std::string& out, const std::vector<Frame>& fr, const SummaryOptions& opt) {
   auto line = [&](std::size_t i) { out += fmt::format("        at {}\n", Symbolizer::format_frame(fr[i])); };
   if (opt.full) {
     for (std::size_t i = 0; i < fr.size(); ++i) line(i);
     return;
   }
   const LabelPos pos = label_pos(fr);
-  if (pos.allocator > 0)
-    out += fmt::format("        ... {} allocator frame{}\n", pos.allocator, pos.allocator == 1 ? "" : "s");
+  std::vector<std::string> above;
+  if (pos.allocator > 0) above.push_back(count_of(pos.allocator, "allocator frame"));
   std::size_t next = pos.allocator, shown = 0;
   if (pos.python_from > next) {
-    out += fmt::format("        ... {} native frame{}\n", pos.python_from - next, pos.python_from - next == 1 ? "" : "s");
+    above.push_back(count_of(pos.python_from - next, "native frame"));
     next = pos.python_from;
   }
+  if (!above.empty()) out += "        ... " + joined(above, ", ") + "\n";
   std::size_t first_py = next;
   while (first_py < fr.size() && fr[first_py].module != "python") ++first_py;
   if (first_py < fr.size() && fr.size() - next > opt.depth && first_py > next + 1 && opt.depth > 2) {
     line(next);
-    out += fmt::format("        ... {} native frame{}\n", first_py - next - 1, first_py - next - 1 == 1 ? "" : "s");
+    out += fmt::format("        ... {}\n", count_of(first_py - next - 1, "native frame"));
     shown = 1, next = first_py;
   }
-  for (; next < fr.size() && shown < opt.depth; ++next, ++shown) line(next);
-  if (next < fr.size()) out += fmt::format("        ... {} more frame{}\n", fr.size() - next, fr.size() - next == 1 ? "" : "s");
+  std::size_t module_calls = 0, dispatch = 0, unnamed = 0;
+  const Frame* last = nullptr;
+  for (; next < fr.size() && shown < opt.depth; ++next) {
+    const Frame& f = fr[next];
+    if (next != pos.index) {  // the label's own frame is always shown
+      const Passthrough kind = passthrough_kind(f);
+      if (kind == Passthrough::module_call) {
+        ++module_calls;
+        continue;
+      }
+      if (kind == Passthrough::dispatch) {
+        ++dispatch;
+        continue;
+      }
+      if (last && f.function.empty() && f.module != "python" && f.module == last->module) {
+        ++unnamed;
+        continue;
+      }
+    }
+    line(next);
+    last = &f, ++shown;
+  }
+  std::vector<std::string> folded;
+  if (module_calls) folded.push_back(fmt::format("{} module-call", module_calls));
+  if (dispatch) folded.push_back(fmt::format("{} dispatch", dispatch));
+  if (unnamed) folded.push_back(fmt::format("{} unnamed", unnamed));
+  const std::size_t n_folded = module_calls + dispatch + unnamed;
+  const std::string fold = folded.empty() ? "" : joined(folded, " + ") + (n_folded == 1 ? " frame folded" : " frames folded");
+  if (next < fr.size())
+    out += "        ... " + count_of(fr.size() - next, "more frame") + (fold.empty() ? "" : ", " + fold) + "\n";
+  else if (!fold.empty())
+    out += "        ... " + fold + "\n";
+}
+
+void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
+  const auto& fr = res.frames(stack);
+  if (fr.empty())
+    out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
+  else
+    append_frames(out, fr, opt);
 }
 
 // "[LIBRARY] LABEL (file:line)" after a site's numbers: what a person reads first.
-std::string site_tag(StackResolver& res, std::uint32_t stack) {
+// The default view elides a C++ label's template arguments (labels.h short_name): a site
+// is one line, and a kernel's template name alone can be 300 characters; --full spells it out.
+std::string site_tag(StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
   const auto& fr = res.frames(stack);
-  return fmt::format("[{}] {}", text_safe(library_label(fr)), site_label_text(fr));
+  return fmt::format("[{}] {}", text_safe(library_label(fr)), site_label_text(fr, !opt.full));
 }
 
-void kinds_table(std::string& out, const DeviceState& d);
+void kinds_table(std::string& out, const DeviceState& d, const char* title = "Not pooled");
 
 // "REQUESTED requested  ALLOCATED allocated": what the program asked for (the same every
 // run of a deterministic program), then the pool's block bytes beside it.
@@ -74,8 +123,12 @@ std::string both_bytes(std::uint64_t requested, std::uint64_t allocated) {
 bool host_only(const DeviceState& d) { return d.device < 0 && d.stat[kAllocatedBytes][0].allocated == 0 &&
                                               d.stat[kReservedBytes][0].allocated == 0; }
 
-void torch_table(std::string& out, const DeviceState& d) {
+// The pools' rows (large/small, PyTorch's 1 MiB split) only with --pools or --full: they
+// matter when tuning the caching allocator's splitting; every figure a gate, the peak or a
+// leak reads is in the all-pools rows, which keep torch.cuda.memory_summary()'s shape.
+void torch_table(std::string& out, const DeviceState& d, const SummaryOptions& opt) {
   if (host_only(d)) {
+    if (!opt.pools && !opt.full) return kinds_table(out, d, "Host (no device)");  // the rows are all there is
     out += kDouble + "\n";
     out += fmt::format(" {:^73} \n", "gpuheap host memory (no device)");
     out += kDouble + "\n";
@@ -107,20 +160,28 @@ void torch_table(std::string& out, const DeviceState& d) {
   auto cell = [](bool bytes, std::int64_t v, std::int64_t pref) {
     return bytes ? torch_size_cell(v, pref) : torch_count_cell(v, pref);
   };
-  for (const auto& r : rows) {
-    out += kRule + "\n";
+  const bool pools = opt.pools || opt.full;
+  for (std::size_t i = 0; i < std::size(rows); ++i) {
+    const auto& r = rows[i];
+    // One row per metric without the pools: rules around the bytes rows and the counts rows.
+    if (pools || i == 0 || rows[i].bytes != rows[i - 1].bytes) out += kRule + "\n";
     const auto& all = d.stat[r.m][kAllPools];
     const char* names[] = {r.name, "      from large pool", "      from small pool"};
-    for (int p = 0; p < 3; ++p) {
+    for (int p = 0; p < (pools ? 3 : 1); ++p) {
       const auto& s = d.stat[r.m][p];
       out += fmt::format(" {:<21} | {} | {} | {} | {} \n", names[p], cell(r.bytes, s.current, all.current),
                          cell(r.bytes, s.peak, all.peak), cell(r.bytes, s.allocated, all.allocated),
                          cell(r.bytes, s.freed, all.freed));
     }
   }
+  // Oversize blocks exist only under a max_split_size policy: two rows of zeros otherwise,
+  // left out of the default view.
+  const bool oversize = pools || d.stat[kOversizeAllocations][kAllPools].allocated != 0 ||
+                        d.stat[kOversizeSegments][kAllPools].allocated != 0;
   for (auto [m, name] : {std::pair{kOversizeAllocations, "Oversize allocations"},
                          std::pair{kOversizeSegments, "Oversize GPU segments"}}) {
-    out += kRule + "\n";
+    if (!oversize) break;
+    if (pools || m == kOversizeAllocations) out += kRule + "\n";
     const auto& s = d.stat[m][kAllPools];
     out += fmt::format(" {:<21} | {} | {} | {} | {} \n", name, torch_count_cell(s.current, s.current),
                        torch_count_cell(s.peak, s.peak), torch_count_cell(s.allocated, s.allocated),
@@ -130,11 +191,11 @@ void torch_table(std::string& out, const DeviceState& d) {
   kinds_table(out, d);
 }
 
-void kinds_table(std::string& out, const DeviceState& d) {
+void kinds_table(std::string& out, const DeviceState& d, const char* title) {
   // Kinds the pool does not serve: own rows, never mixed into the pool's numbers.
   bool any = std::any_of(d.kinds.begin(), d.kinds.end(), [](const KindUsage& k) { return k.used; });
   if (!any) return;
-  out += "  Not pooled           | Cur Usage  | Peak Usage | Tot Alloc  | Allocs now \n";
+  out += fmt::format("  {:<21}| Cur Usage  | Peak Usage | Tot Alloc  | Allocs now \n", title);
   out += kRule + "\n";
   static const std::pair<format::AllocKind, const char*> kinds[] = {
       {format::AllocKind::async, "Async (stream-ord.)"},  {format::AllocKind::managed, "Managed memory"},
@@ -192,11 +253,16 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
 
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
-    torch_table(out, d);
+    torch_table(out, d, opt);
     out += "\n";
   }
   phases_text(out, m, opt);
 
+  // Stacks printed for peak consumers, by site key: a leak at the same site (a training job's
+  // weights and library workspaces are both) refers to it instead of repeating it (not --full).
+  std::unordered_map<std::string, std::string> shown_stacks;
+  std::size_t devices_shown = 0;
+  for (const auto& d : m.devices) devices_shown += (opt.device < 0 || d.device == opt.device) && d.peak_held > 0;
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
     if (d.peak_held <= 0) continue;
@@ -212,8 +278,10 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
       const auto& r = shown[i];
       out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1, both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s", site_tag(res, r.stack));
+                         r.count == 1 ? "" : "s", site_tag(res, r.stack, opt));
       append_stack(out, res, r.stack, opt);
+      shown_stacks.emplace(res.key(r.stack), devices_shown > 1 ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)
+                                                               : fmt::format("peak consumer #{}", i + 1));
     }
     auto libs = peak_by_library(merged, res);
     if (libs.size() > 1) {
@@ -238,7 +306,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     auto shown = shown_sites(merge_sites(rows, res, true), res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total) {}\n", i + 1, shown[i].count, what,
-                         human_bytes(shown[i].bytes), human_bytes(shown[i].allocated), site_tag(res, shown[i].stack));
+                         human_bytes(shown[i].bytes), human_bytes(shown[i].allocated), site_tag(res, shown[i].stack, opt));
       // Counts, not bytes: one line per site unless frames are asked for (--depth, --full).
       if (opt.depth_given || opt.full) append_stack(out, res, shown[i].stack, opt);
     }
@@ -255,9 +323,11 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     for (const auto& l : m.leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
     auto shown = shown_sites(merge_sites(rows, res), res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
-      out += fmt::format("  #{:<2} {} in {} allocation{} {}\n", i + 1, both_bytes(shown[i].bytes, shown[i].allocated),
-                         shown[i].count, shown[i].count == 1 ? "" : "s", site_tag(res, shown[i].stack));
-      append_stack(out, res, shown[i].stack, opt);
+      auto same = opt.full ? shown_stacks.end() : shown_stacks.find(res.key(shown[i].stack));
+      out += fmt::format("  #{:<2} {} in {} allocation{} {}{}\n", i + 1, both_bytes(shown[i].bytes, shown[i].allocated),
+                         shown[i].count, shown[i].count == 1 ? "" : "s", site_tag(res, shown[i].stack, opt),
+                         same == shown_stacks.end() ? "" : "; stack as " + same->second + " above");
+      if (same == shown_stacks.end()) append_stack(out, res, shown[i].stack, opt);
     }
     out += "\n";
   } else {
@@ -296,7 +366,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     for (const auto& s : shown_sites(merge_sites(rows, res), res, opt)) {
       out += fmt::format("    {} in {} allocation{} {}\n", both_bytes(s.bytes, s.allocated), s.count,
-                         s.count == 1 ? "" : "s", site_tag(res, s.stack));
+                         s.count == 1 ? "" : "s", site_tag(res, s.stack, opt));
       append_stack(out, res, s.stack, opt);
     }
     out += "\n";
@@ -344,9 +414,13 @@ std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const M
                        human_bytes(static_cast<std::uint64_t>(r.peak_a)), human_bytes(static_cast<std::uint64_t>(r.peak_b)),
                        signed_bytes(r.d_total()), human_bytes(static_cast<std::uint64_t>(r.total_a)),
                        human_bytes(static_cast<std::uint64_t>(r.total_b)));
-    if (r.frames.empty()) out += fmt::format("        {}\n", text_safe(r.key));
-    for (std::size_t j = 0; j < r.frames.size() && j < 12; ++j)
-      out += fmt::format("        at {}\n", Symbolizer::format_frame(r.frames[j]));
+    // Named and cut as summary's default view names and cuts its sites (labels.h).
+    if (r.frames.empty()) {
+      out += fmt::format("        {}\n", text_safe(r.key));
+    } else {
+      out += fmt::format("        [{}] {}\n", text_safe(library_label(r.frames)), site_label_text(r.frames, true));
+      append_frames(out, r.frames, SummaryOptions{});
+    }
   }
   return out;
 }

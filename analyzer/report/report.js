@@ -273,7 +273,11 @@
     t.appendChild(tr);
     rows.forEach(function (r) {
       var row = el('tr');
-      r.forEach(function (c, k) { row.appendChild(el('td', head[k][1] || null, c)); });
+      r.forEach(function (c, k) {
+        var td = el('td', head[k][1] || null, c instanceof Node ? null : c);
+        if (c instanceof Node) td.appendChild(c);
+        row.appendChild(td);
+      });
       t.appendChild(row);
     });
     return t;
@@ -283,12 +287,36 @@
     if (f.file) s += '  (' + f.file + (f.line ? ':' + f.line : '') + ')';
     return s;
   }
+  // A C++ label with its template arguments elided, as the text summary's default view has
+  // it (analyzer/labels.cpp short_name); the whole name is the cell's tooltip.
+  function siteCell(s) {
+    var full = s.label || '', f = s.stack && s.label_frame !== undefined ? s.stack[s.label_frame] : null;
+    var out = '', depth = 0;
+    if (!f || f.module === 'python') return full;
+    for (var i = 0; i < full.length; ++i) {
+      var c = full[i];
+      if (depth === 0 && c === '<' && /operator$/.test(out)) {
+        while (i < full.length && '<=>'.indexOf(full[i]) >= 0) out += full[i++];
+        --i;
+      } else if (c === '<') {
+        if (depth++ === 0) out += '<...>';
+      } else if (c === '>' && depth > 0) {
+        --depth;
+      } else if (depth === 0) {
+        out += c;
+      }
+    }
+    if (out === full) return full;
+    var e = el('span', null, out);
+    e.title = full;
+    return e;
+  }
   function stackText(st) { return st.slice(0, 8).map(frameText).join('\n') + (st.length > 8 ? '\n… ' + (st.length - 8) + ' more' : ''); }
   function sites(title, list, total) {
     tbBox.appendChild(el('h3', null, title));
     if (!list || !list.length) { tbBox.appendChild(el('p', 'hint', 'none')); return; }
     tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['site', 'l'], ['stack (innermost first)', 'stack']],
-      list.map(function (s) { return [bytes(s.bytes), s.count, s.library, s.label || '', stackText(s.stack)]; })));
+      list.map(function (s) { return [bytes(s.bytes), s.count, s.library, siteCell(s), stackText(s.stack)]; })));
   }
   var docs = D.summary.processes || [D.summary];
   docs.forEach(function (doc) {

@@ -9,6 +9,14 @@ foreach(t test_model test_model_replay test_phases test_report test_check test_a
   gtest_discover_tests(${t} DISCOVERY_TIMEOUT 60)
 endforeach()
 add_dependencies(test_analyzer_cli gpuheap_cli)
+
+# The default summary view of the shipped example traces (issue 17).
+add_executable(test_summary_view ${CMAKE_CURRENT_SOURCE_DIR}/test_summary_view.cpp)
+target_link_libraries(test_summary_view PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_summary_view PRIVATE GPUHEAP_CLI="$<TARGET_FILE:gpuheap_cli>"
+                           GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_dependencies(test_summary_view gpuheap_cli)
+gtest_discover_tests(test_summary_view DISCOVERY_TIMEOUT 60)
 add_dependencies(test_diff gpuheap_cli)
 add_dependencies(test_replay gpuheap_cli)
 if(TARGET gpuheap)

@@ -118,3 +118,53 @@ TEST(Labels, EdgeCases) {
   none.ip = 0x1234;
   EXPECT_EQ(site_label({none}), "0x1234");
 }
+
+TEST(Labels, ShortNameElidesTemplateArguments) {
+  using gpuheap::short_name;
+  EXPECT_EQ(short_name("at::native::gpu_reduce_kernel<float, float, 4, 4, at::native::func_wrapper_t<float, "
+                       "__nv_hdl_wrapper_t<false, true, false, __nv_dl_tag<void (at::native::sum_functor<float, "
+                       "float, float>::*)(at::TensorIterator&), &at::native::sum_functor<float, float, "
+                       "float>::operator(), 1u>, float (float, float)> >, double>"),
+            "at::native::gpu_reduce_kernel<...>");
+  EXPECT_EQ(short_name("c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<int> >::call"),
+            "c10::impl::wrap_kernel_functor_unboxed_<...>::call");
+  EXPECT_EQ(short_name("user_model_forward"), "user_model_forward");
+  EXPECT_EQ(short_name("at::(anonymous namespace)::create_out"), "at::(anonymous namespace)::create_out");
+  // The '<' of an operator's name is the name.
+  EXPECT_EQ(short_name("std::operator<< <char, std::char_traits<char> >"), "std::operator<< <...>");
+  EXPECT_EQ(short_name("Foo::operator<"), "Foo::operator<");
+  EXPECT_EQ(short_name("Foo::operator<=>"), "Foo::operator<=>");
+  EXPECT_EQ(short_name("Foo<int>::operator->"), "Foo<...>::operator->");
+
+  // site_label_text elides on request (summary's default view, check), native labels only.
+  std::vector<Frame> st = {fn("c10::cuda::CUDACachingAllocator::allocate(unsigned long)"),
+                           fn("void at::native::gpu_reduce_kernel<float, 4>(at::TensorIterator&)", "/x/libtorch_cuda.so")};
+  EXPECT_EQ(site_label_text(st), "at::native::gpu_reduce_kernel<float, 4>");
+  EXPECT_EQ(site_label_text(st, true), "at::native::gpu_reduce_kernel<...>");
+  std::vector<Frame> py_st = {anon("/v/torch/lib/libc10_cuda.so", 0x10), anon("/v/torch/lib/libtorch_cuda.so", 0x20),
+                              py("<module>", "/work/job.py", 7)};
+  EXPECT_EQ(site_label_text(py_st, true), "<module> (job.py:7)");
+}
+
+TEST(Labels, PassthroughFrames) {
+  using gpuheap::Passthrough;
+  using gpuheap::passthrough_kind;
+  const char* mod = "/v/site-packages/torch/nn/modules/module.py";
+  EXPECT_EQ(passthrough_kind(py("Module._call_impl", mod, 1790)), Passthrough::module_call);
+  EXPECT_EQ(passthrough_kind(py("Module._wrapped_call_impl", mod, 1779)), Passthrough::module_call);
+  EXPECT_EQ(passthrough_kind(py("Sequential.forward", "/v/site-packages/torch/nn/modules/container.py", 253)),
+            Passthrough::module_call);
+  // A layer's own forward, or the program's function of the same name, is not plumbing.
+  EXPECT_EQ(passthrough_kind(py("Linear.forward", "/v/site-packages/torch/nn/modules/linear.py", 134)),
+            Passthrough::none);
+  EXPECT_EQ(passthrough_kind(py("Model._call_impl", "/work/job.py", 3)), Passthrough::none);
+  EXPECT_EQ(passthrough_kind(fn("at::_ops::addmm::call(at::Tensor const&)", "/v/libtorch_cpu.so")), Passthrough::dispatch);
+  EXPECT_EQ(passthrough_kind(fn("at::_ops::mm::redispatch(c10::DispatchKeySet)", "/v/libtorch_cpu.so")),
+            Passthrough::dispatch);
+  EXPECT_EQ(passthrough_kind(fn("c10::impl::wrap_kernel_functor_unboxed_<X>::call(c10::OperatorKernel*)")),
+            Passthrough::dispatch);
+  EXPECT_EQ(passthrough_kind(fn("torch::autograd::VariableType::(anonymous namespace)::mm(c10::DispatchKeySet)")),
+            Passthrough::dispatch);
+  EXPECT_EQ(passthrough_kind(fn("at::native::linear(at::Tensor const&)")), Passthrough::none);
+  EXPECT_EQ(passthrough_kind(anon("/v/torch/lib/libtorch_cpu.so", 0x2000)), Passthrough::none);
+}

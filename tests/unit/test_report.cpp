@@ -53,6 +53,7 @@ TEST(Units, HumanBytes) {
 TEST(Report, TextSummaryRowsAndValues) {
   auto a = analyze_one(sample_trace(), "rep.gh");
   SummaryOptions o;
+  o.pools = true;  // the large/small pool rows (not in the default view since issue 17)
   auto t = summary_text(a, o);
   EXPECT_NE(t.find("command:   python train.py"), std::string::npos) << t;
   EXPECT_NE(t.find("pid:       100 (ppid 1) on testhost"), std::string::npos);

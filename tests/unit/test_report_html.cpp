@@ -165,6 +165,25 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+// The site column names a C++ site as summary's default view does (template arguments
+// elided), the whole name in the cell's tooltip: the H100 trace has its frames' names.
+TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
+  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  std::string html = out_dir() + "/report-h100.html";
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q -o " + html + " " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto dom = browse(html, "--dump-dom");
+  ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
+  expect_rendered(dom.out);
+  auto cell = dom.out.find(">at::native::gpu_reduce_kernel&lt;...&gt;</span>");
+  ASSERT_NE(cell, std::string::npos) << dom.out.substr(dom.out.find("Most allocations"), 4000);
+  auto span = dom.out.rfind("<span title=\"at::native::gpu_reduce_kernel", cell);
+  ASSERT_NE(span, std::string::npos);
+  EXPECT_NE(dom.out.substr(span, cell - span).find("4, 4, at::native::func_wrapper_t"), std::string::npos);
+  // A Python label is left as it is.
+  EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
+}
+
 // Large traces: the page's data stays bounded (timeline points and flame nodes), the
 // timeline's maxima are the replay's exact peaks, and the page still renders.
 TEST(ReportHtml, LargeTraceIsDownsampledWithExactPeaks) {
