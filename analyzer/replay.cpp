@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -25,27 +28,53 @@ constexpr std::uint64_t kDriverGranularity = std::uint64_t{2} << 20;  // cudaMal
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
 
-// "The GPU" of one device: segments are fake addresses (never memory: a 100 GiB trace
+// "The GPU" of one device: segments are addresses only (never memory: a 100 GiB trace
 // replays in a few MB), the limit is the device cap, and a fence is done when the trace
 // says the freed block completed (or when the pool waits for it: the host blocking on the
 // GPU, as fence_wait does in-process).
+//
+// A segment gets the address the recorded driver gave the recorded pool's segment of that
+// size (the trace's segment_alloc records, offered in trace order), not a made-up one: the
+// pool's best fit breaks ties between equal-sized free blocks by address, so segments whose
+// real addresses descend (the driver often hands them out downwards) must keep that order
+// or the replay picks the other block and drifts from the recorded pool (ResNet-18 on an
+// H100: +2 MiB from two 2 KiB blocks taken the other way round). Where no recorded segment
+// of that size is offered (another policy, a pool-off trace) or its range is still held
+// here, a fresh address above every one seen is made up.
 class SimUpstream final : public detail::Upstream {
  public:
   explicit SimUpstream(ReplayDevice* out, std::uint64_t limit) : out_(out), limit_(limit) {}
 
   void* allocate(std::size_t bytes) noexcept override {
     if (limit_ && (bytes > limit_ || reserved_ + other_ > limit_ - bytes)) return nullptr;
-    // Addresses are never handed out twice: 2^64 bytes of segment churn cannot occur.
-    std::uint64_t a = next_;
-    next_ += round_up(bytes, kDriverGranularity);
+    std::uint64_t a = take_offered(bytes);
+    if (!a) {
+      // Above every address held or offered: never one in use, and 2^64 bytes of segment
+      // churn cannot occur.
+      a = next_;
+      next_ += round_up(bytes, kDriverGranularity);
+    }
+    held_.emplace(a, bytes);
     reserved_ += bytes;
     out_->reserved.add(static_cast<std::int64_t>(bytes));
     held_changed();
     return reinterpret_cast<void*>(a);
   }
-  void deallocate(void* /*p*/, std::size_t bytes) noexcept override {
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    held_.erase(reinterpret_cast<std::uint64_t>(p));
     reserved_ -= bytes;
     out_->reserved.add(-static_cast<std::int64_t>(bytes));
+  }
+  // The trace's segment records: a recorded segment is offered until this replay takes it
+  // or the recorded pool gives it back (then the driver may hand its range out again).
+  void offer(std::uint64_t addr, std::uint64_t bytes) {
+    if (!addr || !bytes || addr > UINT64_MAX - bytes) return;  // a hostile record: never offered
+    offered_.push_back({addr, bytes});
+    next_ = std::max(next_, round_up(addr + bytes, kDriverGranularity));
+  }
+  void withdraw(std::uint64_t addr) {
+    auto it = std::find_if(offered_.begin(), offered_.end(), [&](const Offer& o) { return o.addr == addr; });
+    if (it != offered_.end()) offered_.erase(it);
   }
   Fence fence_record() noexcept override {
     if (count_ == fences_.size()) grow_fences();
@@ -87,9 +116,31 @@ class SimUpstream final : public detail::Upstream {
     fences_.swap(n);
   }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
+  // The oldest offered segment of exactly `bytes` whose range is free here; 0 if none.
+  // Segment records are rare next to block events: a scan and an ordered map are cheap.
+  std::uint64_t take_offered(std::uint64_t bytes) {
+    for (auto it = offered_.begin(); it != offered_.end(); ++it) {
+      if (it->bytes != bytes || overlaps_held(it->addr, bytes)) continue;
+      std::uint64_t a = it->addr;
+      offered_.erase(it);
+      return a;
+    }
+    return 0;
+  }
+  bool overlaps_held(std::uint64_t a, std::uint64_t bytes) const {
+    auto it = held_.lower_bound(a + bytes);  // first segment starting at or after the end
+    if (it == held_.begin()) return false;
+    --it;
+    return it->first + it->second > a;
+  }
+  struct Offer {
+    std::uint64_t addr = 0, bytes = 0;
+  };
   ReplayDevice* out_;
   std::uint64_t limit_, reserved_ = 0, other_ = 0;
   std::uint64_t next_ = std::uint64_t{1} << 40;
+  std::deque<Offer> offered_;                  // recorded segments not taken, trace order
+  std::map<std::uint64_t, std::uint64_t> held_;  // segments held here: base -> bytes
   std::vector<std::uint8_t> fences_;
   Fence base_ = 0;  // fences <= base_ are released (and done)
   std::uint64_t count_ = 0;
@@ -323,6 +374,8 @@ class Replayer {
       case RecordType::segment_free: {
         std::uint16_t i;
         DeviceSim& d = dev(e.segment.device, &i);
+        if (e.type == RecordType::segment_alloc) d.up.offer(e.segment.ptr, e.segment.size);
+        else d.up.withdraw(e.segment.ptr);
         d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) * static_cast<std::int64_t>(e.segment.size);
         d.out.recorded_reserved_peak =
             std::max<std::uint64_t>(d.out.recorded_reserved_peak, static_cast<std::uint64_t>(std::max<std::int64_t>(d.recorded_reserved, 0)));
@@ -334,11 +387,14 @@ class Replayer {
   }
 
   bool on_alloc(const format::AllocRecord& a, std::uint64_t index) {
+    if (!pool_kind(a.kind) && !format::holds_device_memory(a.kind)) {  // pinned host memory: no device
+      ++res_.other_kind_events;
+      return true;
+    }
     std::uint16_t di;
     DeviceSim& d = dev(a.device, &di);
     if (!pool_kind(a.kind)) {
       ++res_.other_kind_events;
-      if (!format::holds_device_memory(a.kind)) return true;
       bool inserted = false;
       std::uint64_t& held = other_.get(other_key(a.ptr, a.kind), &inserted);
       if (!inserted) d.up.charge_other(-static_cast<std::int64_t>(held));

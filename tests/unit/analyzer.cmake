@@ -11,6 +11,8 @@ endforeach()
 add_dependencies(test_analyzer_cli gpuheap_cli)
 add_dependencies(test_diff gpuheap_cli)
 add_dependencies(test_replay gpuheap_cli)
+# The real traces kept in tests/gpu/traces are replayed in place.
+target_compile_definitions(test_replay PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 if(TARGET gpuheap)
   add_dependencies(test_analyzer_cli gpuheap)
 endif()
