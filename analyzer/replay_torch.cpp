@@ -4,8 +4,52 @@
 
 #include <bit>
 #include <iterator>
+#include <string_view>
+
+#include "analyzer/model.h"
 
 namespace gpuheap {
+namespace {
+
+std::string_view base_name(std::string_view path) {
+  std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// The module holding ip: the latest record wins where ranges overlap (dlclose + dlopen).
+const OwnedModule* module_at(const std::vector<OwnedModule>& mods, std::uint64_t ip) {
+  for (auto it = mods.rbegin(); it != mods.rend(); ++it)
+    if (ip >= it->lo && ip < it->hi) return &*it;
+  return nullptr;
+}
+
+// Frames between the program's call and the recorded allocation that are not the caller:
+// gpuheap's hooks, and the CUDA runtime/driver a cudaMalloc may pass through to reach them.
+bool hook_side(std::string_view base) {
+  return base.starts_with("libgpuheap") || base.starts_with("libcudart") || base.starts_with("libcuda.");
+}
+
+}  // namespace
+
+bool TorchCallers::served(std::uint32_t stack) {
+  for (; modules_seen_ < m_.modules.size(); ++modules_seen_)
+    torch_job_ |= base_name(m_.modules[modules_seen_].path).starts_with("libc10_cuda");
+  if (!torch_job_ || stack == 0) return true;
+  if (auto it = by_stack_.find(stack); it != by_stack_.end()) return it->second;
+  auto st = m_.stacks.find(stack);
+  if (st == m_.stacks.end()) return true;  // not recorded (yet): cannot tell
+  bool served = true;
+  for (std::uint64_t ip : st->second) {
+    const OwnedModule* mod = module_at(m_.modules, ip);
+    if (!mod) return true;  // in no module recorded so far: cannot tell (not kept: one may come)
+    std::string_view base = base_name(mod->path);
+    if (hook_side(base)) continue;
+    served = base.starts_with("libc10_cuda");
+    break;
+  }
+  by_stack_.emplace(stack, served);
+  return served;
+}
 
 std::uint64_t TorchAllocator::round_size(std::uint64_t n) const {
   if (n < kMinBlock) return kMinBlock;

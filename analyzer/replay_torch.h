@@ -9,10 +9,35 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "preload/pool/pool.h"
 
 namespace gpuheap {
+
+class Model;
+
+// Which of a trace's cudaMallocs PyTorch's caching allocator makes: those whose caller, the
+// first frame outside gpuheap and the CUDA runtime/driver, is in libc10_cuda (where
+// CUDACachingAllocator lives; a NO_CACHING trace shows its cudaMalloc calls). The others
+// (cuBLAS's workspaces from cublasCreate, cuDNN's, NCCL's buffers) call cudaMalloc
+// themselves and never count in torch.cuda.max_memory_reserved(). Decided from the trace's
+// module records (address ranges), not symbol names, which stripped libraries lack. Served
+// as well (the model cannot tell, and keeps its old answer): every allocation of a trace
+// that never loaded libc10_cuda (a program without PyTorch: "what if torch's allocator
+// served every cudaMalloc"), one without a stack, and one whose first such frame is in no
+// recorded module.
+class TorchCallers {
+ public:
+  explicit TorchCallers(const Model& m) : m_(m) {}
+  bool served(std::uint32_t stack);
+
+ private:
+  const Model& m_;
+  std::size_t modules_seen_ = 0;
+  bool torch_job_ = false;
+  std::unordered_map<std::uint32_t, bool> by_stack_;  // decided once torch_job_
+};
 
 struct TorchConfig {
   std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max();  // unlimited
