@@ -55,7 +55,7 @@ struct DeviceSim {
 // without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
 constexpr std::uint8_t kServed = 0, kPassthrough = 1, kBypass = 2;  // Live::how
 struct Live {
-  std::uint64_t addr = 0, requested = 0;
+  std::uint64_t addr = 0, requested = 0;  // addr: the replayed block (torch: the model's handle for it)
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
   std::uint8_t how = 0;  // kServed, kPassthrough or kBypass
@@ -250,8 +250,9 @@ class Replayer {
       d.up.charge_other(static_cast<std::int64_t>(size));  // the driver's bytes count as held
       ++d.none_segments;
     } else if (d.torch) {
-      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &size)) return oom(d, a, index, d.largest_free());
-      l.seg = d.segs.find(l.addr);
+      std::uint64_t ptr = 0;
+      if (!d.torch->allocate(a.requested, a.stream, &ptr, &size, &l.addr)) return oom(d, a, index, d.largest_free());
+      l.seg = d.segs.find(ptr);
       d.segs.add(l.seg, size);
     } else {
       detail::PoolBlock b;
@@ -313,7 +314,7 @@ class Replayer {
       return;
     }
     if (d.torch) {  // stream-ordered: reusable at once on its stream; free_completed is not waited for
-      std::uint64_t size = d.torch->deallocate(l.addr);
+      std::uint64_t size = d.torch->deallocate_handle(l.addr);
       if (size == 0) throw std::logic_error("replay: the torch model does not know a block it handed out");
       d.out.allocated.add(-static_cast<std::int64_t>(size));
       d.segs.remove(l.seg, size);

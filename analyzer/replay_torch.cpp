@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <new>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
@@ -187,7 +187,7 @@ void TorchAllocator::release_cached_blocks() {
 }
 
 bool TorchAllocator::allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr,
-                              std::uint64_t* size) {
+                              std::uint64_t* size, Handle* handle) {
   std::uint64_t n = round_size(requested);
   bool small = n <= kSmallSize;
   std::uint64_t alloc_size = allocation_size(n);
@@ -213,15 +213,22 @@ bool TorchAllocator::allocate(std::uint64_t requested, std::uint64_t stream, std
     index_of(rest).insert(rest);
   }
   b->allocated = true;
-  if (!allocated_.reserve_one()) throw std::bad_alloc();
-  allocated_.insert(b->addr, b);
   *ptr = b->addr, *size = b->size;
+  if (handle) *handle = reinterpret_cast<Handle>(b);
   return true;
 }
 
 std::uint64_t TorchAllocator::deallocate(std::uint64_t ptr) {
-  Block* b = allocated_.erase(ptr);
-  if (!b) return 0;
+  auto it = segments_.upper_bound(ptr);
+  if (it == segments_.begin()) return 0;
+  for (Block* b = std::prev(it)->second->first; b && b->addr <= ptr; b = b->next)
+    if (b->addr == ptr) return b->allocated ? deallocate_handle(reinterpret_cast<Handle>(b)) : 0;
+  return 0;
+}
+
+std::uint64_t TorchAllocator::deallocate_handle(Handle h) {
+  auto* b = reinterpret_cast<Block*>(h);
+  if (!b->allocated) return 0;
   b->allocated = false;
   std::uint64_t freed = b->size;
   Index& ix = index_of(b);

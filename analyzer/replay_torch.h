@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 #include "preload/pool/pool.h"
-#include "preload/pool/pool_containers.h"
 #include "preload/pool/pool_free_index.h"
 
 namespace gpuheap {
@@ -50,7 +49,7 @@ struct TorchConfig {
 // each bin an intrusive treap): one index per stream and pool kind, so a query is two word
 // scans and a short tree walk instead of a std::set search, and the blocks' links live in
 // the blocks (no node allocation). Blocks are recycled nodes, listed per segment by address
-// for merging; allocated ones are found by address through an open-addressing map. The
+// for merging; the replay frees a block through its handle, not its address. The
 // choices are the std::set model's, block for block (the index orders by (size, address)).
 class TorchAllocator {
  public:
@@ -64,12 +63,18 @@ class TorchAllocator {
   TorchAllocator(const TorchAllocator&) = delete;
   TorchAllocator& operator=(const TorchAllocator&) = delete;
 
+  // An allocated block, for deallocate_handle: the replay keeps it in place of the address
+  // (no address lookup on the free path; that lookup was a cache miss per free).
+  using Handle = std::uint64_t;
   // The block that malloc(requested) on `stream` returns; false when even the release-and-
   // retry path cannot get a segment (torch's OutOfMemoryError).
-  bool allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr, std::uint64_t* size);
+  bool allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr, std::uint64_t* size,
+                Handle* handle = nullptr);
   // Frees a block handed out (stream-ordered: reusable at once on its stream). Returns its
-  // size, 0 for an address that is no live block.
+  // size, 0 for an address that is no live block (found through its segment: O(blocks there)).
   std::uint64_t deallocate(std::uint64_t ptr);
+  // The same for the block allocate() gave `h` for (still allocated).
+  std::uint64_t deallocate_handle(Handle h);
   // torch.cuda.empty_cache(): every cached segment with no live piece goes back.
   void empty_cache() { release_cached_blocks(); }
   std::uint64_t largest_free() const;
@@ -121,7 +126,6 @@ class TorchAllocator {
   std::unordered_map<std::uint64_t, std::unique_ptr<Pools>> pools_;
   std::uint64_t last_stream_ = 0;
   Pools* last_pools_ = nullptr;
-  detail::pool_impl::PtrMap<Block> allocated_;  // allocated blocks by address
   std::map<std::uint64_t, Segment*> segments_;  // by base: release in address order
   Block* spare_ = nullptr;                      // recycled nodes, linked through next
   std::uint64_t retries_ = 0;
