@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "analyzer/replay.h"
@@ -39,12 +39,7 @@ class SimUpstream final : public detail::Upstream {
   void* allocate(std::size_t bytes) noexcept override {
     if (limit_ && (bytes > limit_ || reserved_ + other_ > limit_ - bytes)) return nullptr;
     std::uint64_t a = take_offered(bytes);
-    if (!a) {
-      // Above every address held or offered: never one in use, and 2^64 bytes of segment
-      // churn cannot occur.
-      a = next_;
-      next_ += round_up(bytes, kDriverGranularity);
-    }
+    if (!a && !(a = fresh(bytes))) return nullptr;  // no address left: only a hostile trace
     held_.emplace(a, bytes);
     reserved_ += bytes;
     out_->reserved.add(static_cast<std::int64_t>(bytes));
@@ -59,13 +54,18 @@ class SimUpstream final : public detail::Upstream {
   // The trace's segment records: a recorded segment is offered until this replay takes it
   // or the recorded pool gives it back (then the driver may hand its range out again).
   void offer(std::uint64_t addr, std::uint64_t bytes) {
-    if (!addr || !bytes || addr > UINT64_MAX - bytes) return;  // a hostile record: never offered
-    offered_.push_back({addr, bytes});
+    // No process has addresses at or above 2^63: such a record is hostile, never offered.
+    if (!addr || !bytes || bytes >= kTop || addr >= kTop - bytes) return;
+    std::uint64_t seq = ++offers_;
+    by_size_.emplace(std::make_pair(bytes, seq), addr);
+    by_addr_.emplace(addr, std::make_pair(bytes, seq));
     next_ = std::max(next_, round_up(addr + bytes, kDriverGranularity));
   }
+  // The recorded pool cannot hold two segments at one address: every offer there goes.
   void withdraw(std::uint64_t addr) {
-    auto it = std::find_if(offered_.begin(), offered_.end(), [&](const Offer& o) { return o.addr == addr; });
-    if (it != offered_.end()) offered_.erase(it);
+    auto [lo, hi] = by_addr_.equal_range(addr);
+    for (auto it = lo; it != hi; ++it) by_size_.erase(it->second);
+    by_addr_.erase(lo, hi);
   }
   Fence fence_record() noexcept override {
     if (count_ == fences_.size()) grow_fences();
@@ -107,16 +107,33 @@ class SimUpstream final : public detail::Upstream {
     fences_.swap(n);
   }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
-  // The oldest offered segment of exactly `bytes` whose range is free here; 0 if none.
-  // Segment records are rare next to block events: a scan and an ordered map are cheap.
+  // The oldest offered segment of exactly `bytes` whose range is free here (among the
+  // oldest kScan of that size: a bound for hostile traces); 0 if none. Segment records are
+  // rare next to block events: ordered maps are cheap here.
   std::uint64_t take_offered(std::uint64_t bytes) {
-    for (auto it = offered_.begin(); it != offered_.end(); ++it) {
-      if (it->bytes != bytes || overlaps_held(it->addr, bytes)) continue;
-      std::uint64_t a = it->addr;
-      offered_.erase(it);
+    constexpr int kScan = 64;
+    auto it = by_size_.lower_bound(std::make_pair(bytes, std::uint64_t{0}));
+    for (int n = 0; n < kScan && it != by_size_.end() && it->first.first == bytes; ++n, ++it) {
+      std::uint64_t a = it->second;
+      if (overlaps_held(a, bytes)) continue;
+      auto [lo, hi] = by_addr_.equal_range(a);
+      for (auto j = lo; j != hi; ++j)
+        if (j->second == it->first) {
+          by_addr_.erase(j);
+          break;
+        }
+      by_size_.erase(it);
       return a;
     }
     return 0;
+  }
+  // Above every address held or offered (next_ is kept so), hence never one in use.
+  std::uint64_t fresh(std::uint64_t bytes) {
+    std::uint64_t span = round_up(bytes, kDriverGranularity);
+    if (span < bytes || next_ > UINT64_MAX - span) return 0;
+    std::uint64_t a = next_;
+    next_ += span;
+    return a;
   }
   bool overlaps_held(std::uint64_t a, std::uint64_t bytes) const {
     auto it = held_.lower_bound(a + bytes);  // first segment starting at or after the end
@@ -124,13 +141,15 @@ class SimUpstream final : public detail::Upstream {
     --it;
     return it->first + it->second > a;
   }
-  struct Offer {
-    std::uint64_t addr = 0, bytes = 0;
-  };
   ReplayDevice* out_;
   std::uint64_t limit_, reserved_ = 0, other_ = 0;
   std::uint64_t next_ = std::uint64_t{1} << 40;
-  std::deque<Offer> offered_;                  // recorded segments not taken, trace order
+  static constexpr std::uint64_t kTop = std::uint64_t{1} << 63;
+  // Recorded segments not taken: (bytes, offer number) -> address, so the oldest of a size
+  // comes first; address -> (bytes, offer number), for the recorded frees.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> by_size_;
+  std::multimap<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> by_addr_;
+  std::uint64_t offers_ = 0;
   std::map<std::uint64_t, std::uint64_t> held_;  // segments held here: base -> bytes
   std::vector<std::uint8_t> fences_;
   Fence base_ = 0;  // fences <= base_ are released (and done)

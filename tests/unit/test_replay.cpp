@@ -207,6 +207,21 @@ TEST(Replay, SegmentsKeepTheRecordedAddressOrder) {
   EXPECT_EQ(other.devices.at(0).allocated.current, static_cast<std::int64_t>(40 * MiB));  // 6 + 14 + 20 live
 }
 
+// Segment records the replay must not trust: a range that wraps the address space is never
+// offered, and an address offered again while this replay holds it gives way to a fresh one.
+TEST(Replay, SegmentAddressesNeverOverlap) {
+  TraceBuilder b;
+  b.segment(~std::uint64_t{0} - MiB, 16 * MiB, false);
+  for (int i = 0; i < 3; ++i) b.segment(kA, 16 * MiB, false);
+  b.alloc(kA, 15 * MiB, 15 * MiB);  // a segment of its own, rounded to 16 MiB: kA's
+  b.alloc(kB, 15 * MiB, 15 * MiB);  // another: kA is held, so a fresh address
+  b.end();
+  ReplayResult r = replay(b, "hostile-seg.trace");
+  EXPECT_FALSE(r.oom.hit);
+  EXPECT_EQ(r.devices.at(0).reserved.peak, static_cast<std::int64_t>(32 * MiB));
+  EXPECT_EQ(r.devices.at(0).segments_at_peak, 2u);
+}
+
 // The ResNet-18 job kept in tests/gpu/traces (an H100, gpuheap's pool serving every tensor
 // from the main and the autograd thread): its replay reproduces the recorded peak, byte for
 // byte.
