@@ -12,6 +12,7 @@
 #include "analyzer/flat_map.h"
 #include "analyzer/model.h"
 #include "analyzer/reader.h"
+#include "analyzer/replay_sim.h"
 #include "analyzer/report.h"
 #include "analyzer/symbolize.h"
 #include "format/decode.h"
@@ -21,136 +22,10 @@ namespace {
 
 using format::AllocKind;
 using format::RecordType;
-constexpr std::uint64_t kDriverGranularity = std::uint64_t{2} << 20;  // cudaMalloc's 2 MiB
-
-std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
-
-// "The GPU" of one device: segments are fake addresses (never memory: a 100 GiB trace
-// replays in a few MB), the limit is the device cap, and a fence is done when the trace
-// says the freed block completed (or when the pool waits for it: the host blocking on the
-// GPU, as fence_wait does in-process).
-class SimUpstream final : public detail::Upstream {
- public:
-  explicit SimUpstream(ReplayDevice* out, std::uint64_t limit) : out_(out), limit_(limit) {}
-
-  void* allocate(std::size_t bytes) noexcept override {
-    if (limit_ && (bytes > limit_ || reserved_ + other_ > limit_ - bytes)) return nullptr;
-    // Addresses are never handed out twice: 2^64 bytes of segment churn cannot occur.
-    std::uint64_t a = next_;
-    next_ += round_up(bytes, kDriverGranularity);
-    reserved_ += bytes;
-    out_->reserved.add(static_cast<std::int64_t>(bytes));
-    held_changed();
-    return reinterpret_cast<void*>(a);
-  }
-  void deallocate(void* /*p*/, std::size_t bytes) noexcept override {
-    reserved_ -= bytes;
-    out_->reserved.add(-static_cast<std::int64_t>(bytes));
-  }
-  Fence fence_record() noexcept override {
-    if (count_ == fences_.size()) grow_fences();
-    fence(base_ + ++count_) = 0;
-    return base_ + count_;
-  }
-  bool fence_done(Fence f) noexcept override { return f <= base_ || (fence(f) & kDone); }
-  void fence_wait(Fence f) noexcept override { complete(f); }
-  void fence_release(Fence f) noexcept override {
-    if (f <= base_) return;
-    fence(f) |= kReleased;
-    // The pool releases fences oldest first, so the front is dropped at once.
-    while (count_ && (fence(base_ + 1) & kReleased)) ++base_, --count_;
-  }
-  std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
-
-  void complete(Fence f) noexcept {
-    if (f > base_) fence(f) |= kDone;
-  }
-  Fence last_fence() const { return base_ + count_; }
-  // Device memory of kinds the pool does not serve: charged against the limit.
-  void charge_other(std::int64_t d) {
-    other_ += static_cast<std::uint64_t>(d);
-    if (d > 0) held_changed();
-  }
-  bool fits(std::uint64_t bytes) const {
-    return !limit_ || (bytes <= limit_ && reserved_ + other_ <= limit_ - bytes);
-  }
-  std::uint64_t reserved() const { return reserved_; }
-
- private:
-  static constexpr std::uint8_t kDone = 1, kReleased = 2;
-  // Fences base_+1 .. base_+count_ live in a ring indexed by fence number (a power-of-two
-  // size): cheaper per fence than a deque, and every free records one.
-  std::uint8_t& fence(Fence f) { return fences_[f & (fences_.size() - 1)]; }
-  void grow_fences() {
-    std::vector<std::uint8_t> n(fences_.empty() ? 1024 : fences_.size() * 2);
-    for (Fence f = base_ + 1; f <= base_ + count_; ++f) n[f & (n.size() - 1)] = fence(f);
-    fences_.swap(n);
-  }
-  void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
-  ReplayDevice* out_;
-  std::uint64_t limit_, reserved_ = 0, other_ = 0;
-  std::uint64_t next_ = std::uint64_t{1} << 40;
-  std::vector<std::uint8_t> fences_;
-  Fence base_ = 0;  // fences <= base_ are released (and done)
-  std::uint64_t count_ = 0;
-};
-
-// Segments of one replayed pool, for what PoolStats does not say: the free bytes pinned by
-// live blocks (non-releasable: empty_cache cannot give them back).
-class SegTracker final : public detail::PoolObserver {
- public:
-  void on_segment_alloc(void* p, std::size_t n, bool /*small*/) noexcept override {
-    auto a = reinterpret_cast<std::uint64_t>(p);
-    std::uint32_t slot;
-    if (!free_.empty()) slot = free_.back(), free_.pop_back();
-    else slot = static_cast<std::uint32_t>(segs_.size()), segs_.emplace_back();
-    segs_[slot] = {a, n, 0, 0};
-    auto it = std::lower_bound(starts_.begin(), starts_.end(), a);  // usually the end
-    slots_.insert(slots_.begin() + (it - starts_.begin()), slot);
-    starts_.insert(it, a);
-  }
-  void on_segment_free(void* p, std::size_t /*n*/, bool /*small*/) noexcept override {
-    auto a = reinterpret_cast<std::uint64_t>(p);
-    auto it = std::lower_bound(starts_.begin(), starts_.end(), a);
-    auto i = it - starts_.begin();
-    free_.push_back(slots_[static_cast<std::size_t>(i)]);
-    slots_.erase(slots_.begin() + i);
-    starts_.erase(it);
-  }
-  void on_retry(std::size_t /*requested*/) noexcept override { ++retries_; }
-
-  std::uint32_t find(std::uint64_t a) const {
-    auto it = std::upper_bound(starts_.begin(), starts_.end(), a);
-    return slots_[static_cast<std::size_t>(it - starts_.begin() - 1)];
-  }
-  // Σ over segments with a live block of (size - live bytes), kept per event.
-  void add(std::uint32_t slot, std::uint64_t n) {
-    Seg& s = segs_[slot];
-    if (s.live++ == 0) non_releasable_ += s.size - n;
-    else non_releasable_ -= n;
-    s.live_bytes += n;
-  }
-  void remove(std::uint32_t slot, std::uint64_t n) {
-    Seg& s = segs_[slot];
-    s.live_bytes -= n;
-    if (--s.live == 0) non_releasable_ -= s.size - n;
-    else non_releasable_ += n;
-  }
-  std::uint64_t non_releasable() const { return non_releasable_; }
-  std::size_t count() const { return starts_.size(); }
-  std::uint64_t retries() const { return retries_; }
-
- private:
-  struct Seg {
-    std::uint64_t base = 0, size = 0, live_bytes = 0;
-    std::uint32_t live = 0;
-  };
-  std::vector<Seg> segs_;
-  std::vector<std::uint32_t> free_;
-  std::vector<std::uint64_t> starts_;  // sorted
-  std::vector<std::uint32_t> slots_;   // parallel to starts_
-  std::uint64_t non_releasable_ = 0, retries_ = 0;
-};
+using replay_sim::kDriverGranularity;
+using replay_sim::round_up;
+using replay_sim::SegTracker;
+using replay_sim::SimUpstream;
 
 struct DeviceSim {
   DeviceSim(int device, const ReplayOptions& o) : up(&out, o.limit), none(o.policy.kind == ReplayPolicy::Kind::none) {
@@ -172,17 +47,18 @@ struct DeviceSim {
   std::unique_ptr<TorchAllocator> torch;
   bool none;
   std::uint64_t largest_free() const { return torch ? torch->largest_free() : pool->stats().largest_free; }
-  std::uint64_t none_segments = 0, snap_reserved = 0;
+  std::uint64_t none_segments = 0, snap_reserved = 0, bypass_current = 0;
   std::int64_t recorded_reserved = 0;
 };
 
 // No block size: the free gets it back from the pool or torch model (none: recomputed), and
 // without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
+constexpr std::uint8_t kServed = 0, kPassthrough = 1, kBypass = 2;  // Live::how
 struct Live {
-  std::uint64_t addr = 0, requested = 0;
+  std::uint64_t addr = 0, requested = 0;  // addr: the replayed block (torch: the model's handle for it)
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
-  std::uint8_t passthrough = 0;
+  std::uint8_t how = 0;  // kServed, kPassthrough or kBypass
 };
 static_assert(sizeof(Live) <= 24, "a live-map slot (key + Live) stays 32 bytes");
 struct Pending {
@@ -323,6 +199,8 @@ class Replayer {
       case RecordType::segment_free: {
         std::uint16_t i;
         DeviceSim& d = dev(e.segment.device, &i);
+        if (e.type == RecordType::segment_alloc) d.up.offer(e.segment.ptr, e.segment.size);
+        else d.up.withdraw(e.segment.ptr);
         d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) * static_cast<std::int64_t>(e.segment.size);
         d.out.recorded_reserved_peak =
             std::max<std::uint64_t>(d.out.recorded_reserved_peak, static_cast<std::uint64_t>(std::max<std::int64_t>(d.recorded_reserved, 0)));
@@ -334,11 +212,14 @@ class Replayer {
   }
 
   bool on_alloc(const format::AllocRecord& a, std::uint64_t index) {
+    if (!pool_kind(a.kind) && !format::holds_device_memory(a.kind)) {  // pinned host memory: no device
+      ++res_.other_kind_events;
+      return true;
+    }
     std::uint16_t di;
     DeviceSim& d = dev(a.device, &di);
     if (!pool_kind(a.kind)) {
       ++res_.other_kind_events;
-      if (!format::holds_device_memory(a.kind)) return true;
       bool inserted = false;
       std::uint64_t& held = other_.get(other_key(a.ptr, a.kind), &inserted);
       if (!inserted) d.up.charge_other(-static_cast<std::int64_t>(held));
@@ -351,7 +232,17 @@ class Replayer {
     if (!inserted) return true;  // recorded twice without a free: a corrupt trace
     Live l;
     std::uint64_t size = 0;
-    l.requested = a.requested, l.dev = di, l.passthrough = a.kind == AllocKind::device_passthrough;
+    l.requested = a.requested, l.dev = di, l.how = a.kind == AllocKind::device_passthrough ? kPassthrough : kServed;
+    if (d.torch && !callers_.served(a.stack)) {  // not torch's allocation: straight to the driver
+      size = none_size(a.requested);
+      if (!d.up.fits(size)) return oom(d, a, index, d.largest_free());
+      d.up.charge_other(static_cast<std::int64_t>(size));
+      ++d.out.bypass_allocations, d.out.bypass_bytes += size, d.bypass_current += size;
+      d.out.bypass_peak = std::max(d.out.bypass_peak, d.bypass_current);
+      l.how = kBypass;
+      slot = l;
+      return true;
+    }
     if (d.none) {
       size = none_size(a.requested);
       if (!d.up.fits(size)) return oom(d, a, index, 0);
@@ -359,8 +250,9 @@ class Replayer {
       d.up.charge_other(static_cast<std::int64_t>(size));  // the driver's bytes count as held
       ++d.none_segments;
     } else if (d.torch) {
-      if (!d.torch->allocate(a.requested, a.stream, &l.addr, &size)) return oom(d, a, index, d.largest_free());
-      l.seg = d.segs.find(l.addr);
+      std::uint64_t ptr = 0;
+      if (!d.torch->allocate(a.requested, a.stream, &ptr, &size, &l.addr)) return oom(d, a, index, d.largest_free());
+      l.seg = d.segs.find(ptr);
       d.segs.add(l.seg, size);
     } else {
       detail::PoolBlock b;
@@ -406,6 +298,12 @@ class Replayer {
       return;
     }
     DeviceSim& d = *devs_[l.dev];
+    if (l.how == kBypass) {  // cudaFree of a library's own cudaMalloc: back to the driver
+      std::uint64_t size = none_size(l.requested);
+      d.up.charge_other(-static_cast<std::int64_t>(size));
+      d.bypass_current -= size;
+      return;
+    }
     d.out.requested.add(-static_cast<std::int64_t>(l.requested));
     if (d.none) {  // cudaFree: back to the driver at once
       std::uint64_t size = none_size(l.requested);
@@ -416,7 +314,7 @@ class Replayer {
       return;
     }
     if (d.torch) {  // stream-ordered: reusable at once on its stream; free_completed is not waited for
-      std::uint64_t size = d.torch->deallocate(l.addr);
+      std::uint64_t size = d.torch->deallocate_handle(l.addr);
       if (size == 0) throw std::logic_error("replay: the torch model does not know a block it handed out");
       d.out.allocated.add(-static_cast<std::int64_t>(size));
       d.segs.remove(l.seg, size);
@@ -432,7 +330,7 @@ class Replayer {
     if (f_id == before) throw std::logic_error("replay: a free recorded no fence");
     // A pass-through cudaFree synchronized the device: reusable at once. A pooled free is
     // reusable when the trace's free_completed for it appears.
-    if (l.passthrough) d.up.complete(f_id);
+    if (l.how == kPassthrough) d.up.complete(f_id);
     else pending_.get(f.ptr) = {f_id, l.dev};
   }
 
@@ -456,6 +354,7 @@ class Replayer {
   Model model_;  // stacks, modules and Python code only: what StackResolver needs
   std::vector<int> dev_index_;  // by u16(device)
   std::vector<std::unique_ptr<DeviceSim>> devs_;
+  TorchCallers callers_{model_};  // policy torch: which allocations torch's allocator makes
   detail::FlatMap<Live> live_;         // trace address -> replayed block
   detail::FlatMap<Pending> pending_;   // trace address of a pooled free -> its fence
   detail::FlatMap<std::uint64_t> other_;  // other device kinds: bytes held

@@ -47,6 +47,11 @@ struct ReplayDevice {
   std::uint64_t peak_held = 0;  // peak of reserved + other device kinds (what a limit counts)
   std::uint64_t recorded_reserved_peak = 0;  // from the trace's segment records
   std::uint64_t retries = 0;                 // the pool's release-and-retry path taken
+  // Policy torch: cudaMallocs that PyTorch's allocator would not have made (TorchCallers,
+  // replay_torch.h), passed straight to the driver as under `none` and left out of the
+  // reserved/allocated/requested figures above (as torch's own statistics leave them out);
+  // their bytes count toward the limit (peak_held). bytes: their 2 MiB-rounded sizes summed.
+  std::uint64_t bypass_allocations = 0, bypass_bytes = 0, bypass_peak = 0;
 };
 
 struct ReplayOom {

@@ -140,6 +140,13 @@ std::string replay_text(const ReplayResult& r) {
     row("largest free block at peak", static_cast<std::int64_t>(d.largest_free_at_peak));
     s += fmt::format("  {:<34} {:>12}\n", "segments at peak", d.segments_at_peak);
     if (d.retries) s += fmt::format("  {:<34} {:>12}\n", "release-and-retry (OOM path)", d.retries);
+    if (d.bypass_allocations) {
+      row("not served by torch's allocator", static_cast<std::int64_t>(d.bypass_bytes));
+      s += fmt::format("    in {} allocation{} made by libraries themselves (cuBLAS, cuDNN, ...), at most {} at once:\n"
+                       "    cudaMalloc'd directly, not in the figures above (nor in torch.cuda.max_memory_reserved());\n"
+                       "    they count toward the limit\n",
+                       d.bypass_allocations, d.bypass_allocations == 1 ? "" : "s", human_bytes(d.bypass_peak));
+    }
   }
   if (r.other_kind_events)
     s += fmt::format("  ({} alloc/free events of other kinds not replayed; their device bytes count toward "
@@ -171,7 +178,10 @@ json replay_json(const ReplayResult& r) {
               {"largest_free_block_at_peak", d.largest_free_at_peak},
               {"segments_at_peak", d.segments_at_peak},
               {"peak_held_bytes", d.peak_held},
-              {"alloc_retries", d.retries}};
+              {"alloc_retries", d.retries},
+              {"bypass_allocations", d.bypass_allocations},
+              {"bypass_bytes", d.bypass_bytes},
+              {"bypass_peak_bytes", d.bypass_peak}};
     if (d.recorded_reserved_peak) j["recorded_reserved_peak"] = d.recorded_reserved_peak;
     devs.push_back(std::move(j));
   }

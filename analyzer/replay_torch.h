@@ -7,18 +7,50 @@
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <set>
-#include <tuple>
+#include <memory>
+#include <unordered_map>
 
 #include "preload/pool/pool.h"
+#include "preload/pool/pool_free_index.h"
 
 namespace gpuheap {
+
+class Model;
+
+// Which of a trace's cudaMallocs PyTorch's caching allocator makes: those whose caller, the
+// first frame outside gpuheap and the CUDA runtime/driver, is in libc10_cuda (where
+// CUDACachingAllocator lives; a NO_CACHING trace shows its cudaMalloc calls). The others
+// (cuBLAS's workspaces from cublasCreate, cuDNN's, NCCL's buffers) call cudaMalloc
+// themselves and never count in torch.cuda.max_memory_reserved(). Decided from the trace's
+// module records (address ranges), not symbol names, which stripped libraries lack. Served
+// as well (the model cannot tell, and keeps its old answer): every allocation of a trace
+// that never loaded libc10_cuda (a program without PyTorch: "what if torch's allocator
+// served every cudaMalloc"), one without a stack, and one whose first such frame is in no
+// recorded module.
+class TorchCallers {
+ public:
+  explicit TorchCallers(const Model& m) : m_(m) {}
+  bool served(std::uint32_t stack);
+
+ private:
+  const Model& m_;
+  std::size_t modules_seen_ = 0;
+  bool torch_job_ = false;
+  std::unordered_map<std::uint32_t, bool> by_stack_;  // decided once torch_job_
+};
 
 struct TorchConfig {
   std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max();  // unlimited
   std::uint64_t roundup_power2_divisions = 0;                                 // 0/1: off
 };
 
+// Free blocks are found as in CUDACachingAllocator (best fit by (stream, size, address)),
+// but through gpuheap's pool index (preload/pool/pool_free_index.h: size bins with a bitmap,
+// each bin an intrusive treap): one index per stream and pool kind, so a query is two word
+// scans and a short tree walk instead of a std::set search, and the blocks' links live in
+// the blocks (no node allocation). Blocks are recycled nodes, listed per segment by address
+// for merging; the replay frees a block through its handle, not its address. The
+// choices are the std::set model's, block for block (the index orders by (size, address)).
 class TorchAllocator {
  public:
   static constexpr std::uint64_t kMinBlock = 512, kSmallSize = std::uint64_t{1} << 20,
@@ -27,49 +59,75 @@ class TorchAllocator {
 
   TorchAllocator(detail::Upstream& up, const TorchConfig& cfg, detail::PoolObserver* obs)
       : up_(up), cfg_(cfg), obs_(obs) {}
+  ~TorchAllocator();
+  TorchAllocator(const TorchAllocator&) = delete;
+  TorchAllocator& operator=(const TorchAllocator&) = delete;
 
+  // An allocated block, for deallocate_handle: the replay keeps it in place of the address
+  // (no address lookup on the free path; that lookup was a cache miss per free).
+  using Handle = std::uint64_t;
   // The block that malloc(requested) on `stream` returns; false when even the release-and-
   // retry path cannot get a segment (torch's OutOfMemoryError).
-  bool allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr, std::uint64_t* size);
+  bool allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr, std::uint64_t* size,
+                Handle* handle = nullptr);
   // Frees a block handed out (stream-ordered: reusable at once on its stream). Returns its
-  // size, 0 for an address that is no live block.
+  // size, 0 for an address that is no live block (found through its segment: O(blocks there)).
   std::uint64_t deallocate(std::uint64_t ptr);
+  // The same for the block allocate() gave `h` for (still allocated).
+  std::uint64_t deallocate_handle(Handle h);
   // torch.cuda.empty_cache(): every cached segment with no live piece goes back.
   void empty_cache() { release_cached_blocks(); }
-  std::uint64_t largest_free() const { return free_sizes_.empty() ? 0 : free_sizes_.rbegin()->first; }
+  std::uint64_t largest_free() const;
   std::uint64_t retries() const { return retries_; }
 
   std::uint64_t round_size(std::uint64_t n) const;
   static std::uint64_t allocation_size(std::uint64_t rounded);
 
  private:
-  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;  // stream, size, address
+  struct Segment;
   struct Block {
-    std::uint64_t size = 0, stream = 0, seg = 0, seg_size = 0;
-    bool small = false, allocated = false;
-    // Where a free block sits in its pool's set: erasing by it skips a search by key
-    // (meaningful only while the block is free).
-    std::set<Key>::iterator pos{};
+    std::uintptr_t addr = 0;  // addr, size, fl, fr, fp: what FreeIndex uses
+    std::size_t size = 0;
+    Block* fl = nullptr;  // free index links (meaningful only while free)
+    Block* fr = nullptr;
+    Block* fp = nullptr;
+    Block* prev = nullptr;  // address neighbours inside the segment
+    Block* next = nullptr;
+    Segment* seg = nullptr;
+    bool allocated = false;
   };
-  using Blocks = std::map<std::uint64_t, Block>;
+  struct Segment {
+    std::uint64_t base = 0, size = 0, stream = 0;
+    bool small = false;
+    Block* first = nullptr;
+  };
+  using Index = detail::pool_impl::FreeIndex<Block>;
+  struct Pools {
+    Index small, large;
+    Index& of(bool is_small) { return is_small ? small : large; }
+  };
 
-  std::set<Key>& pool(bool small) { return small ? small_ : large_; }
-  bool get_free_block(std::uint64_t size, std::uint64_t stream, bool small, std::uint64_t* addr);
-  bool alloc_block(std::uint64_t alloc_size, std::uint64_t stream, bool small, std::uint64_t* addr);
+  Pools& pools(std::uint64_t stream);
+  Index& index_of(const Block* b) { return pools(b->seg->stream).of(b->seg->small); }
+  Block* new_block();
+  void recycle(Block* b);
+  Block* get_free_block(std::uint64_t size, std::uint64_t stream, bool small);
+  Block* alloc_block(std::uint64_t alloc_size, std::uint64_t stream, bool small);
   bool release_available_cached_blocks(std::uint64_t size, std::uint64_t stream, bool small);
   void release_cached_blocks();
-  bool release_block(Blocks::iterator it);  // a free whole segment: back to the driver
-  void insert_free(std::uint64_t addr, Block& b);
-  void erase_free(const Block& b);
-  bool whole_segment(std::uint64_t addr, const Block& b) const { return addr == b.seg && b.size == b.seg_size; }
+  bool release_block(Block* b);  // a free whole segment: back to the driver
+  static bool whole_segment(const Block* b) { return b->addr == b->seg->base && b->size == b->seg->size; }
 
   detail::Upstream& up_;
   TorchConfig cfg_;
   detail::PoolObserver* obs_;
-  Blocks blocks_;  // every block, free or not, by address
-  std::set<Key> small_, large_;
-  // Free blocks per size (for largest_free): sizes repeat, so an insert seldom allocates.
-  std::map<std::uint64_t, std::uint64_t> free_sizes_;
+  // Per stream; the last one asked for is remembered (a trace's allocations mostly come
+  // from one stream at a time).
+  std::unordered_map<std::uint64_t, std::unique_ptr<Pools>> pools_;
+  std::uint64_t last_stream_ = 0;
+  Pools* last_pools_ = nullptr;
+  std::map<std::uint64_t, Segment*> segments_;  // by base: release in address order
+  Block* spare_ = nullptr;                      // recycled nodes, linked through next
   std::uint64_t retries_ = 0;
 };
 

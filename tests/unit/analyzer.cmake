@@ -19,6 +19,8 @@ add_dependencies(test_summary_view gpuheap_cli)
 gtest_discover_tests(test_summary_view DISCOVERY_TIMEOUT 60)
 add_dependencies(test_diff gpuheap_cli)
 add_dependencies(test_replay gpuheap_cli)
+# The real traces kept in tests/gpu/traces are replayed in place.
+target_compile_definitions(test_replay PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 if(TARGET gpuheap)
   add_dependencies(test_analyzer_cli gpuheap)
 endif()

@@ -174,6 +174,68 @@ TEST(Replay, NonePolicyFiguresMatchAnIndependentCount) {
   EXPECT_EQ(lim.oom.requested, 64 * MiB);
 }
 
+// The recorded driver gave the second 20 MiB segment a lower address than the first. Both
+// then hold a 6 MiB live head and a 14 MiB free tail, so a 14 MiB request is a tie that the
+// pool's best fit breaks by address: the recorded pool took the low segment's tail, and once
+// the high segment's head is freed, that whole segment serves 20 MiB (40 MiB reserved). A
+// replay that numbers segments upwards in the order it takes them picks the high one, and
+// the 20 MiB request must grow a third segment (60 MiB).
+TEST(Replay, SegmentsKeepTheRecordedAddressOrder) {
+  constexpr std::uint64_t hi = 0x7f0010000000, lo = 0x7f0000000000;
+  TraceBuilder b;
+  b.segment(hi, 20 * MiB, false);
+  b.alloc(hi, 6 * MiB, 6 * MiB);
+  b.alloc(hi + 6 * MiB, 14 * MiB, 14 * MiB);
+  b.segment(lo, 20 * MiB, false);
+  b.alloc(lo, 6 * MiB, 6 * MiB);
+  b.free(hi + 6 * MiB);
+  b.completed(hi + 6 * MiB);
+  b.alloc(lo + 6 * MiB, 14 * MiB, 14 * MiB);  // the tie, taken low
+  b.free(hi);
+  b.completed(hi);
+  b.alloc(hi, 20 * MiB, 20 * MiB);  // the whole high segment again
+  b.end();
+  ReplayResult r = replay(b, "order.trace");
+  const ReplayDevice& d = r.devices.at(0);
+  EXPECT_EQ(d.recorded_reserved_peak, 40 * MiB);
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>(40 * MiB));
+  EXPECT_EQ(d.segments_at_peak, 2u);
+  // Another policy takes segments of other sizes: those get fresh addresses above every
+  // recorded one, and the run still completes.
+  ReplayResult other = replay(b, "order.trace", "gpuheap:large_segment=40MiB");
+  EXPECT_FALSE(other.oom.hit);
+  EXPECT_EQ(other.devices.at(0).allocated.current, static_cast<std::int64_t>(40 * MiB));  // 6 + 14 + 20 live
+}
+
+// Segment records the replay must not trust: a range that wraps the address space is never
+// offered, and an address offered again while this replay holds it gives way to a fresh one.
+TEST(Replay, SegmentAddressesNeverOverlap) {
+  TraceBuilder b;
+  b.segment(~std::uint64_t{0} - MiB, 16 * MiB, false);
+  for (int i = 0; i < 3; ++i) b.segment(kA, 16 * MiB, false);
+  b.alloc(kA, 15 * MiB, 15 * MiB);  // a segment of its own, rounded to 16 MiB: kA's
+  b.alloc(kB, 15 * MiB, 15 * MiB);  // another: kA is held, so a fresh address
+  b.end();
+  ReplayResult r = replay(b, "hostile-seg.trace");
+  EXPECT_FALSE(r.oom.hit);
+  EXPECT_EQ(r.devices.at(0).reserved.peak, static_cast<std::int64_t>(32 * MiB));
+  EXPECT_EQ(r.devices.at(0).segments_at_peak, 2u);
+}
+
+// The ResNet-18 job kept in tests/gpu/traces (an H100, gpuheap's pool serving every tensor
+// from the main and the autograd thread): its replay reproduces the recorded peak, byte for
+// byte.
+TEST(Replay, KeptH100ResNetTraceReproducesRecordedPeakReserved) {
+  ReplayOptions o;
+  ReplayResult r = replay_trace(std::string(GPUHEAP_SOURCE_DIR) + "/tests/gpu/traces/h100-resnet18-nocache.trace.zst", o);
+  ASSERT_EQ(r.devices.size(), 1u);  // the host allocations make no device of their own
+  const ReplayDevice& d = r.devices[0];
+  EXPECT_EQ(d.recorded_reserved_peak, 373293056u);
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>(d.recorded_reserved_peak));
+  EXPECT_EQ(r.unmatched_frees, 0u);
+  EXPECT_FALSE(r.truncated);
+}
+
 // Under a limit the pool's own OOM path runs: wait for the fences, give fully free segments
 // back, retry once.
 TEST(Replay, LimitUsesThePoolsReleaseAndRetry) {

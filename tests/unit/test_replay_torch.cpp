@@ -215,3 +215,68 @@ TEST(ReplayTorch, ReplaysATrace) {
   EXPECT_EQ(oom.oom.requested, 1000u);
   EXPECT_EQ(oom.devices.at(0).retries, 1u);
 }
+
+// A NO_CACHING trace also holds cudaMallocs that torch's allocator never makes (cuBLAS's
+// workspaces from cublasCreate): the model serves only those whose first frame outside
+// gpuheap and the CUDA runtime is in libc10_cuda, by the trace's module ranges; the others go
+// straight to the driver, outside the reserved figure but inside the limit.
+namespace {
+TraceBuilder library_trace(bool with_c10) {
+  constexpr std::uint64_t kA = 0x7f0000000000, kW1 = 0x7f0010000000, kW2 = 0x7f0020000000, kC = 0x7f0030000000,
+                          kD = 0x7f0040000000;
+  TraceBuilder b;
+  b.module(0x1000, 0x2000, "/opt/gpuheap/lib/libgpuheap.so");
+  b.module(0x3000, 0x4000, "/venv/nvidia/cu13/lib/libcudart.so.13");
+  if (with_c10) b.module(0x10000, 0x20000, "/venv/torch/lib/libc10_cuda.so");
+  b.module(0x30000, 0x40000, "/venv/nvidia/cu13/lib/libcublas.so.13");
+  b.module(0x50000, 0x60000, "/venv/torch/lib/libtorch_cpu.so");
+  b.stack(1, {0x1100, 0x10100, 0x50100});           // the caching allocator's cudaMalloc
+  b.stack(2, {0x1100, 0x30100, 0x30200, 0x50100});  // cuBLAS's own, called from torch
+  b.stack(3, {0x1100, 0x3100, 0x10100});            // through the runtime, from c10
+  b.stack(4, {0x1100, 0x99000});                     // in no recorded module: cannot tell
+  b.alloc(kA, 5 * MiB, 5 * MiB, 1);
+  b.alloc(kW1, 32 * MiB, 32 * MiB, 2);
+  b.alloc(kW2, 1000, 1024, 2);
+  b.alloc(kC, 1000, 1024, 3);
+  b.alloc(kD, 16 * MiB, 16 * MiB, 4);  // more than A's free 15 MiB: a segment of its own
+  b.free(kW2);
+  b.completed(kW2);
+  b.end();
+  return b;
+}
+}  // namespace
+
+TEST(ReplayTorch, LibraryAllocationsBypassTheModel) {
+  ReplayOptions o;
+  o.policy = parse_policy("torch");
+  ReplayResult r = replay_trace(library_trace(true).write("torch_bypass.gh"), o);
+  ASSERT_EQ(r.devices.size(), 1u);
+  const ReplayDevice& d = r.devices[0];
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>((20 + 2 + 16) * MiB));  // A's, C's and D's segments
+  EXPECT_EQ(d.requested.peak, static_cast<std::int64_t>(21 * MiB + 1000));
+  EXPECT_EQ(d.bypass_allocations, 2u);
+  EXPECT_EQ(d.bypass_bytes, 34 * MiB);  // 32 MiB, and 1000 B in a 2 MiB driver granule
+  EXPECT_EQ(d.bypass_peak, 34 * MiB);
+  EXPECT_EQ(d.peak_held, 72 * MiB);
+  EXPECT_NE(replay_text(r).find("not served by torch's allocator"), std::string::npos);
+  EXPECT_EQ(replay_json(r)["devices"][0]["bypass_bytes"], 34 * MiB);
+  // They still count toward the limit: 20 + 34 + 2 held, D's 16 MiB does not fit in 60.
+  o.limit = 60 * MiB;
+  ReplayResult oom = replay_trace(library_trace(true).write("torch_bypass.gh"), o);
+  ASSERT_TRUE(oom.oom.hit);
+  EXPECT_EQ(oom.oom.requested, 16 * MiB);
+  // The gpuheap policy serves everything, as the recorded pool did.
+  ReplayResult pool = replay_trace(library_trace(true).write("torch_bypass.gh"), ReplayOptions{});
+  EXPECT_EQ(pool.devices.at(0).bypass_allocations, 0u);
+  EXPECT_EQ(pool.devices.at(0).reserved.peak, static_cast<std::int64_t>((20 + 32 + 2 + 16) * MiB));
+}
+
+// A trace that never loaded libc10_cuda is no PyTorch job: the model serves every cudaMalloc.
+TEST(ReplayTorch, WithoutLibc10CudaEveryAllocationIsServed) {
+  ReplayOptions o;
+  o.policy = parse_policy("torch");
+  ReplayResult r = replay_trace(library_trace(false).write("torch_nobypass.gh"), o);
+  const ReplayDevice& d = r.devices.at(0);
+  EXPECT_EQ(d.bypass_allocations, 0u);
+  EXPECT_EQ(d.reserved.peak, static_cast<std::int64_t>((20 + 32 + 2 + 16) * MiB));  // W2 shares C's small segment
+}
