@@ -162,17 +162,13 @@ void Model::feed(const format::Record& r) {
 std::uint32_t Model::find_segment(std::uint64_t ptr) {
   if (seg_overlap_) return find_segment_slow(ptr);
   auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
-  if (h.gen == seg_gen_ && h.granule == ptr >> 21 && ptr - segs_[h.slot].ptr < segs_[h.slot].size) return h.slot;
-  std::uint32_t slot = find_segment_slow(ptr);
-  if (slot != kNoSeg) h = {ptr >> 21, slot, seg_gen_};
-  return slot;
-}
-
-void Model::segments_changed() {
-  if (++seg_gen_ == 0) {  // wrapped: no hint of an old generation may look current
-    std::fill(seg_hints_.begin(), seg_hints_.end(), SegHint{});
-    seg_gen_ = 1;
+  if (h.granule == ptr >> 21) {
+    const auto& s = segs_[h.slot];
+    if (s.alive && ptr - s.ptr < s.size) return h.slot;
   }
+  std::uint32_t slot = find_segment_slow(ptr);
+  if (slot != kNoSeg) h = {ptr >> 21, slot};
+  return slot;
 }
 
 std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
@@ -474,7 +470,6 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       }
       if (ui < seg_starts_.size()) overlap = overlap || r.ptr + r.size > seg_starts_[ui];
       if (overlap) seg_overlap_ = true;
-      segments_changed();
     }
     seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
     seg_slots_.insert(seg_slots_.begin() + at, slot);
@@ -516,7 +511,6 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     seg_starts_.erase(seg_starts_.begin() + at);
     seg_slots_.erase(seg_slots_.begin() + at);
     free_segs_.push_back(slot);
-    segments_changed();
   }
   sample(d, r.ts);
 }
