@@ -185,6 +185,9 @@ class Model {
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
+  // The same for n records (the replay loop's batches: one call, not two, per record).
+  void feed_batch(const format::EventRecord* e, std::size_t n);
+  void prefetch_batch(const format::EventRecord* e, std::size_t n) const;
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;

@@ -22,6 +22,21 @@ void Model::feed(const format::EventRecord& e) {
   }
 }
 
+void Model::feed_batch(const format::EventRecord* e, std::size_t n) {
+  info.events += n;  // every batched record is an event (alloc, free, free_completed)
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (e[i].type) {
+      case RecordType::alloc: on_alloc(e[i].alloc); break;
+      case RecordType::free: on_free(e[i].free); break;
+      default: on_free_completed(e[i].free_completed); break;
+    }
+  }
+}
+
+void Model::prefetch_batch(const format::EventRecord* e, std::size_t n) const {
+  for (std::size_t i = 0; i < n; ++i) prefetch(e[i]);
+}
+
 void Model::prefetch(const format::EventRecord& e) const {
   switch (e.type) {
     case RecordType::alloc: {
