@@ -76,8 +76,9 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
     auto& rd = *readers[0];
     auto& m = *out.traces[0];
     // Events are decoded a batch of kBatch records ahead of the replay (in place, into small
-    // EventRecords), and their hash slots prefetched as they are decoded: each event's cache
-    // misses are in flight while the batch before it is replayed. A batch ends before any
+    // EventRecords), and their hash slots prefetched while the batch before is replayed, one
+    // record's before each record there: each event's cache misses are in flight kBatch
+    // records before it is replayed. A batch ends before any
     // record but alloc/free/free_completed; that record (stacks, modules, segments...) is fed
     // once the batches before it are: those holding views into the reader's buffer must be
     // fed before the next read.
@@ -95,13 +96,12 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
     std::uint64_t n = 0, next_progress = Progress::kCheckEvery;
     for (;;) {
       const std::size_t got = rd.next_events(ahead, kBatch);
-      m.prefetch_batch(ahead, got);
-      m.feed_batch(behind, n_behind);
+      m.feed_batch(behind, n_behind, ahead, got);
       std::swap(ahead, behind);
       n_behind = got;
       n += got;
       if (got < kBatch) {
-        m.feed_batch(behind, n_behind);
+        m.feed_batch(behind, n_behind, nullptr, 0);
         n_behind = 0;
         auto one = rd.next_any(e, slow);
         if (one == TraceReader::Got::none) break;

@@ -77,6 +77,7 @@ std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
 }
 
 inline void Model::sample(DeviceState& d, std::uint64_t ts) {
+  d.unsampled_rise = false;
   // The maximum since the last phase record (model_phases.cpp folds it into open phases).
   d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
   d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
@@ -386,7 +387,12 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
         pool_stats(d, pool, kReservedBytes, -s);
         pool_stats(d, pool, kDeviceAllocs, -1);
       }
-      sample(d, ts);
+      // A free only lowers the sampled series (by bytes that read non-negative), and nothing
+      // raised one unsampled since the device's last sample: every maximum the sample would
+      // fold (its timeline bucket, the phase peaks) is already at least the new value. Only a
+      // sample in a new bucket records something then.
+      if (s < 0 || static_cast<std::int64_t>(e.requested) < 0 || d.unsampled_rise || !d.timeline.in_last_bucket(ts))
+        sample(d, ts);
     } else {
       auto& u = d.kinds[static_cast<int>(kind)];
       u.current -= s, u.count--;
@@ -406,6 +412,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto s = static_cast<std::int64_t>(e.size);
   pool_stats(d, pool, kActiveBytes, -s);
   pool_stats(d, pool, kActiveAllocs, -1);
+  if (s < 0) d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
   const auto di = e.dev;
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;

@@ -97,6 +97,9 @@ struct DeviceState {
   Timeline timeline;
   // Requested/allocated maxima since the last phase record (model_phases.cpp).
   std::int64_t phase_peak_requested = 0, phase_peak_allocated = 0;
+  // A sampled series rose without a sample since the last one: a completion of a block whose
+  // size reads negative (a damaged trace). Frees skip their sample only while this is clear.
+  bool unsampled_rise = false;
 
   struct Acc {
     std::uint32_t epoch = 0;
@@ -185,9 +188,11 @@ class Model {
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
-  // The same for n records (the replay loop's batches: one call, not two, per record).
-  void feed_batch(const format::EventRecord* e, std::size_t n);
-  void prefetch_batch(const format::EventRecord* e, std::size_t n) const;
+  // feed() of e[0..n) with prefetch() of ahead[0..n_ahead) interleaved, a prefetch before
+  // each record (the replay loop's batches: one call per batch; the prefetches spread out,
+  // not 16 records' worth in a burst beyond the core's outstanding misses).
+  void feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
+                  std::size_t n_ahead);
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;

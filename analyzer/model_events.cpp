@@ -22,9 +22,13 @@ void Model::feed(const format::EventRecord& e) {
   }
 }
 
-void Model::feed_batch(const format::EventRecord* e, std::size_t n) {
+void Model::feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
+                       std::size_t n_ahead) {
   info.events += n;  // every batched record is an event (alloc, free, free_completed)
-  for (std::size_t i = 0; i < n; ++i) {
+  const std::size_t steps = n > n_ahead ? n : n_ahead;
+  for (std::size_t i = 0; i < steps; ++i) {
+    if (i < n_ahead) prefetch(ahead[i]);
+    if (i >= n) continue;
     switch (e[i].type) {
       case RecordType::alloc: on_alloc(e[i].alloc); break;
       case RecordType::free: on_free(e[i].free); break;
@@ -33,11 +37,9 @@ void Model::feed_batch(const format::EventRecord* e, std::size_t n) {
   }
 }
 
-void Model::prefetch_batch(const format::EventRecord* e, std::size_t n) const {
-  for (std::size_t i = 0; i < n; ++i) prefetch(e[i]);
-}
-
-void Model::prefetch(const format::EventRecord& e) const {
+// noipa: called from this file too, where GCC would otherwise see that it has no side
+// effects (the reason it is out of line, above) and drop the calls.
+__attribute__((noipa)) void Model::prefetch(const format::EventRecord& e) const {
   switch (e.type) {
     case RecordType::alloc: {
       const auto& a = e.alloc;
