@@ -38,8 +38,14 @@ void Model::feed_batch(const format::EventRecord* e, std::size_t n, const format
 }
 
 // noipa: called from this file too, where GCC would otherwise see that it has no side
-// effects (the reason it is out of line, above) and drop the calls.
-__attribute__((noipa)) void Model::prefetch(const format::EventRecord& e) const {
+// effects (the reason it is out of line, above) and drop the calls. Clang has no noipa (and
+// warns); it treats llvm.prefetch as a memory effect, so not inlining is enough there.
+#if defined(__clang__)
+__attribute__((noinline))
+#else
+__attribute__((noipa))
+#endif
+void Model::prefetch(const format::EventRecord& e) const {
   switch (e.type) {
     case RecordType::alloc: {
       const auto& a = e.alloc;
