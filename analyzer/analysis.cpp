@@ -75,35 +75,45 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   if (readers.size() == 1) {
     auto& rd = *readers[0];
     auto& m = *out.traces[0];
-    // Events are decoded kWindow records ahead of the replay (in place, into small
-    // EventRecords), and their hash slots prefetched as they are decoded: each event's cache
-    // misses are in flight while the ones before it are replayed. Other records (stacks,
-    // modules, segments...) drain the window and are fed at once: those holding views into
-    // the reader's buffer must be fed before the next read.
-    constexpr std::size_t kWindow = 16;  // power of two
-    std::vector<format::EventRecord> ring(kWindow);
+    // Events are decoded a batch of kBatch records ahead of the replay (in place, into small
+    // EventRecords), and their hash slots prefetched while the batch before is replayed, one
+    // record's before each record there: each event's cache misses are in flight kBatch
+    // records before it is replayed. A batch ends before any
+    // record but alloc/free/free_completed; that record (stacks, modules, segments...) is fed
+    // once the batches before it are: those holding views into the reader's buffer must be
+    // fed before the next read.
+    // One prefetch stage only: a second one half a window later (reading the live entry to
+    // prefetch what it points at) stalled on that entry, which had not arrived 8 or 16
+    // records after its prefetch (perf: a quarter of the replay's samples), and cost ~30
+    // instructions a record; without it the replay was no slower (bench/results 2026-12-05).
+    constexpr std::size_t kBatch = 16;
+    std::vector<format::EventRecord> batches(2 * kBatch);
+    format::EventRecord* ahead = batches.data();
+    format::EventRecord* behind = ahead + kBatch;
+    std::size_t n_behind = 0;
+    format::EventRecord e;
     format::Record slow;
-    std::size_t head = 0, tail = 0;  // records [tail, head) are decoded, not yet fed
-    std::uint64_t n = 0;
+    std::uint64_t n = 0, next_progress = Progress::kCheckEvery;
     for (;;) {
-      auto& e = ring[head & (kWindow - 1)];
-      auto got = rd.next_any(e, slow);
-      if (got == TraceReader::Got::none) break;
-      if (got == TraceReader::Got::event && Model::batchable(e.type)) {
-        // One prefetch stage only: a second one half a window later (reading the live entry
-        // to prefetch what it points at) stalled on that entry, which had not arrived 8 or 16
-        // records after its prefetch (perf: a quarter of the replay's samples), and cost ~30
-        // instructions a record; without it the replay was no slower (bench/results 2026-12-05).
-        m.prefetch(e);
-        if (++head - tail == kWindow) m.feed(ring[tail++ & (kWindow - 1)]);
-      } else {
-        while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
-        if (got == TraceReader::Got::event) m.feed(e);
+      const std::size_t got = rd.next_events(ahead, kBatch);
+      m.feed_batch(behind, n_behind, ahead, got);
+      std::swap(ahead, behind);
+      n_behind = got;
+      n += got;
+      if (got < kBatch) {
+        m.feed_batch(behind, n_behind, nullptr, 0);
+        n_behind = 0;
+        auto one = rd.next_any(e, slow);
+        if (one == TraceReader::Got::none) break;
+        if (one == TraceReader::Got::event) m.feed(e);
         else m.feed(slow);
+        ++n;
       }
-      if ((++n & (Progress::kCheckEvery - 1)) == 0) progress.update(rd.file_pos(), n);
+      if (n >= next_progress) {
+        progress.update(rd.file_pos(), n);
+        next_progress = n + Progress::kCheckEvery;
+      }
     }
-    while (tail != head) m.feed(ring[tail++ & (kWindow - 1)]);
   } else {
     // k-way merge by aligned (wall-clock) time. Each stream holds one decoded record ahead.
     struct Stream {

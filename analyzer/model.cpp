@@ -77,6 +77,7 @@ std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
 }
 
 inline void Model::sample(DeviceState& d, std::uint64_t ts) {
+  d.unsampled_rise = false;
   // The maximum since the last phase record (model_phases.cpp folds it into open phases).
   d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
   d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
@@ -162,17 +163,13 @@ void Model::feed(const format::Record& r) {
 std::uint32_t Model::find_segment(std::uint64_t ptr) {
   if (seg_overlap_) return find_segment_slow(ptr);
   auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
-  if (h.gen == seg_gen_ && h.granule == ptr >> 21 && ptr - segs_[h.slot].ptr < segs_[h.slot].size) return h.slot;
-  std::uint32_t slot = find_segment_slow(ptr);
-  if (slot != kNoSeg) h = {ptr >> 21, slot, seg_gen_};
-  return slot;
-}
-
-void Model::segments_changed() {
-  if (++seg_gen_ == 0) {  // wrapped: no hint of an old generation may look current
-    std::fill(seg_hints_.begin(), seg_hints_.end(), SegHint{});
-    seg_gen_ = 1;
+  if (h.granule == ptr >> 21) {
+    const auto& s = segs_[h.slot];
+    if (s.alive && ptr - s.ptr < s.size) return h.slot;
   }
+  std::uint32_t slot = find_segment_slow(ptr);
+  if (slot != kNoSeg) h = {ptr >> 21, slot};
+  return slot;
 }
 
 std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
@@ -390,7 +387,12 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
         pool_stats(d, pool, kReservedBytes, -s);
         pool_stats(d, pool, kDeviceAllocs, -1);
       }
-      sample(d, ts);
+      // A free only lowers the sampled series (by bytes that read non-negative), and nothing
+      // raised one unsampled since the device's last sample: every maximum the sample would
+      // fold (its timeline bucket, the phase peaks) is already at least the new value. Only a
+      // sample in a new bucket records something then.
+      if (s < 0 || static_cast<std::int64_t>(e.requested) < 0 || d.unsampled_rise || !d.timeline.in_last_bucket(ts))
+        sample(d, ts);
     } else {
       auto& u = d.kinds[static_cast<int>(kind)];
       u.current -= s, u.count--;
@@ -410,6 +412,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto s = static_cast<std::int64_t>(e.size);
   pool_stats(d, pool, kActiveBytes, -s);
   pool_stats(d, pool, kActiveAllocs, -1);
+  if (s < 0) d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
   const auto di = e.dev;
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;
@@ -474,7 +477,6 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       }
       if (ui < seg_starts_.size()) overlap = overlap || r.ptr + r.size > seg_starts_[ui];
       if (overlap) seg_overlap_ = true;
-      segments_changed();
     }
     seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
     seg_slots_.insert(seg_slots_.begin() + at, slot);
@@ -516,7 +518,6 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     seg_starts_.erase(seg_starts_.begin() + at);
     seg_slots_.erase(seg_slots_.begin() + at);
     free_segs_.push_back(slot);
-    segments_changed();
   }
   sample(d, r.ts);
 }

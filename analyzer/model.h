@@ -97,6 +97,9 @@ struct DeviceState {
   Timeline timeline;
   // Requested/allocated maxima since the last phase record (model_phases.cpp).
   std::int64_t phase_peak_requested = 0, phase_peak_allocated = 0;
+  // A sampled series rose without a sample since the last one: a completion of a block whose
+  // size reads negative (a damaged trace). Frees skip their sample only while this is clear.
+  bool unsampled_rise = false;
 
   struct Acc {
     std::uint32_t epoch = 0;
@@ -185,6 +188,11 @@ class Model {
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
   void prefetch(const format::EventRecord& e) const;
+  // feed() of e[0..n) with prefetch() of ahead[0..n_ahead) interleaved, a prefetch before
+  // each record (the replay loop's batches: one call per batch; the prefetches spread out,
+  // not 16 records' worth in a burst beyond the core's outstanding misses).
+  void feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
+                  std::size_t n_ahead);
   static bool batchable(format::RecordType t) {
     return t == format::RecordType::alloc || t == format::RecordType::free ||
            t == format::RecordType::free_completed;
@@ -286,11 +294,20 @@ class Model {
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
   std::uint32_t find_segment(std::uint64_t ptr);
-  // Inline: called up to a dozen times per event.
-  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
-    d.stat[m][kAllPools].add(delta);
-    d.stat[m][pool].add(delta);
+  // Inline: called up to a dozen times per event. Stat::add less its `freed` (allocated -
+  // current, for every Stat of the model: derive_freed() fills it in where it is read).
+  static void add_kept(Stat& s, std::int64_t d) {
+    s.current += d;
+    if (d > 0) {
+      s.allocated += d;
+      if (s.current > s.peak) s.peak = s.current;
+    }
   }
+  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
+    add_kept(d.stat[m][kAllPools], delta);
+    add_kept(d.stat[m][pool], delta);
+  }
+  void derive_freed();
   void sample(DeviceState& d, std::uint64_t ts);
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
   // Layout of the blocks and segments born by max_seq that are still there, plus `gone`.
@@ -322,21 +339,20 @@ class Model {
   // search runs over a dense array of u64 (a few KB, cache resident).
   std::vector<std::uint64_t> seg_starts_;
   std::vector<std::uint32_t> seg_slots_;
-  // find_segment's cache: 2 MiB granule of an address -> the segment found for it, valid
-  // for one generation of the segment set (seg_gen_ changes with every segment birth and
-  // release). A hit needs only that the segment contains the address, which identifies
-  // find_segment's answer while live segments neither overlap nor have size 0; the first
-  // that does (a damaged trace) turns the cache off (seg_overlap_).
+  // find_segment's cache: 2 MiB granule of an address -> the segment last found for it. A
+  // hit needs only that the segment is still alive and contains the address: that identifies
+  // find_segment's answer while live segments neither overlap nor have size 0 (a segment
+  // born or released since cannot change it, so no generation to invalidate: the replay of a
+  // growing pool kept missing). The first segment that overlaps or is empty (a damaged
+  // trace) turns the cache off (seg_overlap_).
   struct SegHint {
-    std::uint64_t granule = 0;
-    std::uint32_t slot = kNoSeg, gen = 0;
+    std::uint64_t granule = ~std::uint64_t{0};  // no address's granule (ptr >> 21)
+    std::uint32_t slot = kNoSeg;
   };
   static constexpr std::size_t kSegHints = 1024;  // power of two
   std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
-  std::uint32_t seg_gen_ = 1;
   bool seg_overlap_ = false;
   std::uint32_t find_segment_slow(std::uint64_t ptr) const;
-  void segments_changed();
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for
   // a push beyond kMaxOpenPhases. open_phases_: the tracked open ones, for the fold.

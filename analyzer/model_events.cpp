@@ -22,6 +22,29 @@ void Model::feed(const format::EventRecord& e) {
   }
 }
 
+void Model::feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
+                       std::size_t n_ahead) {
+  info.events += n;  // every batched record is an event (alloc, free, free_completed)
+  const std::size_t steps = n > n_ahead ? n : n_ahead;
+  for (std::size_t i = 0; i < steps; ++i) {
+    if (i < n_ahead) prefetch(ahead[i]);
+    if (i >= n) continue;
+    switch (e[i].type) {
+      case RecordType::alloc: on_alloc(e[i].alloc); break;
+      case RecordType::free: on_free(e[i].free); break;
+      default: on_free_completed(e[i].free_completed); break;
+    }
+  }
+}
+
+// noipa: called from this file too, where GCC would otherwise see that it has no side
+// effects (the reason it is out of line, above) and drop the calls. Clang has no noipa (and
+// warns); it treats llvm.prefetch as a memory effect, so not inlining is enough there.
+#if defined(__clang__)
+__attribute__((noinline))
+#else
+__attribute__((noipa))
+#endif
 void Model::prefetch(const format::EventRecord& e) const {
   switch (e.type) {
     case RecordType::alloc: {

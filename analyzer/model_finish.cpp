@@ -116,6 +116,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   info.truncated = cut_mid_record || !has_end;
   info.records = records;
   finish_phases();
+  derive_freed();
   if (windowed_) finish_window();
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto& d = devices[i];

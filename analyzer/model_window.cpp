@@ -66,8 +66,15 @@ void Model::freeze_device(std::size_t i) {
   d.peak_held = kParked;
 }
 
+void Model::derive_freed() {
+  for (auto& d : devices)
+    for (auto& m : d.stat)
+      for (auto& s : m) s.freed = s.allocated - s.current;  // what Stat::add would have summed
+}
+
 void Model::enter_window(std::uint64_t ts) {
   in_window_ = true;
+  derive_freed();  // w.base copies it
   entry_seq_ = seq_;
   site_base_ = sites;
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -104,6 +111,7 @@ void Model::enter_window(std::uint64_t ts) {
 
 void Model::leave_window() {
   in_window_ = false;
+  derive_freed();
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto& d = devices[i];
     auto& w = dev_win_[i];

@@ -64,6 +64,30 @@ class TraceReader {
     return next(r) ? Got::record : Got::none;
   }
 
+  // The replay's batch: decodes the alloc, free and free_completed records that follow, up to
+  // max, in place into out[0..n) and returns n; stops before any other record, an incomplete
+  // frame, or one that next_any would not decode in place (next_any then takes it, with
+  // next()'s errors). The same records, decoded the same way, as n calls of next_any.
+  std::size_t next_events(format::EventRecord* out, std::size_t max) {
+    if (done_) return 0;
+    const unsigned char* p = buf_ + pos_;
+    const unsigned char* const end = buf_ + len_;
+    std::size_t n = 0;
+    while (n < max && static_cast<std::size_t>(end - p) >= format::kFrameHeaderSize) {
+      std::uint32_t len;
+      std::memcpy(&len, p + 1, 4);
+      const std::uint8_t t = p[0];
+      if (!batch_type(t) || static_cast<std::size_t>(end - p) - format::kFrameHeaderSize < len ||
+          !format::decode_event(t, p + format::kFrameHeaderSize, len, out[n]))
+        break;
+      p += format::kFrameHeaderSize + len;
+      ++n;
+    }
+    pos_ = static_cast<std::size_t>(p - buf_);
+    records_ += n;
+    return n;
+  }
+
   // The raw bytes of the frame next() last decoded (valid until the next call): what
   // `gpuheap symbolize` copies unchanged into the rewritten trace.
   const unsigned char* last_frame() const { return last_frame_; }
@@ -88,6 +112,11 @@ class TraceReader {
   static constexpr std::size_t kZeroRun = format::kFrameHeaderSize + format::kMaxPayload + 1;
 
  private:
+  static bool batch_type(std::uint8_t t) {
+    using format::RecordType;
+    return t == static_cast<std::uint8_t>(RecordType::alloc) || t == static_cast<std::uint8_t>(RecordType::free) ||
+           t == static_cast<std::uint8_t>(RecordType::free_completed);
+  }
   struct Zstd;
   bool refill();  // more bytes into the window (read or decompressed); false when none came
   std::size_t fill(unsigned char* dst, std::size_t cap);  // plain: read(2) up to cap bytes

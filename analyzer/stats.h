@@ -60,7 +60,7 @@ class Timeline {
               std::int64_t active = 0) {
     // Consecutive samples nearly always land in the bucket of the one before (2048 buckets
     // for millions of events): one compare finds it, and only the maxima are updated.
-    if (ts - cur_lo_ < cur_width_) {
+    if (in_last_bucket(ts)) {
       max_into(b_[cur_], requested, allocated, reserved, active);
       return;
     }
@@ -81,6 +81,9 @@ class Timeline {
     }
     cur_ = static_cast<std::size_t>(idx), cur_lo_ = t0_ + (idx << shift_), cur_width_ = width_;
   }
+  // Whether a sample at ts goes to the bucket of the sample before it: one that no series
+  // exceeds since then changes nothing (Model's frees skip it).
+  bool in_last_bucket(std::uint64_t ts) const { return ts - cur_lo_ < cur_width_; }
   std::vector<Point> points() const {
     std::vector<Point> out;
     for (std::size_t i = 0; i < b_.size(); ++i)

@@ -257,5 +257,29 @@ TEST(Model, LayoutAtPeakAllocatedIsRebuiltFromItsLog) {
   }
 }
 
+// A free skips its timeline sample when it can only lower the sampled series; a completion
+// that raises one (a block whose size reads negative as a signed count: a damaged trace)
+// must make the next free sample. All records at one timestamp, so every sample lands in
+// the first bucket: active goes 0 (segment) -> about -2^63 (the damaged block) -> +1 MiB
+// (its completion), and the free after that is what records the 1 MiB in the bucket.
+TEST(Model, FreeAfterAnUnsampledRiseStillSamples) {
+  constexpr std::uint64_t S = 0x7f0000000000ull, MiB = 1 << 20;
+  TraceBuilder b;
+  auto same_ts = [&] { b.ts -= 1000; };  // the next record's tick() gives this one's time back
+  b.segment(S, 1024 * MiB, false), same_ts();
+  b.alloc(S + 64 * MiB, 1, (std::uint64_t{1} << 63) + 4096), same_ts();  // size reads negative
+  b.alloc(S, MiB, MiB), same_ts();
+  b.free(S + 64 * MiB), same_ts();
+  b.completed(S + 64 * MiB), same_ts();  // active rises to +1 MiB, unsampled
+  b.free(S), same_ts();                  // lowers nothing sampled... but must sample the rise
+  b.end();
+  auto a = test::analyze_one(b, "unsampled_rise.trace");
+  ASSERT_EQ(a.traces.size(), 1u);
+  const auto& d = a.traces[0]->devices.at(0);
+  std::int64_t max_active = INT64_MIN;
+  for (const auto& p : d.timeline.points()) max_active = std::max(max_active, p.active);
+  EXPECT_EQ(max_active, static_cast<std::int64_t>(MiB));
+}
+
 }  // namespace
 }  // namespace gpuheap

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 
 #include "analyzer/error.h"
@@ -361,4 +362,63 @@ TEST(ReplayFlatMap, EraseFoundKeyAtAndReservedInsertsKeepTheOtherEntries) {
     if (e) EXPECT_EQ(*e, k + 5000);
   }
   EXPECT_EQ(m.size(), 500u);
+}
+
+// FlatMap against std::map on random operations (get, find, erase, erase_found, take) over
+// keys like the replay's (512-byte multiples at power-of-two strides, the all-ones key):
+// growth rehashes only the keys' slots and moves each entry whole; the hash folds the high
+// bits in. Every entry must stay findable with its value through all of it.
+TEST(ReplayFlatMap, RandomOperationsMatchAnOrderedMap) {
+  std::mt19937_64 rng(7);
+  gpuheap::detail::FlatMap<std::uint64_t> m;
+  std::map<std::uint64_t, std::uint64_t> ref;
+  auto random_key = [&]() -> std::uint64_t {
+    switch (rng() % 4) {
+      case 0: return ~std::uint64_t{0};
+      case 1: return rng();
+      default: return 0x7f0000000000ull + (rng() % 512) * (2u << 20) + (rng() % 64) * 512;
+    }
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint64_t k = random_key();
+    switch (rng() % 5) {
+      case 0:
+      case 1: {
+        bool inserted = false;
+        std::uint64_t& v = m.get(k, &inserted);
+        EXPECT_EQ(inserted, ref.count(k) == 0) << k;
+        v = ref[k] = rng();
+        break;
+      }
+      case 2: EXPECT_EQ(m.erase(k), ref.erase(k) == 1) << k; break;
+      case 3: {
+        std::uint64_t* v = m.find(k);
+        ASSERT_EQ(v != nullptr, ref.count(k) == 1) << k;
+        if (v) {
+          EXPECT_EQ(*v, ref[k]);
+          m.erase_found(k, v);
+          ref.erase(k);
+        }
+        break;
+      }
+      default: {
+        std::uint64_t v = 0;
+        const bool had = ref.count(k) == 1;
+        ASSERT_EQ(m.take(k, &v), had) << k;
+        if (had) {
+          EXPECT_EQ(v, ref[k]);
+          ref.erase(k);
+        }
+      }
+    }
+    ASSERT_EQ(m.size(), ref.size());
+  }
+  std::size_t seen = 0;
+  m.for_each([&](std::uint64_t k, std::uint64_t v) {
+    ++seen;
+    auto it = ref.find(k);
+    ASSERT_NE(it, ref.end()) << k;
+    EXPECT_EQ(v, it->second);
+  });
+  EXPECT_EQ(seen, ref.size());
 }
