@@ -55,7 +55,7 @@ struct DeviceSim {
 // without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
 constexpr std::uint8_t kServed = 0, kPassthrough = 1, kBypass = 2;  // Live::how
 struct Live {
-  std::uint64_t addr = 0, requested = 0;  // addr: the replayed block (torch: the model's handle for it)
+  std::uint64_t addr = 0, requested = 0;  // addr: the pool's or the torch model's handle for the replayed block
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
   std::uint8_t how = 0;  // kServed, kPassthrough or kBypass
@@ -255,12 +255,14 @@ class Replayer {
       l.seg = d.segs.find(ptr);
       d.segs.add(l.seg, size);
     } else {
-      detail::PoolBlock b;
-      if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
+      // Single-owner calls: no pool lock, no pool address map (the live map here indexes
+      // the block by its trace address and keeps the pool's handle).
+      detail::OwnedBlock b;
+      if (d.pool->allocate_owned(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
         return oom(d, a, index, d.pool->stats().largest_free);
       }
-      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), size = b.size;
-      l.seg = d.segs.find(l.addr);
+      l.addr = reinterpret_cast<std::uint64_t>(b.handle), size = b.size;
+      l.seg = d.segs.find_base(b.segment);
       d.segs.add(l.seg, b.size);
     }
     d.out.allocated.add(static_cast<std::int64_t>(size));
@@ -321,9 +323,8 @@ class Replayer {
       return;
     }
     detail::Upstream::Fence before = d.up.last_fence();
-    std::size_t size = 0;
-    if (!d.pool->deallocate(reinterpret_cast<void*>(l.addr), &size))
-      throw std::logic_error("replay: the pool does not know a block it handed out");
+    std::size_t size = d.pool->deallocate_owned(reinterpret_cast<void*>(l.addr));
+    if (size == 0) throw std::logic_error("replay: the pool does not know a block it handed out");
     d.out.allocated.add(-static_cast<std::int64_t>(size));
     d.segs.remove(l.seg, size);
     detail::Upstream::Fence f_id = d.up.last_fence();

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "analyzer/flat_map.h"
 #include "analyzer/replay.h"
 #include "preload/pool/pool.h"
 
@@ -166,6 +167,7 @@ class SegTracker final : public detail::PoolObserver {
     if (!free_.empty()) slot = free_.back(), free_.pop_back();
     else slot = static_cast<std::uint32_t>(segs_.size()), segs_.emplace_back();
     segs_[slot] = {a, n, 0, 0};
+    by_base_.get(a) = slot;
     auto it = std::lower_bound(starts_.begin(), starts_.end(), a);  // usually the end
     slots_.insert(slots_.begin() + (it - starts_.begin()), slot);
     starts_.insert(it, a);
@@ -175,11 +177,16 @@ class SegTracker final : public detail::PoolObserver {
     auto it = std::lower_bound(starts_.begin(), starts_.end(), a);
     auto i = it - starts_.begin();
     free_.push_back(slots_[static_cast<std::size_t>(i)]);
+    by_base_.erase(a);
     slots_.erase(slots_.begin() + i);
     starts_.erase(it);
   }
   void on_retry(std::size_t /*requested*/) noexcept override { ++retries_; }
 
+  // The slot of the segment that starts at `base` (the pool's OwnedBlock::segment): one
+  // probe of a small table, where find() is a binary search with unpredictable branches.
+  std::uint32_t find_base(std::uint64_t base) const { return *by_base_.find(base); }
+  // The slot of the segment holding address a.
   std::uint32_t find(std::uint64_t a) const {
     auto it = std::upper_bound(starts_.begin(), starts_.end(), a);
     return slots_[static_cast<std::size_t>(it - starts_.begin() - 1)];
@@ -210,6 +217,7 @@ class SegTracker final : public detail::PoolObserver {
   std::vector<std::uint32_t> free_;
   std::vector<std::uint64_t> starts_;  // sorted
   std::vector<std::uint32_t> slots_;   // parallel to starts_
+  detail::FlatMap<std::uint32_t> by_base_;  // segment base -> slot
   std::uint64_t non_releasable_ = 0, retries_ = 0;
 };
 
