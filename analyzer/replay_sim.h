@@ -69,7 +69,7 @@ class SimUpstream final : public detail::Upstream {
     by_addr_.erase(lo, hi);
   }
   Fence fence_record() noexcept override {
-    if (count_ == fences_.size()) grow_fences();
+    if (count_ == fence_mask_ + 1 || fences_.empty()) grow_fences();
     fence(base_ + ++count_) = 0;
     return base_ + count_;
   }
@@ -77,8 +77,9 @@ class SimUpstream final : public detail::Upstream {
   void fence_wait(Fence f) noexcept override { complete(f); }
   void fence_release(Fence f) noexcept override {
     if (f <= base_) return;
-    fence(f) |= kReleased;
     // The pool releases fences oldest first, so the front is dropped at once.
+    if (f == base_ + 1) ++base_, --count_;
+    else fence(f) |= kReleased;
     while (count_ && (fence(base_ + 1) & kReleased)) ++base_, --count_;
   }
   std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
@@ -101,11 +102,14 @@ class SimUpstream final : public detail::Upstream {
   static constexpr std::uint8_t kDone = 1, kReleased = 2;
   // Fences base_+1 .. base_+count_ live in a ring indexed by fence number (a power-of-two
   // size): cheaper per fence than a deque, and every free records one.
-  std::uint8_t& fence(Fence f) { return fences_[f & (fences_.size() - 1)]; }
+  // (The ring's base pointer and mask are kept in members: every free records, and every
+  // allocation checks and releases, a fence.)
+  std::uint8_t& fence(Fence f) { return fence_data_[f & fence_mask_]; }
   void grow_fences() {
     std::vector<std::uint8_t> n(fences_.empty() ? 1024 : fences_.size() * 2);
     for (Fence f = base_ + 1; f <= base_ + count_; ++f) n[f & (n.size() - 1)] = fence(f);
     fences_.swap(n);
+    fence_data_ = fences_.data(), fence_mask_ = fences_.size() - 1;
   }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
   // The oldest offered segment of exactly `bytes` whose range is free here (among the
@@ -153,6 +157,8 @@ class SimUpstream final : public detail::Upstream {
   std::uint64_t offers_ = 0;
   std::map<std::uint64_t, std::uint64_t> held_;  // segments held here: base -> bytes
   std::vector<std::uint8_t> fences_;
+  std::uint8_t* fence_data_ = nullptr;
+  std::size_t fence_mask_ = 0;
   Fence base_ = 0;  // fences <= base_ are released (and done)
   std::uint64_t count_ = 0;
 };

@@ -43,7 +43,7 @@ if [ -n "$src" ] && [ ! -f "$tdir/bad-cut.trace" ]; then
   : > "$tdir/bad-empty.trace"; head -c 5000 /dev/urandom > "$tdir/bad-random.trace"
 fi
 traces=()
-for f in examples/traces/*.trace* tests/fuzz/corpus/* "$tdir"/*.trace*; do
+for f in examples/traces/*.trace* tests/gpu/traces/*.trace* tests/fuzz/corpus/* "$tdir"/*.trace*; do
   [ -f "$f" ] && traces+=("$f")
 done
 # Traces the tests wrote (simcuda programs, golden runs), when a build tree has them.
