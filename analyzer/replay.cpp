@@ -131,9 +131,9 @@ class Replayer {
     std::uint64_t index = 0;
   };
   void prefetch(const format::EventRecord& e) const {
-    if (e.type == RecordType::alloc) live_.prefetch(e.alloc.ptr);
-    else if (e.type == RecordType::free) live_.prefetch(e.free.ptr);
-    else if (e.type == RecordType::free_completed) live_.prefetch(e.free_completed.ptr);
+    if (e.type == RecordType::alloc) live_.prefetch(key(e.alloc.ptr));
+    else if (e.type == RecordType::free) live_.prefetch(key(e.free.ptr));
+    else if (e.type == RecordType::free_completed) live_.prefetch(key(e.free_completed.ptr));
   }
 
   DeviceSim& dev(int device, std::uint16_t* idx) {
@@ -154,6 +154,9 @@ class Replayer {
     return *last_dev_;
   }
   static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
+  // The live map's key for a trace address: its high bits folded in (a bijection), for
+  // addresses at large power-of-two strides cluster under the map's multiplicative hash.
+  static std::uint64_t key(std::uint64_t ptr) { return ptr ^ (ptr >> 29); }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
   // Other device kinds live in their own key space (a VMM handle may equal an address).
   static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
@@ -242,7 +245,7 @@ class Replayer {
       return true;
     }
     bool inserted = false;
-    Live& slot = live_.get(a.ptr, &inserted);  // one probe; nothing else touches live_ before slot is set
+    Live& slot = live_.get(key(a.ptr), &inserted);  // one probe; nothing else touches live_ before slot is set
     if (!inserted) {
       if (slot.how != kPending) return true;  // recorded twice without a free: a corrupt trace
       overflow_.get(a.ptr) = {slot.addr, slot.dev};  // allocated again before its free_completed
@@ -312,7 +315,7 @@ class Replayer {
       }
       return;
     }
-    Live* slot = live_.find(f.ptr);
+    Live* slot = live_.find(key(f.ptr));
     if (!slot || slot->how == kPending) {
       ++res_.unmatched_frees;
       return;
@@ -369,17 +372,17 @@ class Replayer {
       *slot = Live{};
       slot->addr = p.fence, slot->dev = p.dev, slot->how = kPending;
     } else {
-      live_.erase_found(ptr, slot);
+      live_.erase_found(key(ptr), slot);
     }
   }
 
   // The recorded GPU finished with the block freed at ptr: its fence completes.
   void on_free_completed(std::uint64_t ptr) {
-    Live* slot = live_.find(ptr);
+    Live* slot = live_.find(key(ptr));
     if (!slot) return;
     if (slot->how == kPending) {
       devs_[slot->dev]->up.complete(slot->addr);
-      live_.erase_found(ptr, slot);
+      live_.erase_found(key(ptr), slot);
       return;
     }
     Pending p;

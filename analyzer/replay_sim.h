@@ -172,7 +172,7 @@ class SegTracker final : public detail::PoolObserver {
     std::uint32_t slot;
     if (!free_.empty()) slot = free_.back(), free_.pop_back();
     else slot = static_cast<std::uint32_t>(segs_.size()), segs_.emplace_back();
-    segs_[slot] = {a, n, 0, 0};
+    segs_[slot] = {a, n, 0};
     by_base_.get(a) = slot;
     auto it = std::lower_bound(starts_.begin(), starts_.end(), a);  // usually the end
     slots_.insert(slots_.begin() + (it - starts_.begin()), slot);
@@ -202,11 +202,9 @@ class SegTracker final : public detail::PoolObserver {
     Seg& s = segs_[slot];
     if (s.live++ == 0) non_releasable_ += s.size - n;
     else non_releasable_ -= n;
-    s.live_bytes += n;
   }
   void remove(std::uint32_t slot, std::uint64_t n) {
     Seg& s = segs_[slot];
-    s.live_bytes -= n;
     if (--s.live == 0) non_releasable_ -= s.size - n;
     else non_releasable_ += n;
   }
@@ -216,7 +214,7 @@ class SegTracker final : public detail::PoolObserver {
 
  private:
   struct Seg {
-    std::uint64_t base = 0, size = 0, live_bytes = 0;
+    std::uint64_t base = 0, size = 0;
     std::uint32_t live = 0;
   };
   std::vector<Seg> segs_;

@@ -46,6 +46,7 @@ struct Block {
   Block* next = nullptr;
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
+  std::uint16_t fbin = 0;  // FreeIndex's bin while free (in what was padding)
   std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
   // Links of a free block in its free set (FreeIndex): intrusive, so inserting allocates
   // nothing and coalescing erases a neighbour without a search (meaningful only while
