@@ -53,12 +53,20 @@ struct DeviceSim {
 
 // No block size: the free gets it back from the pool or torch model (none: recomputed), and
 // without it a slot of the live map is 32 bytes, not 64 (the map is probed at random).
-constexpr std::uint8_t kServed = 0, kPassthrough = 1, kBypass = 2;  // Live::how
+//
+// A pooled free leaves its entry in the live map as kPending, holding the fence, until the
+// trace's free_completed for the address: the free updates the slot its lookup found and the
+// completion finds it in the slot prefetched for it, where a separate fence map cost an
+// insert and a lookup (a cache miss each) per free. Should the address be allocated again
+// before its free_completed (a trace only a racing or hostile program writes), the fence
+// moves to overflow_ until then (Replayer::on_alloc).
+constexpr std::uint8_t kServed = 0, kPassthrough = 1, kBypass = 2, kPending = 3;  // Live::how
 struct Live {
-  std::uint64_t addr = 0, requested = 0;  // addr: the replayed block (torch: the model's handle for it)
+  // addr: the pool's or the torch model's handle for the replayed block; kPending: the fence
+  std::uint64_t addr = 0, requested = 0;
   std::uint32_t seg = 0;
   std::uint16_t dev = 0;
-  std::uint8_t how = 0;  // kServed, kPassthrough or kBypass
+  std::uint8_t how = 0;  // kServed, kPassthrough, kBypass or kPending
 };
 static_assert(sizeof(Live) <= 24, "a live-map slot (key + Live) stays 32 bytes");
 struct Pending {
@@ -75,6 +83,9 @@ class Replayer {
   ReplayResult run() {
     auto t0 = std::chrono::steady_clock::now();
     TraceReader rd(res_.trace);
+    // Room in the live map up front for a live block per 64 bytes of file, up to 64 Ki
+    // (a 4 MiB table): fewer of the rehashes that a growing live set costs.
+    live_.reserve_more(static_cast<std::size_t>(std::min<std::uint64_t>(rd.file_size() / 64, 65536)));
     format::Record r;
     // Events wait kAhead records in a ring after their map slots were prefetched, so the
     // cache misses of consecutive events overlap (the replay's cost is those misses). Any
@@ -120,21 +131,32 @@ class Replayer {
     std::uint64_t index = 0;
   };
   void prefetch(const format::EventRecord& e) const {
-    if (e.type == RecordType::alloc) live_.prefetch(e.alloc.ptr);
-    else if (e.type == RecordType::free) live_.prefetch(e.free.ptr);
-    else if (e.type == RecordType::free_completed) pending_.prefetch(e.free_completed.ptr);
+    if (e.type == RecordType::alloc) live_.prefetch(key(e.alloc.ptr));
+    else if (e.type == RecordType::free) live_.prefetch(key(e.free.ptr));
+    else if (e.type == RecordType::free_completed) live_.prefetch(key(e.free_completed.ptr));
   }
 
   DeviceSim& dev(int device, std::uint16_t* idx) {
+    if (device == last_device_ && last_dev_) {  // nearly every event: the device of the one before
+      *idx = last_idx_;
+      return *last_dev_;
+    }
+    return find_dev(device, idx);
+  }
+  [[gnu::noinline]] DeviceSim& find_dev(int device, std::uint16_t* idx) {
     int& i = dev_index_[static_cast<std::uint16_t>(device)];
     if (i < 0) {
       i = static_cast<int>(devs_.size());
       devs_.push_back(std::make_unique<DeviceSim>(device, opt_));
     }
     *idx = static_cast<std::uint16_t>(i);
-    return *devs_[static_cast<std::size_t>(i)];
+    last_device_ = device, last_idx_ = *idx, last_dev_ = devs_[static_cast<std::size_t>(i)].get();
+    return *last_dev_;
   }
   static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
+  // The live map's key for a trace address: its high bits folded in (a bijection), for
+  // addresses at large power-of-two strides cluster under the map's multiplicative hash.
+  static std::uint64_t key(std::uint64_t ptr) { return ptr ^ (ptr >> 29); }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
   // Other device kinds live in their own key space (a VMM handle may equal an address).
   static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
@@ -189,12 +211,7 @@ class Replayer {
     switch (e.type) {
       case RecordType::alloc: ++res_.events; return on_alloc(e.alloc, index);
       case RecordType::free: ++res_.events, on_free(e.free); break;
-      case RecordType::free_completed: {
-        ++res_.events;
-        Pending p;
-        if (pending_.take(e.free_completed.ptr, &p)) devs_[p.dev]->up.complete(p.fence);
-        break;
-      }
+      case RecordType::free_completed: ++res_.events, on_free_completed(e.free_completed.ptr); break;
       case RecordType::segment_alloc:
       case RecordType::segment_free: {
         std::uint16_t i;
@@ -228,8 +245,12 @@ class Replayer {
       return true;
     }
     bool inserted = false;
-    Live& slot = live_.get(a.ptr, &inserted);  // one probe; nothing else touches live_ before slot is set
-    if (!inserted) return true;  // recorded twice without a free: a corrupt trace
+    Live& slot = live_.get(key(a.ptr), &inserted);  // one probe; nothing else touches live_ before slot is set
+    if (!inserted) {
+      if (slot.how != kPending) return true;  // recorded twice without a free: a corrupt trace
+      overflow_.get(a.ptr) = {slot.addr, slot.dev};  // allocated again before its free_completed
+      slot = Live{};
+    }
     Live l;
     std::uint64_t size = 0;
     l.requested = a.requested, l.dev = di, l.how = a.kind == AllocKind::device_passthrough ? kPassthrough : kServed;
@@ -255,12 +276,14 @@ class Replayer {
       l.seg = d.segs.find(ptr);
       d.segs.add(l.seg, size);
     } else {
-      detail::PoolBlock b;
-      if (d.pool->allocate(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
+      // Single-owner calls: no pool lock, no pool address map (the live map here indexes
+      // the block by its trace address and keeps the pool's handle).
+      detail::OwnedBlock b;
+      if (d.pool->allocate_owned(a.requested, &b, a.stack) != detail::PoolStatus::ok) {
         return oom(d, a, index, d.pool->stats().largest_free);
       }
-      l.addr = reinterpret_cast<std::uint64_t>(b.ptr), size = b.size;
-      l.seg = d.segs.find(l.addr);
+      l.addr = reinterpret_cast<std::uint64_t>(b.handle), size = b.size;
+      l.seg = d.segs.find_base(b.segment);
       d.segs.add(l.seg, b.size);
     }
     d.out.allocated.add(static_cast<std::int64_t>(size));
@@ -292,12 +315,16 @@ class Replayer {
       }
       return;
     }
-    Live l;
-    if (!live_.take(f.ptr, &l)) {
+    Live* slot = live_.find(key(f.ptr));
+    if (!slot || slot->how == kPending) {
       ++res_.unmatched_frees;
       return;
     }
+    const Live l = *slot;
     DeviceSim& d = *devs_[l.dev];
+    // The entry goes, unless this is a pooled free (below); the slot stays valid until then:
+    // nothing inserts into or erases from live_ on the way.
+    if (l.how != kServed || !d.pool) drop(f.ptr, slot);
     if (l.how == kBypass) {  // cudaFree of a library's own cudaMalloc: back to the driver
       std::uint64_t size = none_size(l.requested);
       d.up.charge_other(-static_cast<std::int64_t>(size));
@@ -321,17 +348,45 @@ class Replayer {
       return;
     }
     detail::Upstream::Fence before = d.up.last_fence();
-    std::size_t size = 0;
-    if (!d.pool->deallocate(reinterpret_cast<void*>(l.addr), &size))
-      throw std::logic_error("replay: the pool does not know a block it handed out");
+    std::size_t size = d.pool->deallocate_owned(reinterpret_cast<void*>(l.addr));
+    if (size == 0) throw std::logic_error("replay: the pool does not know a block it handed out");
     d.out.allocated.add(-static_cast<std::int64_t>(size));
     d.segs.remove(l.seg, size);
     detail::Upstream::Fence f_id = d.up.last_fence();
     if (f_id == before) throw std::logic_error("replay: a free recorded no fence");
     // A pass-through cudaFree synchronized the device: reusable at once. A pooled free is
     // reusable when the trace's free_completed for it appears.
-    if (l.how == kPassthrough) d.up.complete(f_id);
-    else pending_.get(f.ptr) = {f_id, l.dev};
+    if (l.how == kPassthrough) {
+      d.up.complete(f_id);
+      return;
+    }
+    slot->addr = f_id, slot->how = kPending;  // l.dev stays
+    if (overflow_.size()) overflow_.erase(f.ptr);  // a newer free's fence replaces the older one's
+  }
+
+  // The live entry of a freed block goes; a fence waiting in overflow_ for that address takes
+  // its place.
+  void drop(std::uint64_t ptr, Live* slot) {
+    Pending p;
+    if (overflow_.size() && overflow_.take(ptr, &p)) {
+      *slot = Live{};
+      slot->addr = p.fence, slot->dev = p.dev, slot->how = kPending;
+    } else {
+      live_.erase_found(key(ptr), slot);
+    }
+  }
+
+  // The recorded GPU finished with the block freed at ptr: its fence completes.
+  void on_free_completed(std::uint64_t ptr) {
+    Live* slot = live_.find(key(ptr));
+    if (!slot) return;
+    if (slot->how == kPending) {
+      devs_[slot->dev]->up.complete(slot->addr);
+      live_.erase_found(key(ptr), slot);
+      return;
+    }
+    Pending p;
+    if (overflow_.size() && overflow_.take(ptr, &p)) devs_[p.dev]->up.complete(p.fence);
   }
 
   bool oom(DeviceSim& d, const format::AllocRecord& a, std::uint64_t index, std::uint64_t largest_free) {
@@ -356,9 +411,14 @@ class Replayer {
   std::vector<std::unique_ptr<DeviceSim>> devs_;
   TorchCallers callers_{model_};  // policy torch: which allocations torch's allocator makes
   detail::FlatMap<Live> live_;         // trace address -> replayed block
-  detail::FlatMap<Pending> pending_;   // trace address of a pooled free -> its fence
+  // Trace address -> fence of a pooled free whose address was allocated again before its
+  // free_completed (the live entry is the new block's); empty in a well-formed trace.
+  detail::FlatMap<Pending> overflow_;
   detail::FlatMap<std::uint64_t> other_;  // other device kinds: bytes held
   std::uint64_t mono0_ = 0;
+  int last_device_ = 0;  // dev()'s last answer
+  std::uint16_t last_idx_ = 0;
+  DeviceSim* last_dev_ = nullptr;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "analyzer/flat_map.h"
 #include "analyzer/replay.h"
 #include "preload/pool/pool.h"
 
@@ -68,7 +69,7 @@ class SimUpstream final : public detail::Upstream {
     by_addr_.erase(lo, hi);
   }
   Fence fence_record() noexcept override {
-    if (count_ == fences_.size()) grow_fences();
+    if (count_ == fence_mask_ + 1 || fences_.empty()) grow_fences();
     fence(base_ + ++count_) = 0;
     return base_ + count_;
   }
@@ -76,8 +77,9 @@ class SimUpstream final : public detail::Upstream {
   void fence_wait(Fence f) noexcept override { complete(f); }
   void fence_release(Fence f) noexcept override {
     if (f <= base_) return;
-    fence(f) |= kReleased;
     // The pool releases fences oldest first, so the front is dropped at once.
+    if (f == base_ + 1) ++base_, --count_;
+    else fence(f) |= kReleased;
     while (count_ && (fence(base_ + 1) & kReleased)) ++base_, --count_;
   }
   std::uint64_t now_ns() noexcept override { return 0; }  // seal_interval_ns is 0: no clock
@@ -100,11 +102,14 @@ class SimUpstream final : public detail::Upstream {
   static constexpr std::uint8_t kDone = 1, kReleased = 2;
   // Fences base_+1 .. base_+count_ live in a ring indexed by fence number (a power-of-two
   // size): cheaper per fence than a deque, and every free records one.
-  std::uint8_t& fence(Fence f) { return fences_[f & (fences_.size() - 1)]; }
+  // (The ring's base pointer and mask are kept in members: every free records, and every
+  // allocation checks and releases, a fence.)
+  std::uint8_t& fence(Fence f) { return fence_data_[f & fence_mask_]; }
   void grow_fences() {
     std::vector<std::uint8_t> n(fences_.empty() ? 1024 : fences_.size() * 2);
     for (Fence f = base_ + 1; f <= base_ + count_; ++f) n[f & (n.size() - 1)] = fence(f);
     fences_.swap(n);
+    fence_data_ = fences_.data(), fence_mask_ = fences_.size() - 1;
   }
   void held_changed() { out_->peak_held = std::max(out_->peak_held, reserved_ + other_); }
   // The oldest offered segment of exactly `bytes` whose range is free here (among the
@@ -152,6 +157,8 @@ class SimUpstream final : public detail::Upstream {
   std::uint64_t offers_ = 0;
   std::map<std::uint64_t, std::uint64_t> held_;  // segments held here: base -> bytes
   std::vector<std::uint8_t> fences_;
+  std::uint8_t* fence_data_ = nullptr;
+  std::size_t fence_mask_ = 0;
   Fence base_ = 0;  // fences <= base_ are released (and done)
   std::uint64_t count_ = 0;
 };
@@ -165,7 +172,8 @@ class SegTracker final : public detail::PoolObserver {
     std::uint32_t slot;
     if (!free_.empty()) slot = free_.back(), free_.pop_back();
     else slot = static_cast<std::uint32_t>(segs_.size()), segs_.emplace_back();
-    segs_[slot] = {a, n, 0, 0};
+    segs_[slot] = {a, n, 0};
+    by_base_.get(a) = slot;
     auto it = std::lower_bound(starts_.begin(), starts_.end(), a);  // usually the end
     slots_.insert(slots_.begin() + (it - starts_.begin()), slot);
     starts_.insert(it, a);
@@ -175,11 +183,16 @@ class SegTracker final : public detail::PoolObserver {
     auto it = std::lower_bound(starts_.begin(), starts_.end(), a);
     auto i = it - starts_.begin();
     free_.push_back(slots_[static_cast<std::size_t>(i)]);
+    by_base_.erase(a);
     slots_.erase(slots_.begin() + i);
     starts_.erase(it);
   }
   void on_retry(std::size_t /*requested*/) noexcept override { ++retries_; }
 
+  // The slot of the segment that starts at `base` (the pool's OwnedBlock::segment): one
+  // probe of a small table, where find() is a binary search with unpredictable branches.
+  std::uint32_t find_base(std::uint64_t base) const { return *by_base_.find(base); }
+  // The slot of the segment holding address a.
   std::uint32_t find(std::uint64_t a) const {
     auto it = std::upper_bound(starts_.begin(), starts_.end(), a);
     return slots_[static_cast<std::size_t>(it - starts_.begin() - 1)];
@@ -189,11 +202,9 @@ class SegTracker final : public detail::PoolObserver {
     Seg& s = segs_[slot];
     if (s.live++ == 0) non_releasable_ += s.size - n;
     else non_releasable_ -= n;
-    s.live_bytes += n;
   }
   void remove(std::uint32_t slot, std::uint64_t n) {
     Seg& s = segs_[slot];
-    s.live_bytes -= n;
     if (--s.live == 0) non_releasable_ -= s.size - n;
     else non_releasable_ += n;
   }
@@ -203,13 +214,14 @@ class SegTracker final : public detail::PoolObserver {
 
  private:
   struct Seg {
-    std::uint64_t base = 0, size = 0, live_bytes = 0;
+    std::uint64_t base = 0, size = 0;
     std::uint32_t live = 0;
   };
   std::vector<Seg> segs_;
   std::vector<std::uint32_t> free_;
   std::vector<std::uint64_t> starts_;  // sorted
   std::vector<std::uint32_t> slots_;   // parallel to starts_
+  detail::FlatMap<std::uint32_t> by_base_;  // segment base -> slot
   std::uint64_t non_releasable_ = 0, retries_ = 0;
 };
 

@@ -95,6 +95,7 @@ class TorchAllocator {
     Block* next = nullptr;
     Segment* seg = nullptr;
     bool allocated = false;
+    std::uint16_t fbin = 0;  // FreeIndex's bin while free
   };
   struct Segment {
     std::uint64_t base = 0, size = 0, stream = 0;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Byte-for-byte comparison of two gpuheap binaries' outputs (summary, summary --json, check,
-# report, dump) over traces of the golden tests' and preload tests' programs (recorded here
+# report, dump, and replay: policies, limits, sweep, minimal limit) over traces of the golden tests' and preload tests' programs (recorded here
 # under the preload), the example traces, the fuzz corpus and generated traces of several
 # seeds and sizes, and a few damaged files (cut, zeroed, empty, not a trace). Exit codes and
 # stderr are compared too (refused inputs must be refused the same way).
 #   scripts/compare-outputs.sh OLD_BINARY [NEW_BINARY (default build/gpuheap)]
 #   GEN=build/gpuheap_gen_trace  EXTRA="more traces"  KEEP=dir (keep/reuse generated traces)
+#   ONLY=replay (only the replay commands)  ONLY=analyzer (only the others)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: compare-outputs.sh OLD_BINARY [NEW_BINARY]}
@@ -42,15 +43,24 @@ if [ -n "$src" ] && [ ! -f "$tdir/bad-cut.trace" ]; then
   : > "$tdir/bad-empty.trace"; head -c 5000 /dev/urandom > "$tdir/bad-random.trace"
 fi
 traces=()
-for f in examples/traces/*.trace* tests/fuzz/corpus/* "$tdir"/*.trace*; do
+for f in examples/traces/*.trace* tests/gpu/traces/*.trace* tests/fuzz/corpus/* "$tdir"/*.trace*; do
   [ -f "$f" ] && traces+=("$f")
 done
 # Traces the tests wrote (simcuda programs, golden runs), when a build tree has them.
 while IFS= read -r f; do traces+=("$f"); done < <(find build -path build/_deps -prune -o -type f \
   \( -name '*.trace' -o -name '*.trace.zst' \) -size -64M -print 2>/dev/null | sort | head -200)
 for x in ${EXTRA:-}; do traces+=("$x"); done
-cmds=("summary" "summary --json" "check --max-leaked 0 --max-reserved 1GiB" "check --allow-truncated"
-      "report -o -" "dump" "summary --json --after 0.5s")
+cmds=()
+[ "${ONLY:-}" = replay ] || cmds+=("summary" "summary --json" "check --max-leaked 0 --max-reserved 1GiB"
+      "check --allow-truncated" "report -o -" "dump" "summary --json --after 0.5s")
+# Replay: each policy family, non-default pool settings (a rounding that is not a power of
+# two too), limits that run out, a sweep and the limit bisection. -q: the throughput line
+# on stderr has a time in it.
+[ "${ONLY:-}" = analyzer ] || cmds+=("replay -q" "replay -q --json" "replay -q --policy torch --json" "replay -q --policy none"
+      "replay -q --json --policy gpuheap:max_split=32MiB,round=1KiB,large_segment=8MiB"
+      "replay -q --policy gpuheap:round=1000,small_max=64KiB --limit 300MiB"
+      "replay -q --limit 64MiB --json" "replay -q --sweep all --limits 32MiB,256MiB,2GiB"
+      "replay -q --find-min-limit --json" "replay -q --find-min-limit --policy torch")
 fail=0 n=0
 for t in "${traces[@]}"; do
   for c in "${cmds[@]}"; do

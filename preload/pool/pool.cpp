@@ -6,12 +6,14 @@
 // free by batching frees behind upstream fences (see seal() / reclaim_done()).
 //
 // Data structures (all under one mutex per Pool, so observer callbacks see pool order):
-//   - Block nodes: address-ordered doubly linked list per segment (for coalescing), recycled
-//     through a free list so steady-state alloc/free does not call malloc.
+//   - Block nodes: address-ordered doubly linked list per segment (for coalescing), carved
+//     from 64-block chunks and recycled through a free list, so steady-state alloc/free does
+//     not call malloc.
 //   - Free (reusable) blocks: one FreeIndex per pool kind (pool_free_index.h): best fit by
 //     (size, address) through size bins with a bitmap, each bin an intrusive treap whose
 //     links live in the blocks (no allocation on insert).
-//   - Live blocks: open-addressing hash map start address -> Block (O(1) free lookup).
+//   - Live blocks: open-addressing hash map start address -> Block (O(1) free lookup);
+//     allocate_owned's blocks are left out (their single owner frees them by handle).
 //   - Segments: std::map base -> Segment, only for find() and bulk release.
 //   - Pending blocks: an unsealed FIFO, then FIFO batches each guarded by one fence.
 //
@@ -30,7 +32,6 @@ namespace {
 using Lock = std::lock_guard<pool_impl::SpinFutexMutex>;
 using pool_impl::Batch;
 using pool_impl::Block;
-using pool_impl::kClockEvery;
 using pool_impl::round_up;
 using pool_impl::Segment;
 using pool_impl::State;
@@ -48,20 +49,12 @@ Pool::~Pool() {
     m.wait_all();  // GPU work may still touch pending blocks
     for (auto& [base, sg] : m.segments) {
       m.up.deallocate(reinterpret_cast<void*>(base), sg->size);
-      for (Block* b = sg->first; b;) {
-        Block* n = b->next;
-        delete b;
-        b = n;
-      }
       delete sg;
     }
     m.segments.clear();
     m.free_sets[0].clear();
     m.free_sets[1].clear();
-    while (Block* b = m.spare_blocks) {
-      m.spare_blocks = b->link;
-      delete b;
-    }
+    m.free_chunks();  // every block, in a segment or spare
     while (Batch* bt = m.spare_batches) {
       m.spare_batches = bt->next;
       delete bt;
@@ -82,11 +75,7 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t t
   bool small = s <= m.cfg.small_max;
   Lock g(m.mu);
   Block* b = nullptr;
-  if (ok && m.live.reserve_one()) {
-    if (m.batch_head) m.reclaim_done();
-    b = m.take_fit(small, s);
-    if (!b) b = m.miss(small, s, requested);
-  }
+  if (ok && m.live.reserve_one()) b = m.serve(small, s, requested);
   if (!b) {
     ++m.ooms;
     return PoolStatus::out_of_memory;
@@ -128,28 +117,40 @@ bool Pool::deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg
   if (size_out) *size_out = b->size;
   m.allocated -= b->size;
   --m.nblocks;
-  if (m.cfg.unsafe_reuse) {
-    m.make_free(b);
-    return true;
-  }
-  b->state = State::pending;
-  b->link = nullptr;
-  if (m.unsealed_tail) m.unsealed_tail->link = b;
-  else m.unsealed_head = b;
-  m.unsealed_tail = b;
-  m.pending += b->size;
-  m.pending_kind[b->seg->small] += b->size;
-  // One fence per interval, not per free: recording a fence costs an event record per
-  // stream on the real device.
-  // Reading the clock costs about as much as the rest of a free, so a run of frees checks
-  // it on its first free and then every kClockEvery-th: a dense run seals a few frees late
-  // (microseconds), a sparse one is checked every time.
-  if (m.unsealed_head == b || ++m.frees_since_check >= kClockEvery) {
-    m.frees_since_check = 0;
-    std::uint64_t now = m.up.now_ns();
-    if (!m.sealed_once || now - m.last_seal_ns >= m.cfg.seal_interval_ns) m.seal(now);
-  }
+  m.retire(b, true);
   return true;
+}
+
+// The same steps as allocate/deallocate without the lock and the address map (pool.h).
+PoolStatus Pool::allocate_owned(std::size_t requested, OwnedBlock* out, std::uint32_t tag) noexcept {
+  Impl& m = *impl_;
+  std::size_t s = 0;
+  bool ok = round_up(requested ? requested : 1, m.cfg.round, &s);
+  Block* b = ok ? m.serve(s <= m.cfg.small_max, s, requested) : nullptr;
+  if (!b) {
+    ++m.ooms;
+    return PoolStatus::out_of_memory;
+  }
+  b->state = State::live;
+  b->tag = tag;
+  m.allocated += b->size;
+  ++m.nblocks, ++m.owned;
+  out->ptr = reinterpret_cast<void*>(b->addr);
+  out->size = b->size;
+  out->handle = b;
+  out->segment = b->seg->base;
+  return PoolStatus::ok;
+}
+
+std::size_t Pool::deallocate_owned(void* handle) noexcept {
+  Impl& m = *impl_;
+  auto* b = static_cast<Block*>(handle);
+  if (!b || b->state != State::live) return 0;
+  std::size_t size = b->size;
+  m.allocated -= size;
+  --m.nblocks, --m.owned;
+  m.retire(b, m.cfg.seal_interval_ns != 0);
+  return size;
 }
 
 bool Pool::find(const void* ptr, PoolBlock* out) const noexcept {

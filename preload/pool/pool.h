@@ -71,6 +71,15 @@ struct PoolBlock {
   std::uint32_t tag = 0;  // what allocate() was given (the preload stores the stack id)
 };
 
+// What allocate_owned hands out: the block, its handle for deallocate_owned, and the base
+// of the segment it lies in (the replay keeps per-segment figures by it).
+struct OwnedBlock {
+  void* ptr = nullptr;
+  std::size_t size = 0;
+  void* handle = nullptr;
+  std::uintptr_t segment = 0;
+};
+
 struct PoolStats {
   std::size_t reserved = 0;         // bytes in segments
   std::size_t allocated = 0;        // bytes in blocks handed out and not freed
@@ -112,6 +121,17 @@ class Pool {
   // never shows the address reused before it was freed.
   using FreeHook = void (*)(void* arg, const PoolBlock& block) noexcept;
   bool deallocate(void* ptr, std::size_t* size_out, FreeHook hook, void* arg) noexcept;
+  // Single-owner entry points, for `gpuheap replay` (analyzer/replay.cpp): one thread drives
+  // the pool and keeps its own index of live blocks, so these take no lock and leave the
+  // pool's address map alone (a lock and a hash probe per call that the replay does not
+  // need). The pool makes the same choices as through allocate/deallocate (best fit,
+  // splits, fences, observer calls, in the same order); find(), contains() and
+  // for_each_live() see these blocks, deallocate(ptr) does not. Never call them while
+  // another thread may use the pool. deallocate_owned takes a handle allocate_owned gave
+  // and that was not freed since; it returns the block's size (0: the handle is not a live
+  // block's, and nothing was done).
+  PoolStatus allocate_owned(std::size_t requested, OwnedBlock* out, std::uint32_t tag = 0) noexcept;
+  std::size_t deallocate_owned(void* handle) noexcept;
   // True when ptr lies inside one of this pool's segments (live block or not): such a
   // pointer must never reach the real free.
   bool contains(const void* ptr) const noexcept;

@@ -19,12 +19,14 @@ namespace gpuheap {
 namespace detail {
 namespace pool_impl {
 
-// B has: std::uintptr_t addr; std::size_t size; B* fl; B* fr; B* fp (left, right, parent).
+// B has: std::uintptr_t addr; std::size_t size; B* fl; B* fr; B* fp (left, right, parent);
+// std::uint16_t fbin (the bin insert put it in: erase need not compute it again).
 template <class B>
 class FreeIndex {
  public:
   static constexpr unsigned kSubBits = 6;  // 64 bins per power of two
   static constexpr std::size_t kBins = 64 * 64;  // covers every 64-bit size
+  static_assert(kBins <= 65536, "a bin number fits B::fbin");
 
   FreeIndex() = default;
   FreeIndex(const FreeIndex&) = delete;
@@ -43,6 +45,7 @@ class FreeIndex {
     }
     *link = b;
     b->fp = parent, b->fl = b->fr = nullptr;
+    b->fbin = static_cast<std::uint16_t>(bin);
     while (b->fp && prio(b) < prio(b->fp)) rotate_up(b, bin);
     bits_[bin / 64] |= std::uint64_t{1} << (bin % 64);
     summary_ |= std::uint64_t{1} << (bin / 64);
@@ -50,7 +53,7 @@ class FreeIndex {
   }
 
   void erase(B* b) noexcept {
-    std::size_t bin = bin_of(b->size);
+    std::size_t bin = b->fbin;
     // Rotate b down until it has at most one child, then splice it out.
     while (b->fl && b->fr) rotate_up(prio(b->fl) < prio(b->fr) ? b->fl : b->fr, bin);
     B* child = b->fl ? b->fl : b->fr;

@@ -24,7 +24,8 @@ constexpr unsigned kClockEvery = 8;  // deallocate: frees between two clock read
 // false on overflow
 inline bool round_up(std::size_t n, std::size_t m, std::size_t* out) noexcept {
   if (m == 0) m = 1;
-  std::size_t r = n % m;
+  // The default rounding is a power of two: a mask, not a 64-bit division (tens of cycles).
+  std::size_t r = (m & (m - 1)) == 0 ? n & (m - 1) : n % m;
   if (r == 0) return *out = n, true;
   if (n > SIZE_MAX - (m - r)) return false;
   *out = n + (m - r);
@@ -45,6 +46,7 @@ struct Block {
   Block* next = nullptr;
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
+  std::uint16_t fbin = 0;  // FreeIndex's bin while free (in what was padding)
   std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
   // Links of a free block in its free set (FreeIndex): intrusive, so inserting allocates
   // nothing and coalescing erases a neighbour without a search (meaningful only while
@@ -65,6 +67,15 @@ struct Batch {
   Upstream::Fence fence = 0;
   Block* head = nullptr;
   Batch* next = nullptr;
+};
+
+// Block nodes come from chunks, not one malloc each: a pool's blocks then sit close
+// together (best fit and coalescing walk from block to block), growth costs one malloc per
+// kBlocksPerChunk blocks, and teardown frees chunks, not every block.
+constexpr std::size_t kBlocksPerChunk = 64;
+struct BlockChunk {
+  BlockChunk* next = nullptr;
+  Block blocks[kBlocksPerChunk];
 };
 
 }  // namespace pool_impl
@@ -88,6 +99,8 @@ struct Pool::Impl {
   pool_impl::PtrMap<Block> live;
   std::map<std::uintptr_t, Segment*> segments;
   Block* spare_blocks = nullptr;
+  pool_impl::BlockChunk* chunks = nullptr;  // newest first; blocks[0, chunk_used) handed out
+  std::size_t chunk_used = pool_impl::kBlocksPerChunk;
   Batch* spare_batches = nullptr;
   Block* unsealed_head = nullptr;
   Block* unsealed_tail = nullptr;
@@ -97,18 +110,34 @@ struct Pool::Impl {
   bool sealed_once = false;
   unsigned frees_since_check = 0;
   std::size_t reserved = 0, allocated = 0, pending = 0, nblocks = 0;
+  std::size_t owned = 0;  // live blocks of allocate_owned: counted in nblocks, not in `live`
   std::size_t pending_kind[2] = {0, 0};  // [small]
   std::uint64_t retries = 0, ooms = 0;
 
   FreeSet& set_of(const Block* b) noexcept { return free_sets[b->seg->small]; }
 
   Block* new_block() noexcept {
-    if (Block* b = spare_blocks) {
-      spare_blocks = b->link;
-      *b = Block{};
-      return b;
+    Block* b = spare_blocks;
+    if (b) spare_blocks = b->link;
+    else if (!(b = chunk_block())) return nullptr;
+    *b = Block{};
+    return b;
+  }
+  // Out of line: taken once per kBlocksPerChunk blocks, and kept out of the callers' hot code.
+  [[gnu::noinline]] Block* chunk_block() noexcept {
+    if (chunk_used == pool_impl::kBlocksPerChunk) {
+      auto* c = new (std::nothrow) pool_impl::BlockChunk;
+      if (!c) return nullptr;
+      c->next = chunks, chunks = c, chunk_used = 0;
     }
-    return new (std::nothrow) Block{};
+    return &chunks->blocks[chunk_used++];
+  }
+  void free_chunks() noexcept {
+    while (pool_impl::BlockChunk* c = chunks) {
+      chunks = c->next;
+      delete c;
+    }
+    spare_blocks = nullptr, chunk_used = pool_impl::kBlocksPerChunk;
   }
   void recycle(Block* b) noexcept {
     b->link = spare_blocks;
@@ -291,6 +320,41 @@ struct Pool::Impl {
     obs->on_retry(requested);
     ++retries;
     return grow(small, s);
+  }
+
+  // allocate()'s block choice, lock held (or single owner): reclaim what the GPU finished,
+  // best fit, else the slow path. nullptr: out of memory.
+  Block* serve(bool small, std::size_t s, std::size_t requested) noexcept {
+    if (batch_head) reclaim_done();
+    Block* b = take_fit(small, s);
+    return b ? b : miss(small, s, requested);
+  }
+
+  // A live block was freed (counters already updated): it waits for a fence, which is
+  // recorded at most once per seal interval. read_clock false: the interval is 0, so every
+  // free seals and the clock (a virtual call) need not be read.
+  void retire(Block* b, bool read_clock) noexcept {
+    if (cfg.unsafe_reuse) {
+      make_free(b);
+      return;
+    }
+    b->state = State::pending;
+    b->link = nullptr;
+    if (unsealed_tail) unsealed_tail->link = b;
+    else unsealed_head = b;
+    unsealed_tail = b;
+    pending += b->size;
+    pending_kind[b->seg->small] += b->size;
+    // One fence per interval, not per free: recording a fence costs an event record per
+    // stream on the real device.
+    // Reading the clock costs about as much as the rest of a free, so a run of frees checks
+    // it on its first free and then every kClockEvery-th: a dense run seals a few frees late
+    // (microseconds), a sparse one is checked every time.
+    if (unsealed_head == b || ++frees_since_check >= pool_impl::kClockEvery) {
+      frees_since_check = 0;
+      std::uint64_t now = read_clock ? up.now_ns() : 0;
+      if (!sealed_once || now - last_seal_ns >= cfg.seal_interval_ns) seal(now);
+    }
   }
 
   void fill(const Block* b, PoolBlock* out) const noexcept {

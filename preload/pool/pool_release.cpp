@@ -69,7 +69,7 @@ std::size_t Pool::abandon(FreeHook hook, void* arg) noexcept {
   }
   m.batch_tail = nullptr;
   m.unsealed_head = m.unsealed_tail = nullptr;
-  m.reserved = m.allocated = m.pending = m.nblocks = 0;
+  m.reserved = m.allocated = m.pending = m.nblocks = m.owned = 0;
   m.pending_kind[0] = m.pending_kind[1] = 0;
   return held;
 }
@@ -105,7 +105,7 @@ std::size_t Pool::cached_unused() const noexcept {
 bool Pool::check_consistency() const noexcept {
   Impl& m = *impl_;
   Lock g(m.mu);
-  std::size_t reserved = 0, allocated = 0, pending = 0, live = 0, nfree[2] = {0, 0};
+  std::size_t reserved = 0, allocated = 0, pending = 0, live = 0, unmapped = 0, nfree[2] = {0, 0};
   for (auto& [base, sg] : m.segments) {
     if (base != sg->base || !sg->first || sg->first->prev || sg->first->addr != base) return false;
     reserved += sg->size;
@@ -117,7 +117,11 @@ bool Pool::check_consistency() const noexcept {
       switch (b->state) {
         case State::live:
           allocated += b->size, ++live;
-          if (m.live.find(b->addr) != b) return false;
+          if (const Block* f = m.live.find(b->addr)) {
+            if (f != b) return false;
+          } else {
+            ++unmapped;  // allocate_owned's
+          }
           break;
         case State::pending: pending += b->size; break;
         case State::free_:
@@ -130,7 +134,7 @@ bool Pool::check_consistency() const noexcept {
     if (expect != base + sg->size) return false;
   }
   return reserved == m.reserved && allocated == m.allocated && pending == m.pending &&
-         live == m.nblocks && live == m.live.size() && nfree[0] == m.free_sets[0].size() &&
+         live == m.nblocks && unmapped == m.owned && live == m.live.size() + m.owned && nfree[0] == m.free_sets[0].size() &&
          nfree[1] == m.free_sets[1].size() && m.pending_kind[0] + m.pending_kind[1] == pending;
 }
 

@@ -2,7 +2,8 @@
 add_executable(test_pool
   ${CMAKE_CURRENT_LIST_DIR}/test_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_pool_safety.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/test_pool_free_index.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/test_pool_free_index.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/test_pool_owned.cpp)
 target_compile_options(test_pool PRIVATE ${GPUHEAP_SAN_FLAGS})
 target_link_options(test_pool PRIVATE ${GPUHEAP_SAN_FLAGS})
 target_link_libraries(test_pool PRIVATE gpuheap_pool GTest::gtest GTest::gtest_main Threads::Threads)

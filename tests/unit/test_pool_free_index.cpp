@@ -20,6 +20,7 @@ struct Node {
   Node* fl = nullptr;
   Node* fr = nullptr;
   Node* fp = nullptr;
+  std::uint16_t fbin = 0;
   bool in = false;
 };
 using Index = gpuheap::detail::pool_impl::FreeIndex<Node>;
