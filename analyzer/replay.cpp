@@ -154,9 +154,10 @@ class Replayer {
     return *last_dev_;
   }
   static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
-  // The live map's key for a trace address: its high bits folded in (a bijection), for
-  // addresses at large power-of-two strides cluster under the map's multiplicative hash.
-  static std::uint64_t key(std::uint64_t ptr) { return ptr ^ (ptr >> 29); }
+  // The live map's key for a trace address: the address itself (FlatMap's hash folds the
+  // high bits in; folding them here as well would cancel that fold: (k ^ k>>29) twice is
+  // k ^ k>>58, and addresses at power-of-two strides would cluster again).
+  static std::uint64_t key(std::uint64_t ptr) { return ptr; }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
   // Other device kinds live in their own key space (a VMM handle may equal an address).
   static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
