@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analyzer/analysis.h"
@@ -89,7 +90,26 @@ struct FlameSample {
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric m, bool all_frames,
                                        std::vector<std::unique_ptr<StackResolver>>& resolvers);
 std::string frame_name(const Frame& f);
-FlameTree build_flame(const std::vector<FlameSample>& samples);
+// Frame labels (display name, file, line) interned for build_flame. One instance serves the
+// trees built from the same resolvers (the report's three flame graphs): each frame's name is
+// formatted and hashed once, not once per tree, and a tree's per-frame step is then a lookup
+// keyed by integers.
+class FlameLabels {
+ public:
+  struct Label {
+    std::string name, file;
+    int line = 0;
+  };
+  std::uint32_t intern(std::string name, const std::string& file, int line);
+  std::uint32_t of(const Frame* f);  // f must outlive this (frames of a kept resolver)
+  const Label& operator[](std::uint32_t id) const { return labels_[id]; }
+
+ private:
+  std::vector<Label> labels_;
+  std::unordered_map<std::string, std::uint32_t> ids_;        // "name\x1ffile\x1fline" -> id
+  std::unordered_map<const Frame*, std::uint32_t> of_frame_;  // frame -> id
+};
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels);
 // Keeps at most about max_nodes nodes: the largest ones (a parent is never smaller than its
 // child, so the kept set is a tree); under each parent the dropped children become one
 // "[N smaller frames]" node of their summed value.

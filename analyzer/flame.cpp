@@ -1,6 +1,7 @@
 // Call-stack trees for the flame graphs and the folded/speedscope exports, built from the
 // replay's per-site figures (peak consumers, leaks, per-site totals): nothing re-derived.
 #include <algorithm>
+#include <deque>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -75,7 +76,10 @@ const Frame& no_stack_frame() {
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bool all_frames,
                                        std::vector<std::unique_ptr<StackResolver>>& resolvers) {
   std::vector<FlameSample> out;
-  std::vector<std::string> keys;  // parallel to out: the stack's identity, for the sort
+  // Parallel to out: the stack's identity, for the sort. Without a prefix (one trace, one
+  // device: the usual case) it is the resolver's cached key itself, not a copy of it.
+  std::vector<const std::string*> keys;
+  std::deque<std::string> prefixed;  // stable storage of the keys with a prefix
   // Resolvers given by an earlier call are reused (symbolizing once, warning once).
   if (resolvers.size() != a.traces.size()) {
     resolvers.clear();
@@ -94,9 +98,13 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
       const auto& fr = res.frames(stack);
       if (fr.empty()) s.frames.push_back(&no_stack_frame());
       for (auto it = fr.rbegin(); it != fr.rend(); ++it) s.frames.push_back(&*it);
-      std::string k;
-      for (const auto& p : s.prefix) k += p + ";";
-      keys.push_back(k + res.key(stack));
+      if (s.prefix.empty()) {
+        keys.push_back(&res.key(stack));
+      } else {
+        std::string k;
+        for (const auto& p : s.prefix) k += p + ";";
+        keys.push_back(&prefixed.emplace_back(k + res.key(stack)));
+      }
       out.push_back(std::move(s));
     };
     switch (metric) {
@@ -128,7 +136,7 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
     if (out[x].weight != out[y].weight) return out[x].weight > out[y].weight;
-    return keys[x] < keys[y];
+    return *keys[x] < *keys[y];
   });
   std::vector<FlameSample> sorted;
   sorted.reserve(out.size());
@@ -136,19 +144,32 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   return sorted;
 }
 
-FlameTree build_flame(const std::vector<FlameSample>& samples) {
+std::uint32_t FlameLabels::intern(std::string name, const std::string& file, int line) {
+  // The same separators the tree's node identity always had: (name, file, line) as text.
+  auto [it, fresh] = ids_.emplace(fmt::format("{}\x1f{}\x1f{}", name, file, line),
+                                  static_cast<std::uint32_t>(labels_.size()));
+  if (fresh) labels_.push_back({std::move(name), file, line});
+  return it->second;
+}
+
+std::uint32_t FlameLabels::of(const Frame* f) {
+  auto [it, fresh] = of_frame_.emplace(f, 0);
+  if (fresh) it->second = intern(frame_name(*f), f->file, f->line);
+  return it->second;
+}
+
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels) {
   FlameTree t;
   t.nodes.emplace_back();
   t.nodes[0].name = "all";
-  // (parent, name, file, line) -> child: one hash lookup per frame.
-  std::unordered_map<std::string, std::uint32_t> child;
-  auto step = [&](std::uint32_t parent, const std::string& name, const std::string& file, int line,
-                  std::uint64_t w) {
-    std::string k = fmt::format("{}\x1f{}\x1f{}\x1f{}", parent, name, file, line);
-    auto [it, fresh] = child.emplace(std::move(k), static_cast<std::uint32_t>(t.nodes.size()));
+  // (parent, label) -> child: one integer-keyed lookup per frame.
+  std::unordered_map<std::uint64_t, std::uint32_t> child;
+  auto step = [&](std::uint32_t parent, std::uint32_t label, std::uint64_t w) {
+    auto [it, fresh] = child.emplace(std::uint64_t{parent} << 32 | label, static_cast<std::uint32_t>(t.nodes.size()));
     if (fresh) {
+      const auto& l = labels[label];
       FlameNode n;
-      n.name = name, n.file = file, n.line = line, n.parent = parent;
+      n.name = l.name, n.file = l.file, n.line = l.line, n.parent = parent;
       t.nodes.push_back(std::move(n));
       t.nodes[parent].children.push_back(it->second);
     }
@@ -158,8 +179,8 @@ FlameTree build_flame(const std::vector<FlameSample>& samples) {
   for (const auto& s : samples) {
     t.nodes[0].value += s.weight;
     std::uint32_t at = 0;
-    for (const auto& p : s.prefix) at = step(at, p, "", 0, s.weight);
-    for (const Frame* f : s.frames) at = step(at, frame_name(*f), f->file, f->line, s.weight);
+    for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
+    for (const Frame* f : s.frames) at = step(at, labels.of(f), s.weight);
   }
   for (auto& n : t.nodes)
     std::sort(n.children.begin(), n.children.end(), [&](std::uint32_t x, std::uint32_t y) {

@@ -69,8 +69,8 @@ void phase_marks(json& t, const Model& m, const At& at) {
 }
 
 json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, const ReportOptions& opt,
-                std::vector<std::unique_ptr<StackResolver>>& res) {
-  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res));
+                std::vector<std::unique_ptr<StackResolver>>& res, detail::FlameLabels& labels) {
+  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels);
   std::size_t before = tree.nodes.size();
   detail::cap_flame(tree, opt.max_nodes);
   // Names and files through one string table: deep stacks repeat them on every path.
@@ -152,9 +152,10 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   data["traces"] = std::move(tr);
   data["timelines"] = std::move(tls);
   std::vector<std::unique_ptr<StackResolver>> res;
-  data["flames"] = {flame_json(a, detail::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res),
-                    flame_json(a, detail::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res),
-                    flame_json(a, detail::FlameMetric::allocated, "Bytes allocated in total", opt, res)};
+  detail::FlameLabels labels;  // after res: it keys by res's frames
+  data["flames"] = {flame_json(a, detail::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res, labels),
+                    flame_json(a, detail::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
+                    flame_json(a, detail::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
   SummaryOptions sopt;
   sopt.all_frames = opt.all_frames;
   data["summary"] = summary_json(a, sopt);
