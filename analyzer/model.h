@@ -63,7 +63,7 @@ struct DeviceState {
   int device = 0;
   std::string name;
   std::uint64_t total_memory = 0;
-  std::array<std::array<Stat, 3>, kNumMetrics> stat{};
+  DeviceStats stat;
   std::array<KindUsage, format::kNumAllocKinds> kinds{};
   std::uint64_t num_ooms = 0, num_alloc_retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
   // This device's share of Model::leaked_bytes (requested bytes live at the end), for diff.
@@ -307,6 +307,18 @@ class Model {
     add_kept(d.stat[m][kAllPools], delta);
     add_kept(d.stat[m][pool], delta);
   }
+  // add_kept of a delta known to be >= 0 (0 changes nothing: peak >= current holds while
+  // events are fed, kParked outside a window included), to `all` and a pool row at once.
+  static void rise(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
+    all[m].current += d, all[m].allocated += d;
+    pool[m].current += d, pool[m].allocated += d;
+    if (all[m].current > all[m].peak) all[m].peak = all[m].current;
+    if (pool[m].current > pool[m].peak) pool[m].peak = pool[m].current;
+  }
+  // add_kept of a delta known to be <= 0: only current moves.
+  static void fall(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
+    all[m].current += d, pool[m].current += d;
+  }
   void derive_freed();
   void sample(DeviceState& d, std::uint64_t ts);
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
@@ -361,8 +373,8 @@ class Model {
   std::vector<std::size_t> open_phases_;
   // Window (model_window.cpp): edges of the merged intervals; state saved while outside.
   struct DevWin {
-    std::array<std::array<Stat, 3>, kNumMetrics> acc{};   // peak: saved; allocated/freed: summed inside
-    std::array<std::array<Stat, 3>, kNumMetrics> base{};  // allocated/freed at the last entry
+    DeviceStats acc;   // peak: saved; allocated/freed: summed inside
+    DeviceStats base;  // allocated/freed at the last entry
     std::array<KindUsage, format::kNumAllocKinds> kacc{}, kbase{};
     std::int64_t peak_held = 0;
   };
