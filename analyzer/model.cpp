@@ -428,9 +428,15 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto& d = devices[e.dev];
   int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
   auto s = static_cast<std::int64_t>(e.size);
-  pool_stats(d, pool, kActiveBytes, -s);
-  pool_stats(d, pool, kActiveAllocs, -1);
-  if (s < 0) d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
+  auto& all = d.stat.pool(kAllPools);
+  auto& row = d.stat.pool(pool);
+  if (s >= 0) {
+    fall(all, row, kActiveBytes, -s);
+  } else {
+    pool_stats(d, pool, kActiveBytes, -s);
+    d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
+  }
+  fall(all, row, kActiveAllocs, -1);
   const auto di = e.dev;
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;

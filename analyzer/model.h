@@ -295,27 +295,24 @@ class Model {
   void seg_update(Segment& s);
   std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event. Stat::add less its `freed` (allocated -
-  // current, for every Stat of the model: derive_freed() fills it in where it is read).
-  static void add_kept(Stat& s, std::int64_t d) {
-    s.current += d;
-    if (d > 0) {
-      s.allocated += d;
-      if (s.current > s.peak) s.peak = s.current;
+  // current, for every Stat of the model: derive_freed() fills it in where it is read), to
+  // `all` and to the pool together, one sign test for both.
+  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
+    if (delta > 0) {
+      rise(d.stat.pool(kAllPools), d.stat.pool(pool), m, delta);
+    } else {
+      fall(d.stat.pool(kAllPools), d.stat.pool(pool), m, delta);
     }
   }
-  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
-    add_kept(d.stat[m][kAllPools], delta);
-    add_kept(d.stat[m][pool], delta);
-  }
-  // add_kept of a delta known to be >= 0 (0 changes nothing: peak >= current holds while
-  // events are fed, kParked outside a window included), to `all` and a pool row at once.
+  // pool_stats of a delta known to be >= 0 (0 changes nothing: peak >= current holds while
+  // events are fed, kParked outside a window included): current, allocated, peak.
   static void rise(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
     all[m].current += d, all[m].allocated += d;
     pool[m].current += d, pool[m].allocated += d;
     if (all[m].current > all[m].peak) all[m].peak = all[m].current;
     if (pool[m].current > pool[m].peak) pool[m].peak = pool[m].current;
   }
-  // add_kept of a delta known to be <= 0: only current moves.
+  // pool_stats of a delta known to be <= 0: only current moves.
   static void fall(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
     all[m].current += d, pool[m].current += d;
   }
