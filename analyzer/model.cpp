@@ -309,11 +309,21 @@ void Model::on_alloc(const format::AllocRecord& a) {
   if (table_kind(a.kind)) {
     int pool = (a.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
     const std::int64_t allocated_peak = d.stat[kAllocatedBytes][0].peak;
-    pool_stats(d, pool, kRequestedBytes, static_cast<std::int64_t>(a.requested));
-    pool_stats(d, pool, kAllocatedBytes, s);
-    pool_stats(d, pool, kActiveBytes, s);
-    pool_stats(d, pool, kAllocations, 1);
-    pool_stats(d, pool, kActiveAllocs, 1);
+    const auto r = static_cast<std::int64_t>(a.requested);
+    auto& all = d.stat.pool(kAllPools);
+    auto& row = d.stat.pool(pool);
+    if ((r | s) >= 0) {
+      // Sizes that read non-negative (every real trace): one sign test for the five rises.
+      rise(all, row, kRequestedBytes, r);
+      rise(all, row, kAllocatedBytes, s);
+      rise(all, row, kActiveBytes, s);
+    } else {
+      pool_stats(d, pool, kRequestedBytes, r);
+      pool_stats(d, pool, kAllocatedBytes, s);
+      pool_stats(d, pool, kActiveBytes, s);
+    }
+    rise(all, row, kAllocations, 1);
+    rise(all, row, kActiveAllocs, 1);
     requests.add(a.requested);
     if (a.kind == AllocKind::device_pooled) {
       if (a.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, 1);
@@ -372,9 +382,17 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
     }
     if (table_kind(kind)) {
       int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
-      pool_stats(d, pool, kRequestedBytes, -static_cast<std::int64_t>(e.requested));
-      pool_stats(d, pool, kAllocatedBytes, -s);
-      pool_stats(d, pool, kAllocations, -1);
+      const auto r = static_cast<std::int64_t>(e.requested);
+      auto& all = d.stat.pool(kAllPools);
+      auto& row = d.stat.pool(pool);
+      if ((r | s) >= 0) {
+        fall(all, row, kRequestedBytes, -r);
+        fall(all, row, kAllocatedBytes, -s);
+      } else {
+        pool_stats(d, pool, kRequestedBytes, -r);
+        pool_stats(d, pool, kAllocatedBytes, -s);
+      }
+      fall(all, row, kAllocations, -1);
       if (kind == AllocKind::device_pooled) {
         if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
         e.flags |= kPending;
@@ -410,9 +428,15 @@ void Model::complete(std::uint64_t k, Live& e) {
   auto& d = devices[e.dev];
   int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
   auto s = static_cast<std::int64_t>(e.size);
-  pool_stats(d, pool, kActiveBytes, -s);
-  pool_stats(d, pool, kActiveAllocs, -1);
-  if (s < 0) d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
+  auto& all = d.stat.pool(kAllPools);
+  auto& row = d.stat.pool(pool);
+  if (s >= 0) {
+    fall(all, row, kActiveBytes, -s);
+  } else {
+    pool_stats(d, pool, kActiveBytes, -s);
+    d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
+  }
+  fall(all, row, kActiveAllocs, -1);
   const auto di = e.dev;
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;

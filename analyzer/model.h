@@ -63,7 +63,7 @@ struct DeviceState {
   int device = 0;
   std::string name;
   std::uint64_t total_memory = 0;
-  std::array<std::array<Stat, 3>, kNumMetrics> stat{};
+  DeviceStats stat;
   std::array<KindUsage, format::kNumAllocKinds> kinds{};
   std::uint64_t num_ooms = 0, num_alloc_retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
   // This device's share of Model::leaked_bytes (requested bytes live at the end), for diff.
@@ -295,17 +295,26 @@ class Model {
   void seg_update(Segment& s);
   std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event. Stat::add less its `freed` (allocated -
-  // current, for every Stat of the model: derive_freed() fills it in where it is read).
-  static void add_kept(Stat& s, std::int64_t d) {
-    s.current += d;
-    if (d > 0) {
-      s.allocated += d;
-      if (s.current > s.peak) s.peak = s.current;
+  // current, for every Stat of the model: derive_freed() fills it in where it is read), to
+  // `all` and to the pool together, one sign test for both.
+  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
+    if (delta > 0) {
+      rise(d.stat.pool(kAllPools), d.stat.pool(pool), m, delta);
+    } else {
+      fall(d.stat.pool(kAllPools), d.stat.pool(pool), m, delta);
     }
   }
-  void pool_stats(DeviceState& d, int pool, Metric m, std::int64_t delta) {
-    add_kept(d.stat[m][kAllPools], delta);
-    add_kept(d.stat[m][pool], delta);
+  // pool_stats of a delta known to be >= 0 (0 changes nothing: peak >= current holds while
+  // events are fed, kParked outside a window included): current, allocated, peak.
+  static void rise(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
+    all[m].current += d, all[m].allocated += d;
+    pool[m].current += d, pool[m].allocated += d;
+    if (all[m].current > all[m].peak) all[m].peak = all[m].current;
+    if (pool[m].current > pool[m].peak) pool[m].peak = pool[m].current;
+  }
+  // pool_stats of a delta known to be <= 0: only current moves.
+  static void fall(DeviceStats::Pool& all, DeviceStats::Pool& pool, Metric m, std::int64_t d) {
+    all[m].current += d, pool[m].current += d;
   }
   void derive_freed();
   void sample(DeviceState& d, std::uint64_t ts);
@@ -361,8 +370,8 @@ class Model {
   std::vector<std::size_t> open_phases_;
   // Window (model_window.cpp): edges of the merged intervals; state saved while outside.
   struct DevWin {
-    std::array<std::array<Stat, 3>, kNumMetrics> acc{};   // peak: saved; allocated/freed: summed inside
-    std::array<std::array<Stat, 3>, kNumMetrics> base{};  // allocated/freed at the last entry
+    DeviceStats acc;   // peak: saved; allocated/freed: summed inside
+    DeviceStats base;  // allocated/freed at the last entry
     std::array<KindUsage, format::kNumAllocKinds> kacc{}, kbase{};
     std::int64_t peak_held = 0;
   };

@@ -68,8 +68,8 @@ void Model::freeze_device(std::size_t i) {
 
 void Model::derive_freed() {
   for (auto& d : devices)
-    for (auto& m : d.stat)
-      for (auto& s : m) s.freed = s.allocated - s.current;  // what Stat::add would have summed
+    for (auto& p : d.stat.pools())
+      for (auto& s : p) s.freed = s.allocated - s.current;  // what Stat::add would have summed
 }
 
 void Model::enter_window(std::uint64_t ts) {

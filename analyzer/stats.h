@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -41,6 +42,32 @@ enum Metric : int {
   kNumMetrics
 };
 enum PoolIndex : int { kAllPools = 0, kLargePool = 1, kSmallPool = 2 };
+
+// A device's Stats, read as stat[metric][pool] and stored pool-major: an event changes
+// several metrics of `all` and of its pool together, so each of the two rows it touches is
+// one run of adjacent Stats (a few cache lines, not one per metric).
+class DeviceStats {
+ public:
+  using Pool = std::array<Stat, kNumMetrics>;
+  template <class Pools, class S>
+  class Row {
+   public:
+    Row(Pools* p, int metric) : p_(p), m_(metric) {}
+    S& operator[](int pool) const { return (*p_)[pool][m_]; }
+
+   private:
+    Pools* p_;
+    int m_;
+  };
+  Row<std::array<Pool, 3>, Stat> operator[](int metric) { return {&p_, metric}; }
+  Row<const std::array<Pool, 3>, const Stat> operator[](int metric) const { return {&p_, metric}; }
+  Pool& pool(int p) { return p_[p]; }
+  const Pool& pool(int p) const { return p_[p]; }
+  std::array<Pool, 3>& pools() { return p_; }
+
+ private:
+  std::array<Pool, 3> p_{};
+};
 
 // Down-sampled timeline: at most `max_buckets` buckets of equal width; when time runs past
 // the last bucket the width doubles and neighbours merge. Each bucket keeps the exact
