@@ -89,7 +89,6 @@ struct FlameSample {
 // (largest first), then by stack text, so that the output is deterministic.
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric m, bool all_frames,
                                        std::vector<std::unique_ptr<StackResolver>>& resolvers);
-std::string frame_name(const Frame& f);
 // Frame labels (display name, file, line) interned for build_flame. One instance serves the
 // trees built from the same resolvers (the report's three flame graphs): each frame's name is
 // formatted and hashed once, not once per tree, and a tree's per-frame step is then a lookup

@@ -56,12 +56,6 @@ const char* metric_name(FlameMetric m) {
   return "?";
 }
 
-std::string frame_name(const Frame& f) {
-  if (!f.function.empty()) return f.function;
-  if (!f.module.empty()) return fmt::format("{}+{:#x}", f.module.substr(f.module.rfind('/') + 1), f.offset);
-  return fmt::format("{:#x}", f.ip);
-}
-
 namespace {
 const Frame& no_stack_frame() {
   static const Frame f = [] {

@@ -95,11 +95,6 @@ const PassthroughPattern kPassthroughPatterns[] = {
     {Passthrough::dispatch, Match::function_prefix, "torch::ADInplaceOrView::"},
 };
 
-std::string_view base_name(std::string_view path) {
-  auto slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
 bool matches(const AllocatorPattern& p, const Frame& f) {
   switch (p.how) {
     case Match::function_prefix: {
@@ -238,8 +233,7 @@ std::string site_label(const std::vector<Frame>& frames) {
   if (frames.empty()) return "<no stack>";
   const Frame& f = frames[label_pos(frames).index];
   if (!f.function.empty()) return std::string(qualified_name(f.function));
-  if (!f.module.empty()) return fmt::format("{}+{:#x}", base_name(f.module), f.offset);
-  return fmt::format("{:#x}", f.ip);
+  return frame_name(f);
 }
 
 std::string site_label_text(const std::vector<Frame>& frames, bool short_names) {

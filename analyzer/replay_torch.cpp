@@ -13,22 +13,11 @@
 namespace gpuheap {
 namespace {
 
-std::string_view base_name(std::string_view path) {
-  std::size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
 // The module holding ip: the latest record wins where ranges overlap (dlclose + dlopen).
 const OwnedModule* module_at(const std::vector<OwnedModule>& mods, std::uint64_t ip) {
   for (auto it = mods.rbegin(); it != mods.rend(); ++it)
     if (ip >= it->lo && ip < it->hi) return &*it;
   return nullptr;
-}
-
-// Frames between the program's call and the recorded allocation that are not the caller:
-// gpuheap's hooks, and the CUDA runtime/driver a cudaMalloc may pass through to reach them.
-bool hook_side(std::string_view base) {
-  return base.starts_with("libgpuheap") || base.starts_with("libcudart") || base.starts_with("libcuda.");
 }
 
 }  // namespace
@@ -45,7 +34,7 @@ bool TorchCallers::served(std::uint32_t stack) {
     const OwnedModule* mod = module_at(m_.modules, ip);
     if (!mod) return true;  // in no module recorded so far: cannot tell (not kept: one may come)
     std::string_view base = base_name(mod->path);
-    if (hook_side(base)) continue;
+    if (hook_side_module(base)) continue;  // gpuheap's hooks, the CUDA runtime/driver: not the caller
     served = base.starts_with("libc10_cuda");
     break;
   }

@@ -52,7 +52,7 @@ const std::string& StackResolver::key(std::uint32_t stack) {
     if (!f.function.empty() || !f.file.empty())
       k += fmt::format("{}|{}|{};", f.function, f.file, f.line);
     else if (!f.module.empty())
-      k += fmt::format("{}+{:#x};", f.module.substr(f.module.rfind('/') + 1), f.offset);
+      k += fmt::format("{}+{:#x};", base_name(f.module), f.offset);
     else
       k += fmt::format("{:#x};", f.ip);  // no module: only the raw address identifies it
   }
@@ -114,22 +114,18 @@ std::string library_label(const std::vector<Frame>& frames) {
       {"libxla", "XLA"},          {"_jax", "XLA"},            {"libjax", "XLA"},
       {"cupy", "CuPy"},           {"libtriton", "Triton"},
   };
-  auto base = [](const std::string& path) {
-    auto slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-  };
   // Python packages keep their extension modules in their own directory.
   static const Known dirs[] = {{"/cupy/", "CuPy"}, {"/cupy_backends/", "CuPy"}, {"/jaxlib/", "XLA"},
                                {"/torch/lib/", "PyTorch"}};
   for (const auto& f : frames) {
-    std::string b = base(f.module);
+    std::string_view b = base_name(f.module);
     for (const auto& k : known)
-      if (b.rfind(k.prefix, 0) == 0) return k.label;
+      if (b.starts_with(k.prefix)) return k.label;
     for (const auto& k : dirs)
       if (f.module.find(k.prefix) != std::string::npos) return k.label;
   }
   for (const auto& f : frames)
-    if (!f.module.empty()) return base(f.module);
+    if (!f.module.empty()) return std::string(base_name(f.module));
   return "unknown";
 }
 

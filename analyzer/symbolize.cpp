@@ -24,20 +24,27 @@
 #include "analyzer/text_safe.h"
 
 namespace gpuheap {
-namespace detail {
-namespace {
 
-std::string_view basename_of(std::string_view path) {
+std::string_view base_name(std::string_view path) {
   auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 // gpuheap's own library and the CUDA runtime/driver are implementation detail of every
 // allocation: hiding them makes the first visible frame the user's call site.
-bool hidden_module(std::string_view path) {
-  auto b = basename_of(path);
+bool hook_side_module(std::string_view path) {
+  auto b = base_name(path);
   return b.starts_with("libgpuheap") || b.starts_with("libcudart") || b.starts_with("libcuda.so");
 }
+
+std::string frame_name(const Frame& f) {
+  if (!f.function.empty()) return f.function;
+  if (!f.module.empty()) return fmt::format("{}+{:#x}", base_name(f.module), f.offset);
+  return fmt::format("{:#x}", f.ip);
+}
+
+namespace detail {
+namespace {
 
 // Statically linked cudart (the nvcc default, -cudart=static) lives inside the user's
 // binary; its functions are in namespace cudart or carry a __cudart prefix.
@@ -345,7 +352,7 @@ void Symbolizer::add_module(const format::ModuleRecord& r) {
   m->path = std::string(r.path);
   m->build_id = std::string(r.build_id);
   m->base = r.base, m->lo = r.lo, m->hi = r.hi;
-  m->hidden = detail::hidden_module(m->path);
+  m->hidden = hook_side_module(m->path);
   mods.emplace(r.lo, std::move(m));
   impl_->cache.clear();  // cached frames may name an evicted module
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +30,14 @@ struct Frame {
   bool inlined = false;         // an inlined frame (expanded from the frame below it)
   bool hidden = false;          // inside gpuheap or the CUDA libraries (hidden by default)
 };
+
+// The file name of a path ("libc.so.6" of "/lib/x86_64-linux-gnu/libc.so.6").
+std::string_view base_name(std::string_view path);
+// gpuheap's own library and the CUDA runtime/driver (libgpuheap*, libcudart*, libcuda.so*):
+// the frames between a program's call and every recorded allocation.
+bool hook_side_module(std::string_view path);
+// A frame's display name: its function, else module+0xOFFSET, else the raw address.
+std::string frame_name(const Frame& f);
 
 // The frames a trace stores for its stack ips (format/trace.h symbol records), owned.
 struct StoredFrame {
