@@ -221,21 +221,22 @@ std::uint64_t TorchAllocator::deallocate_handle(Handle h) {
   b->allocated = false;
   std::uint64_t freed = b->size;
   Index& ix = index_of(b);
-  // Merge with free neighbours of the same segment (free_block / try_merge_blocks).
+  // Merge with free neighbours of the same segment (free_block / try_merge_blocks): the free
+  // neighbour leaves the index, the right block of a pair is absorbed into the left one.
+  auto absorb = [this](Block* left, Block* right) {
+    left->size += right->size;
+    left->next = right->next;
+    if (right->next) right->next->prev = left;
+    recycle(right);
+    return left;
+  };
   if (Block* nx = b->next; nx && !nx->allocated) {
     ix.erase(nx);
-    b->size += nx->size;
-    b->next = nx->next;
-    if (nx->next) nx->next->prev = b;
-    recycle(nx);
+    absorb(b, nx);
   }
   if (Block* pv = b->prev; pv && !pv->allocated) {
     ix.erase(pv);
-    pv->size += b->size;
-    pv->next = b->next;
-    if (b->next) b->next->prev = pv;
-    recycle(b);
-    b = pv;
+    b = absorb(pv, b);
   }
   ix.insert(b);
   return freed;
