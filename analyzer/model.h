@@ -265,7 +265,7 @@ class Model {
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k) {
     // Each address space (format/rules.h, the preload's registry follows the same rule) in its
     // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
-    return ptr ^ (static_cast<std::uint64_t>(format::address_space(k)) << 58);
+    return format::space_key(ptr, k);
   }
   static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
   static bool pending(const Live& e) { return e.flags & kPending; }

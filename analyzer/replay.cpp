@@ -159,10 +159,9 @@ class Replayer {
   // k ^ k>>58, and addresses at power-of-two strides would cluster again).
   static std::uint64_t key(std::uint64_t ptr) { return ptr; }
   static bool pool_kind(AllocKind k) { return k == AllocKind::device_pooled || k == AllocKind::device_passthrough; }
-  // Other device kinds live in their own key space (a VMM handle may equal an address).
-  static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) {
-    return ptr ^ (static_cast<std::uint64_t>(k) << 56);
-  }
+  // Other device kinds are keyed by address space as the model keys them (a VMM handle
+  // may equal an address).
+  static std::uint64_t other_key(std::uint64_t ptr, AllocKind k) { return format::space_key(ptr, k); }
 
   bool on_record(const format::Record& r, std::uint64_t index) {
     switch (r.type) {

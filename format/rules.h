@@ -32,6 +32,14 @@ inline constexpr AddressSpace address_space(AllocKind k) noexcept {
   }
 }
 
+// One u64 key for (address, kind): the address, with its address space in the top bits
+// (addresses and VMM handles stay below 2^58). The analyzer's live maps (summary's model,
+// replay's non-pool kinds) key by it, so a free finds its allocation by the same rule the
+// preload's registry uses.
+inline constexpr std::uint64_t space_key(std::uint64_t ptr, AllocKind k) noexcept {
+  return ptr ^ (static_cast<std::uint64_t>(address_space(k)) << 58);
+}
+
 // ---- sizes in text ----
 
 // "512 B", "2.00 MiB", "40.0 MiB", "130 GiB": three significant digits, binary units. Both

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -431,6 +432,16 @@ TEST(FormatRules, AddressSpaces) {
   EXPECT_EQ(static_cast<int>(f::address_space(f::AllocKind::vmm_map)), 2);
   EXPECT_EQ(static_cast<int>(f::address_space(f::AllocKind::va_reserve)), 3);
   static_assert(f::address_space(f::AllocKind::va_reserve) == f::AddressSpace::va, "usable in constant expressions");
+  // space_key: one key per (address, space), the same for every pointer kind (a free of an
+  // address finds its allocation whatever pointer kind each record names), distinct across
+  // spaces (a VMM handle equal to an address, a mapping at its reservation's start).
+  const std::uint64_t p = 0x7f0000200000;
+  EXPECT_EQ(f::space_key(p, f::AllocKind::device_pooled), p);
+  EXPECT_EQ(f::space_key(p, f::AllocKind::async), f::space_key(p, f::AllocKind::managed));
+  std::set<std::uint64_t> keys;
+  for (auto k : {f::AllocKind::device_pooled, f::AllocKind::vmm_physical, f::AllocKind::vmm_map, f::AllocKind::va_reserve})
+    keys.insert(f::space_key(p, k));
+  EXPECT_EQ(keys.size(), 4u);
 }
 
 TEST(FormatRules, Bytes) {
