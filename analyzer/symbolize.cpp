@@ -46,10 +46,24 @@ std::string frame_name(const Frame& f) {
 namespace detail {
 namespace {
 
+// A C symbol of the CUDA runtime API (cudaMalloc, cudaMallocAsync, ...): a bare name, no
+// namespace, template arguments or parameter list (a C++ wrapper of the user's shows its
+// parameters, and cuda_runtime.h's cudaMalloc<T> its template arguments: both stay).
+bool runtime_api_name(std::string_view fn) {
+  if (fn.size() < 5 || !fn.starts_with("cuda") || fn[4] < 'A' || fn[4] > 'Z') return false;
+  for (char c : fn)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
 // Statically linked cudart (the nvcc default, -cudart=static) lives inside the user's
-// binary; its functions are in namespace cudart or carry a __cudart prefix.
+// binary: its functions are in namespace cudart, carry a __cudart prefix, or (CUDA 12/13,
+// measured on the GPU machine: `libcudart_static_<40 hex digits>`) a libcudart_static_
+// prefix, and its API entry points are the C symbols cudaMalloc etc. Hidden like the shared
+// library's frames, so the first visible frame is the program's call site.
 bool hidden_function(std::string_view fn) {
-  return fn.starts_with("cudart::") || fn.starts_with("__cudart");
+  return fn.starts_with("cudart::") || fn.starts_with("__cudart") || fn.starts_with("libcudart_static_") ||
+         runtime_api_name(fn);
 }
 
 // The C runtime's frames outside main (and a thread's start routine's callers): the same

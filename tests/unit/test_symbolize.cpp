@@ -59,6 +59,17 @@ __attribute__((noinline)) std::vector<std::uint64_t> fake_runtime_call() {
 extern "C" __attribute__((noinline)) std::vector<std::uint64_t> __cudartFakeEntry() {
   return cudart::fake_runtime_call();
 }
+// CUDA 13's static cudart names its internals libcudart_static_<sha1>; the API entry is a
+// plain C symbol (cudaMalloc) in the user's binary.
+extern "C" __attribute__((noinline)) std::vector<std::uint64_t> libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c() {
+  return __cudartFakeEntry();
+}
+extern "C" __attribute__((noinline)) std::vector<std::uint64_t> cudaFakeMalloc() {
+  return libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c();
+}
+// A C++ function of the program whose name starts like the API's: shown (its name has a
+// parameter list).
+__attribute__((noinline)) std::vector<std::uint64_t> cudaMallocChecked(int) { return cudaFakeMalloc(); }
 
 namespace {
 
@@ -203,6 +214,31 @@ TEST_F(SymbolizeTest, StaticCudartFunctionsAreHidden) {
   EXPECT_EQ(find_fn(visible, "__cudart"), nullptr);
   EXPECT_EQ(visible.size(), frames_to_main(all) - 2);
   EXPECT_NE(find_fn(visible, "StaticCudartFunctionsAreHidden"), nullptr);
+}
+
+// The GPU machine's static cudart (CUDA 13): frames named libcudart_static_<hash> and the
+// cudaMalloc entry itself sat above the program's call site and took the short stack's
+// place in the OOM section (tests/gpu oom case).
+TEST_F(SymbolizeTest, StaticCudartHashNamesAndApiEntryAreHidden) {
+  auto ips = cudaMallocChecked(0);
+  Symbolizer s;
+  add_all(s, mods_);
+  auto all = s.symbolize(ips, true);
+  const Frame* hashed = find_fn(all, "libcudart_static_");
+  const Frame* api = find_fn(all, "cudaFakeMalloc");
+  const Frame* wrapper = find_fn(all, "cudaMallocChecked");
+  ASSERT_NE(hashed, nullptr);
+  ASSERT_NE(api, nullptr);
+  ASSERT_NE(wrapper, nullptr);
+  EXPECT_TRUE(hashed->hidden);
+  EXPECT_TRUE(api->hidden);
+  EXPECT_FALSE(wrapper->hidden);
+  auto visible = s.symbolize(ips, false);
+  EXPECT_EQ(find_fn(visible, "libcudart_static_"), nullptr);
+  EXPECT_EQ(find_fn(visible, "cudaFakeMalloc"), nullptr);
+  ASSERT_GE(visible.size(), 2u);
+  EXPECT_EQ(visible.size(), frames_to_main(all) - 4);  // the four runtime frames
+  EXPECT_NE(visible[1].function.find("cudaMallocChecked"), std::string::npos);  // after capture_stack
 }
 
 // The C runtime's startup frames (_start, __libc_start_main, __libc_start_call_main) are
