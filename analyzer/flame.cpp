@@ -2,8 +2,10 @@
 // replay's per-site figures (peak consumers, leaks, per-site totals): nothing re-derived.
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
@@ -138,18 +140,59 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   return sorted;
 }
 
+std::pair<std::uint32_t*, bool> IdMap::try_emplace(std::uint64_t key, std::uint32_t value) {
+  if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probes stay short
+  const std::size_t mask = slots_.size() - 1;
+  // A 64-bit finalizer (MurmurHash3's): both addresses and (parent << 32 | label) keys
+  // differ mostly in bits a plain mask would drop.
+  std::uint64_t h = key;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdULL, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ULL, h ^= h >> 33;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (!s.used) {
+      s.used = true, s.key = key, s.value = value;
+      ++size_;
+      return {&s.value, true};
+    }
+    if (s.key == key) return {&s.value, false};
+  }
+}
+
+void IdMap::grow() {
+  std::vector<Slot> old(std::max<std::size_t>(64, slots_.size() * 2));
+  old.swap(slots_);
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.used) try_emplace(s.key, s.value);
+}
+
 std::uint32_t FlameLabels::intern(std::string name, const std::string& file, int line) {
+  key_ = std::move(name);
+  return lookup(key_.size(), file, line);
+}
+
+std::uint32_t FlameLabels::lookup(std::size_t name_len, const std::string& file, int line) {
   // The same separators the tree's node identity always had: (name, file, line) as text.
-  auto [it, fresh] = ids_.emplace(fmt::format("{}\x1f{}\x1f{}", name, file, line),
-                                  static_cast<std::uint32_t>(labels_.size()));
-  if (fresh) labels_.push_back({std::move(name), file, line});
-  return it->second;
+  key_ += '\x1f';
+  key_ += file;
+  key_ += '\x1f';
+  fmt::format_to(std::back_inserter(key_), FMT_COMPILE("{}"), line);
+  auto it = ids_.find(key_);
+  if (it != ids_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(labels_.size());
+  ids_.emplace(key_, id);
+  labels_.push_back({key_.substr(0, name_len), file, line});
+  return id;
 }
 
 std::uint32_t FlameLabels::of(const Frame* f) {
-  auto [it, fresh] = of_frame_.emplace(f, 0);
-  if (fresh) it->second = intern(frame_name(*f), f->file, f->line);
-  return it->second;
+  auto [id, fresh] = of_frame_.try_emplace(reinterpret_cast<std::uintptr_t>(f), 0);
+  if (fresh) {  // lookup() leaves of_frame_ alone: id still points at the slot
+    key_.clear();
+    append_frame_name(key_, *f);
+    *id = lookup(key_.size(), f->file, f->line);
+  }
+  return *id;
 }
 
 FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels) {
@@ -157,18 +200,20 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   t.nodes.emplace_back();
   t.nodes[0].name = "all";
   // (parent, label) -> child: one integer-keyed lookup per frame.
-  std::unordered_map<std::uint64_t, std::uint32_t> child;
+  IdMap child;
   auto step = [&](std::uint32_t parent, std::uint32_t label, std::uint64_t w) {
-    auto [it, fresh] = child.emplace(std::uint64_t{parent} << 32 | label, static_cast<std::uint32_t>(t.nodes.size()));
+    const auto [at, fresh] =
+        child.try_emplace(std::uint64_t{parent} << 32 | label, static_cast<std::uint32_t>(t.nodes.size()));
+    const std::uint32_t node = *at;
     if (fresh) {
       const auto& l = labels[label];
       FlameNode n;
       n.name = l.name, n.file = l.file, n.line = l.line, n.parent = parent;
       t.nodes.push_back(std::move(n));
-      t.nodes[parent].children.push_back(it->second);
+      t.nodes[parent].children.push_back(node);
     }
-    t.nodes[it->second].value += w;
-    return it->second;
+    t.nodes[node].value += w;
+    return node;
   };
   for (const auto& s : samples) {
     t.nodes[0].value += s.weight;
@@ -190,36 +235,46 @@ void cap_flame(FlameTree& t, std::size_t max_nodes) {
   // Rank by value (ties: lower index = nearer the root or earlier, so parents precede
   // children); keep the first max_nodes. A child never outranks its parent: its value is at
   // most the parent's and its index is larger. Merged nodes added below count against the cap.
+  // Only the first max_nodes ranks are ever read: those are selected, then sorted (the order
+  // is total, so they are the same nodes in the same order as a whole sort's).
   std::vector<std::uint32_t> order(t.nodes.size());
   for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+  auto by_rank = [&](std::uint32_t x, std::uint32_t y) {
     if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
     return x < y;
-  });
-  // Keeping the first k nodes adds one merged node per kept parent that loses children;
-  // the largest k whose total fits the cap is found by bisection (each probe is O(nodes)).
-  std::vector<char> keep(t.nodes.size(), 0);
-  auto total_for = [&](std::size_t k) {
-    std::fill(keep.begin(), keep.end(), 0);
-    for (std::size_t i = 0; i < k; ++i) keep[order[i]] = 1;
-    std::size_t merged = 0;
-    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
-      if (!keep[i]) continue;
-      for (auto c : t.nodes[i].children)
-        if (!keep[c]) {
-          ++merged;
-          break;
-        }
-    }
-    return k + merged;
   };
-  std::size_t lo = 1, hi = max_nodes;  // total_for(1) = 2 <= max_nodes
+  const auto ranked = order.begin() + static_cast<std::ptrdiff_t>(max_nodes);
+  std::nth_element(order.begin(), ranked, order.end(), by_rank);
+  std::sort(order.begin(), ranked, by_rank);
+  // Keeping the first k nodes adds one merged node per kept parent that loses children;
+  // the largest k whose total fits the cap is found by bisection. total[k] for every k up to
+  // the cap comes from one pass in rank order: node v kept adds a merged node if it has
+  // children (none kept yet) and removes its parent's once the parent's last child is kept.
+  std::vector<std::size_t> total(max_nodes + 1, 0);
+  {
+    std::vector<std::uint32_t> unkept(t.nodes.size());
+    std::vector<char> kept(t.nodes.size(), 0);
+    for (std::size_t i = 0; i < t.nodes.size(); ++i) unkept[i] = static_cast<std::uint32_t>(t.nodes[i].children.size());
+    std::size_t merged = 0;
+    for (std::size_t k = 1; k <= max_nodes; ++k) {
+      const std::uint32_t v = order[k - 1];
+      kept[v] = 1;
+      if (unkept[v] > 0) ++merged;
+      if (v != 0) {
+        const std::uint32_t p = t.nodes[v].parent;
+        if (--unkept[p] == 0 && kept[p]) --merged;
+      }
+      total[k] = k + merged;
+    }
+  }
+  std::size_t lo = 1, hi = max_nodes;  // total[1] = 2 <= max_nodes
   while (lo < hi) {
     std::size_t mid = (lo + hi + 1) / 2;
-    if (total_for(mid) <= max_nodes) lo = mid;
+    if (total[mid] <= max_nodes) lo = mid;
     else hi = mid - 1;
   }
-  total_for(lo);
+  std::vector<char> keep(t.nodes.size(), 0);
+  for (std::size_t i = 0; i < lo; ++i) keep[order[i]] = 1;
   FlameTree out;
   std::vector<std::uint32_t> remap(t.nodes.size(), ~0u);
   // Breadth-first copy of the kept nodes, so that parents come before their children.
@@ -236,8 +291,8 @@ void cap_flame(FlameTree& t, std::size_t max_nodes) {
         ++dropped_n;
         continue;
       }
-      FlameNode n = t.nodes[c];
-      n.children.clear();
+      FlameNode n;  // its fields but not its children (those are added as they are copied)
+      n.name = t.nodes[c].name, n.file = t.nodes[c].file, n.line = t.nodes[c].line, n.value = t.nodes[c].value;
       n.parent = now;
       remap[c] = static_cast<std::uint32_t>(out.nodes.size());
       out.nodes[now].children.push_back(remap[c]);

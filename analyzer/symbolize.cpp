@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -39,8 +41,15 @@ bool hook_side_module(std::string_view path) {
 
 std::string frame_name(const Frame& f) {
   if (!f.function.empty()) return f.function;
-  if (!f.module.empty()) return fmt::format("{}+{:#x}", base_name(f.module), f.offset);
-  return fmt::format("{:#x}", f.ip);
+  std::string s;
+  append_frame_name(s, f);
+  return s;
+}
+
+void append_frame_name(std::string& out, const Frame& f) {
+  if (!f.function.empty()) out += f.function;
+  else if (!f.module.empty()) fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}+{:#x}"), base_name(f.module), f.offset);
+  else fmt::format_to(std::back_inserter(out), FMT_COMPILE("{:#x}"), f.ip);
 }
 
 namespace detail {
@@ -380,9 +389,9 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
     visible.reserve(out.size());
     for (auto& f : out) {
       if (f.hidden || detail::startup_function(f.function)) continue;
-      visible.push_back(f);
+      visible.push_back(std::move(f));  // out is returned only when nothing was moved
       // The stack stops at main: what called it is the C runtime's startup.
-      if (f.function == "main" && !f.inlined) break;
+      if (visible.back().function == "main" && !visible.back().inlined) break;
     }
     if (!visible.empty()) return visible;
   }
