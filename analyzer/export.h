@@ -97,6 +97,7 @@ class IdMap {
   // The value stored for key (valid until the next call), and whether key was absent (then
   // `value` is stored for it).
   std::pair<std::uint32_t*, bool> try_emplace(std::uint64_t key, std::uint32_t value);
+  void reserve(std::size_t n);  // room for n keys without growing
 
  private:
   struct Slot {
@@ -105,6 +106,7 @@ class IdMap {
     bool used = false;
   };
   void grow();
+  void rehash(std::size_t slots);  // slots: a power of two
   std::vector<Slot> slots_;
   std::size_t size_ = 0;
 };
@@ -132,11 +134,14 @@ class FlameLabels {
   IdMap of_frame_;  // frame (its address) -> id
   std::string key_;  // one buffer for every lookup's key: no string made per frame
 };
-FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels);
-// Keeps at most about max_nodes nodes: the largest ones (a parent is never smaller than its
-// child, so the kept set is a tree); under each parent the dropped children become one
-// "[N smaller frames]" node of their summed value.
-void cap_flame(FlameTree& t, std::size_t max_nodes);
+// The tree of the samples: node 0 "all", every node's children largest first (ties by name).
+// With more than max_nodes nodes (2 at least) it keeps about max_nodes of them: the largest
+// ones (a parent is never smaller than its child, so the kept set is a tree), copied
+// breadth-first; under each parent the dropped children become one "[N smaller frames]" node
+// of their summed value. Only the nodes kept are made (names, child lists): the whole tree is
+// plain numbers. `uncapped`, when given, is set to the whole tree's node count.
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels,
+                      std::size_t max_nodes = SIZE_MAX, std::size_t* uncapped = nullptr);
 
 }  // namespace detail
 }  // namespace gpuheap

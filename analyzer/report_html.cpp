@@ -70,9 +70,8 @@ void phase_marks(json& t, const Model& m, const At& at) {
 
 json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, const ReportOptions& opt,
                 std::vector<std::unique_ptr<StackResolver>>& res, detail::FlameLabels& labels) {
-  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels);
-  std::size_t before = tree.nodes.size();
-  detail::cap_flame(tree, opt.max_nodes);
+  std::size_t before = 0;
+  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels, opt.max_nodes, &before);
   // Names and files through one string table: deep stacks repeat them on every path.
   json names = json::array(), nodes = json::array();
   std::unordered_map<std::string, std::size_t> idx;

@@ -1,11 +1,12 @@
 // SiteLists (report.h): the merged site lists the report page's text and JSON summaries and
 // its flame graphs share must be exactly what each view computes on its own; and the flame
-// graphs' node cap and label table (flame.cpp) against their straightforward forms.
+// graphs' tree, node cap and label table (flame.cpp) against their straightforward forms.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -173,8 +174,41 @@ TEST(ReportStackResolver, LibraryIsTheLabelOfItsFrames) {
 }
 
 namespace {
-// cap_flame as it was before its totals came from one pass: a bisection whose every probe
-// recounts the merged nodes. The reference the one-pass form must match node for node.
+// build_flame and cap_flame as they were before the tree was built as numbers and capped
+// with totals from one pass: every node made, then a bisection whose every probe recounts
+// the merged nodes. The reference build_flame must match node for node.
+detail::FlameTree build_by_nodes(const std::vector<detail::FlameSample>& samples, detail::FlameLabels& labels) {
+  using detail::FlameNode;
+  detail::FlameTree t;
+  t.nodes.emplace_back();
+  t.nodes[0].name = "all";
+  std::unordered_map<std::uint64_t, std::uint32_t> child;
+  auto step = [&](std::uint32_t parent, std::uint32_t label, std::uint64_t w) {
+    auto [it, fresh] = child.emplace(std::uint64_t{parent} << 32 | label, static_cast<std::uint32_t>(t.nodes.size()));
+    if (fresh) {
+      const auto& l = labels[label];
+      FlameNode n;
+      n.name = l.name, n.file = l.file, n.line = l.line, n.parent = parent;
+      t.nodes.push_back(std::move(n));
+      t.nodes[parent].children.push_back(it->second);
+    }
+    t.nodes[it->second].value += w;
+    return it->second;
+  };
+  for (const auto& s : samples) {
+    t.nodes[0].value += s.weight;
+    std::uint32_t at = 0;
+    for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
+    for (const Frame* f : s.frames) at = step(at, labels.of(f), s.weight);
+  }
+  for (auto& n : t.nodes)
+    std::sort(n.children.begin(), n.children.end(), [&](std::uint32_t x, std::uint32_t y) {
+      if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
+      return t.nodes[x].name < t.nodes[y].name;
+    });
+  return t;
+}
+
 void cap_by_probes(detail::FlameTree& t, std::size_t max_nodes) {
   using detail::FlameNode;
   if (max_nodes < 2) max_nodes = 2;
@@ -243,32 +277,39 @@ void cap_by_probes(detail::FlameTree& t, std::size_t max_nodes) {
 }
 }  // namespace
 
-TEST(FlameCap, OnePassTotalsKeepWhatEveryProbeRecountingKept) {
+TEST(FlameCap, TreeOfNumbersCappedInOnePassIsWhatEveryNodeAndProbeGave) {
   std::mt19937_64 rng(7);
-  // Random stacks over a small frame alphabet (shared prefixes, ties in value) and caps
-  // from tiny to nearly the whole tree.
+  // Random stacks over a small frame alphabet (shared prefixes, ties in value, siblings of
+  // one name on two lines) and caps from tiny to the whole tree.
   std::vector<Frame> alphabet(12);
-  for (std::size_t i = 0; i < alphabet.size(); ++i) alphabet[i].function = fmt::format("f{}", i);
+  for (std::size_t i = 0; i < alphabet.size(); ++i) {
+    alphabet[i].function = fmt::format("f{}", i / 2);
+    alphabet[i].line = static_cast<int>(i % 2);
+  }
   std::size_t capped = 0;
   for (int round = 0; round < 60; ++round) {
     std::vector<detail::FlameSample> samples(1 + rng() % 300);
     for (auto& s : samples) {
       s.weight = 1 + rng() % (round % 3 == 0 ? 4 : 100000);
       std::size_t depth = 1 + rng() % 9;
-      for (std::size_t d = 0; d < depth; ++d) s.frames.push_back(&alphabet[rng() % (d < 2 ? 3 : alphabet.size())]);
+      for (std::size_t d = 0; d < depth; ++d) s.frames.push_back(&alphabet[rng() % (d < 2 ? 4 : alphabet.size())]);
       if (rng() % 5 == 0) s.prefix.push_back(fmt::format("pid {}", rng() % 3));
     }
     detail::FlameLabels labels;
-    const auto tree = detail::build_flame(samples, labels);
+    const auto whole = build_by_nodes(samples, labels);
     for (std::size_t cap : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{17},
-                            tree.nodes.size() / 2, tree.nodes.size() - 1, tree.nodes.size()}) {
-      auto fast = tree, slow = tree;
-      detail::cap_flame(fast, cap);
+                            whole.nodes.size() / 2, whole.nodes.size() - 1, whole.nodes.size(), SIZE_MAX}) {
+      std::size_t uncapped = 0;
+      auto fast = detail::build_flame(samples, labels, cap, &uncapped);
+      auto slow = whole;
       cap_by_probes(slow, cap);
-      capped += fast.nodes.size() < tree.nodes.size();
+      EXPECT_EQ(uncapped, whole.nodes.size());
+      capped += fast.nodes.size() < whole.nodes.size();
       ASSERT_EQ(fast.nodes.size(), slow.nodes.size()) << round << " cap " << cap;
       for (std::size_t i = 0; i < fast.nodes.size(); ++i) {
-        EXPECT_EQ(fast.nodes[i].name, slow.nodes[i].name);
+        EXPECT_EQ(fast.nodes[i].name, slow.nodes[i].name) << round << " cap " << cap << " node " << i;
+        EXPECT_EQ(fast.nodes[i].file, slow.nodes[i].file);
+        EXPECT_EQ(fast.nodes[i].line, slow.nodes[i].line);
         EXPECT_EQ(fast.nodes[i].value, slow.nodes[i].value);
         EXPECT_EQ(fast.nodes[i].parent, slow.nodes[i].parent);
         EXPECT_EQ(fast.nodes[i].children, slow.nodes[i].children);
