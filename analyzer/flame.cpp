@@ -2,8 +2,10 @@
 // replay's per-site figures (peak consumers, leaks, per-site totals): nothing re-derived.
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "analyzer/error.h"
@@ -138,122 +140,214 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   return sorted;
 }
 
+std::pair<std::uint32_t*, bool> IdMap::try_emplace(std::uint64_t key, std::uint32_t value) {
+  if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probes stay short
+  const std::size_t mask = slots_.size() - 1;
+  // A 64-bit finalizer (MurmurHash3's): both addresses and (parent << 32 | label) keys
+  // differ mostly in bits a plain mask would drop.
+  std::uint64_t h = key;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdULL, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ULL, h ^= h >> 33;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (!s.used) {
+      s.used = true, s.key = key, s.value = value;
+      ++size_;
+      return {&s.value, true};
+    }
+    if (s.key == key) return {&s.value, false};
+  }
+}
+
+void IdMap::grow() { rehash(std::max<std::size_t>(64, slots_.size() * 2)); }
+
+void IdMap::reserve(std::size_t n) {
+  std::size_t slots = 64;
+  while (slots < 2 * n) slots *= 2;
+  if (slots > slots_.size()) rehash(slots);
+}
+
+void IdMap::rehash(std::size_t slots) {
+  std::vector<Slot> old(slots);
+  old.swap(slots_);
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.used) try_emplace(s.key, s.value);
+}
+
 std::uint32_t FlameLabels::intern(std::string name, const std::string& file, int line) {
+  key_ = std::move(name);
+  return lookup(key_.size(), file, line);
+}
+
+std::uint32_t FlameLabels::lookup(std::size_t name_len, const std::string& file, int line) {
   // The same separators the tree's node identity always had: (name, file, line) as text.
-  auto [it, fresh] = ids_.emplace(fmt::format("{}\x1f{}\x1f{}", name, file, line),
-                                  static_cast<std::uint32_t>(labels_.size()));
-  if (fresh) labels_.push_back({std::move(name), file, line});
-  return it->second;
+  key_ += '\x1f';
+  key_ += file;
+  key_ += '\x1f';
+  fmt::format_to(std::back_inserter(key_), FMT_COMPILE("{}"), line);
+  auto it = ids_.find(key_);
+  if (it != ids_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(labels_.size());
+  ids_.emplace(key_, id);
+  labels_.push_back({key_.substr(0, name_len), file, line});
+  return id;
 }
 
 std::uint32_t FlameLabels::of(const Frame* f) {
-  auto [it, fresh] = of_frame_.emplace(f, 0);
-  if (fresh) it->second = intern(frame_name(*f), f->file, f->line);
-  return it->second;
+  auto [id, fresh] = of_frame_.try_emplace(reinterpret_cast<std::uintptr_t>(f), 0);
+  if (fresh) {  // lookup() leaves of_frame_ alone: id still points at the slot
+    key_.clear();
+    append_frame_name(key_, *f);
+    *id = lookup(key_.size(), f->file, f->line);
+  }
+  return *id;
 }
 
-FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels) {
-  FlameTree t;
-  t.nodes.emplace_back();
-  t.nodes[0].name = "all";
-  // (parent, label) -> child: one integer-keyed lookup per frame.
-  std::unordered_map<std::uint64_t, std::uint32_t> child;
-  auto step = [&](std::uint32_t parent, std::uint32_t label, std::uint64_t w) {
-    auto [it, fresh] = child.emplace(std::uint64_t{parent} << 32 | label, static_cast<std::uint32_t>(t.nodes.size()));
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels, std::size_t max_nodes,
+                      std::size_t* uncapped) {
+  // The whole tree as numbers: a node's label (kRoot: "all"), parent and value, in the order
+  // nodes are first reached.
+  constexpr std::uint32_t kRoot = ~0u;
+  std::vector<std::uint32_t> label{kRoot}, parent{0};
+  std::vector<std::uint64_t> value{0};
+  // (parent, label) -> child: one integer-keyed lookup per frame. Sized for a tree of distinct
+  // paths (no shared frames), up to a million nodes: growing it step by step cost more than
+  // filling it.
+  IdMap child;
+  std::size_t steps = 0;
+  for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
+  child.reserve(std::min<std::size_t>(steps, std::size_t{1} << 20));
+  auto step = [&](std::uint32_t p, std::uint32_t l, std::uint64_t w) {
+    const auto [at, fresh] = child.try_emplace(std::uint64_t{p} << 32 | l, static_cast<std::uint32_t>(label.size()));
+    const std::uint32_t node = *at;
     if (fresh) {
-      const auto& l = labels[label];
-      FlameNode n;
-      n.name = l.name, n.file = l.file, n.line = l.line, n.parent = parent;
-      t.nodes.push_back(std::move(n));
-      t.nodes[parent].children.push_back(it->second);
+      label.push_back(l);
+      parent.push_back(p);
+      value.push_back(0);
     }
-    t.nodes[it->second].value += w;
-    return it->second;
+    value[node] += w;
+    return node;
   };
   for (const auto& s : samples) {
-    t.nodes[0].value += s.weight;
+    value[0] += s.weight;
     std::uint32_t at = 0;
     for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
     for (const Frame* f : s.frames) at = step(at, labels.of(f), s.weight);
   }
-  for (auto& n : t.nodes)
-    std::sort(n.children.begin(), n.children.end(), [&](std::uint32_t x, std::uint32_t y) {
-      if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
-      return t.nodes[x].name < t.nodes[y].name;
+  const std::size_t n = label.size();
+  if (uncapped != nullptr) *uncapped = n;
+  // Children of node i: kids[first[i] .. first[i + 1]), listed in the order they were reached,
+  // then sorted largest first (ties by name).
+  std::vector<std::uint32_t> first(n + 1, 0), kids(n - 1);
+  for (std::size_t i = 1; i < n; ++i) ++first[parent[i] + 1];
+  for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  {
+    std::vector<std::uint32_t> next(first.begin(), first.end() - 1);
+    for (std::uint32_t i = 1; i < n; ++i) kids[next[parent[i]]++] = i;
+  }
+  auto kids_of = [&](std::uint32_t i) {
+    return std::pair{kids.begin() + static_cast<std::ptrdiff_t>(first[i]),
+                     kids.begin() + static_cast<std::ptrdiff_t>(first[i + 1])};
+  };
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto [b, e] = kids_of(i);
+    std::sort(b, e, [&](std::uint32_t x, std::uint32_t y) {
+      if (value[x] != value[y]) return value[x] > value[y];
+      return labels[label[x]].name < labels[label[y]].name;
     });
-  return t;
-}
+  }
+  auto make = [&](std::uint32_t i, std::uint32_t parent_now) {
+    FlameNode x;
+    if (label[i] == kRoot) {
+      x.name = "all";
+    } else {
+      const auto& l = labels[label[i]];
+      x.name = l.name, x.file = l.file, x.line = l.line;
+    }
+    x.value = value[i];
+    x.parent = parent_now;
+    return x;
+  };
 
-void cap_flame(FlameTree& t, std::size_t max_nodes) {
+  FlameTree out;
   if (max_nodes < 2) max_nodes = 2;
-  if (t.nodes.size() <= max_nodes) return;
+  if (n <= max_nodes) {  // the whole tree, in the order its nodes were reached
+    out.nodes.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      out.nodes.push_back(make(i, parent[i]));
+      auto [b, e] = kids_of(i);
+      out.nodes.back().children.assign(b, e);
+    }
+    return out;
+  }
   // Rank by value (ties: lower index = nearer the root or earlier, so parents precede
   // children); keep the first max_nodes. A child never outranks its parent: its value is at
   // most the parent's and its index is larger. Merged nodes added below count against the cap.
-  std::vector<std::uint32_t> order(t.nodes.size());
-  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    if (t.nodes[x].value != t.nodes[y].value) return t.nodes[x].value > t.nodes[y].value;
-    return x < y;
-  });
+  // Only the first max_nodes ranks are ever read: those are selected, then sorted (the order
+  // is total, so they are the same nodes in the same order as a whole sort's).
+  std::vector<std::uint32_t> order(n);
+  for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
+  auto by_rank = [&](std::uint32_t x, std::uint32_t y) { return value[x] != value[y] ? value[x] > value[y] : x < y; };
+  const auto ranked = order.begin() + static_cast<std::ptrdiff_t>(max_nodes);
+  std::nth_element(order.begin(), ranked, order.end(), by_rank);
+  std::sort(order.begin(), ranked, by_rank);
   // Keeping the first k nodes adds one merged node per kept parent that loses children;
-  // the largest k whose total fits the cap is found by bisection (each probe is O(nodes)).
-  std::vector<char> keep(t.nodes.size(), 0);
-  auto total_for = [&](std::size_t k) {
-    std::fill(keep.begin(), keep.end(), 0);
-    for (std::size_t i = 0; i < k; ++i) keep[order[i]] = 1;
+  // the largest k whose total fits the cap is found by bisection. total[k] for every k up to
+  // the cap comes from one pass in rank order: node v kept adds a merged node if it has
+  // children (none kept yet) and removes its parent's once the parent's last child is kept.
+  std::vector<std::size_t> total(max_nodes + 1, 0);
+  std::vector<char> keep(n, 0);
+  {
+    std::vector<std::uint32_t> unkept(n);
+    for (std::size_t i = 0; i < n; ++i) unkept[i] = first[i + 1] - first[i];
     std::size_t merged = 0;
-    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
-      if (!keep[i]) continue;
-      for (auto c : t.nodes[i].children)
-        if (!keep[c]) {
-          ++merged;
-          break;
-        }
+    for (std::size_t k = 1; k <= max_nodes; ++k) {
+      const std::uint32_t v = order[k - 1];
+      keep[v] = 1;
+      if (unkept[v] > 0) ++merged;
+      if (v != 0 && --unkept[parent[v]] == 0 && keep[parent[v]]) --merged;
+      total[k] = k + merged;
     }
-    return k + merged;
-  };
-  std::size_t lo = 1, hi = max_nodes;  // total_for(1) = 2 <= max_nodes
+  }
+  std::size_t lo = 1, hi = max_nodes;  // total[1] = 2 <= max_nodes
   while (lo < hi) {
     std::size_t mid = (lo + hi + 1) / 2;
-    if (total_for(mid) <= max_nodes) lo = mid;
+    if (total[mid] <= max_nodes) lo = mid;
     else hi = mid - 1;
   }
-  total_for(lo);
-  FlameTree out;
-  std::vector<std::uint32_t> remap(t.nodes.size(), ~0u);
+  std::fill(keep.begin(), keep.end(), 0);
+  for (std::size_t i = 0; i < lo; ++i) keep[order[i]] = 1;
   // Breadth-first copy of the kept nodes, so that parents come before their children.
+  std::vector<std::uint32_t> remap(n, ~0u);
   std::vector<std::uint32_t> queue{0};
-  out.nodes.push_back(t.nodes[0]);
-  out.nodes[0].children.clear();
+  out.nodes.push_back(make(0, 0));
   remap[0] = 0;
   for (std::size_t qi = 0; qi < queue.size(); ++qi) {
     std::uint32_t old = queue[qi], now = remap[old];
     std::uint64_t dropped = 0, dropped_n = 0;
-    for (auto c : t.nodes[old].children) {
+    auto [b, e] = kids_of(old);
+    for (auto it = b; it != e; ++it) {
+      const std::uint32_t c = *it;
       if (!keep[c]) {
-        dropped += t.nodes[c].value;
+        dropped += value[c];
         ++dropped_n;
         continue;
       }
-      FlameNode n = t.nodes[c];
-      n.children.clear();
-      n.parent = now;
       remap[c] = static_cast<std::uint32_t>(out.nodes.size());
       out.nodes[now].children.push_back(remap[c]);
-      out.nodes.push_back(std::move(n));
+      out.nodes.push_back(make(c, now));
       queue.push_back(c);
     }
     if (dropped_n) {
-      FlameNode n;
-      n.name = fmt::format("[{} smaller frame{}]", dropped_n, dropped_n == 1 ? "" : "s");
-      n.value = dropped;
-      n.parent = now;
+      FlameNode x;
+      x.name = fmt::format("[{} smaller frame{}]", dropped_n, dropped_n == 1 ? "" : "s");
+      x.value = dropped;
+      x.parent = now;
       out.nodes[now].children.push_back(static_cast<std::uint32_t>(out.nodes.size()));
-      out.nodes.push_back(std::move(n));
+      out.nodes.push_back(std::move(x));
     }
   }
-  t = std::move(out);
+  return out;
 }
 
 }  // namespace gpuheap::detail

@@ -38,6 +38,9 @@ class StackResolver {
   // Identity of a site independent of load addresses: function+file+line per visible frame
   // (module+offset when there is no debug info).
   const std::string& key(std::uint32_t stack);
+  // library_label(frames(stack)): every site list, the per-library rows and --library ask it.
+  const std::string& library(std::uint32_t stack);
+  bool all_frames() const { return all_frames_; }
 
  private:
   const Model& m_;
@@ -45,6 +48,7 @@ class StackResolver {
   Symbolizer sym_;
   std::unordered_map<std::uint32_t, std::vector<Frame>> frames_;
   std::unordered_map<std::uint32_t, std::string> keys_;
+  std::unordered_map<std::uint32_t, std::string> libraries_;
 };
 
 // A site after merging stack ids that symbolize to the same frames. bytes: requested (what
@@ -83,11 +87,46 @@ struct LibraryRow {
 // Peak consumers grouped by library_label, largest first.
 std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res);
 
+// The merged site lists (merge_sites) of every trace of one Analysis, each computed on first
+// use and then shared: the report page holds the JSON summary, the text summary and three
+// flame graphs of the same traces, and merging keys every stack (symbolizing it). One
+// resolver per trace, in the form flame_samples() takes (export.h). `a` must outlive it.
+class SiteLists {
+ public:
+  SiteLists(const Analysis& a, bool all_frames);
+  ~SiteLists();
+  SiteLists(const SiteLists&) = delete;
+  SiteLists& operator=(const SiteLists&) = delete;
+  const Analysis& analysis() const { return a_; }
+  bool all_frames() const { return all_frames_; }
+  StackResolver& res(std::size_t trace) { return *res_[trace]; }
+  std::vector<std::unique_ptr<StackResolver>>& resolvers() { return res_; }
+  // Trace `trace`'s merged rows. `device` and `oom` index the Model's devices and ooms.
+  const std::vector<SiteRow>& peak(std::size_t trace, std::size_t device);  // its peak_consumers
+  const std::vector<LibraryRow>& peak_libraries(std::size_t trace, std::size_t device);  // of peak()
+  const std::vector<SiteRow>& most_allocations(std::size_t trace);  // sites with allocations, by count
+  const std::vector<SiteRow>& temporary(std::size_t trace);         // sites with temporaries, by count
+  const std::vector<SiteRow>& leaks(std::size_t trace);
+  const std::vector<SiteRow>& oom_live(std::size_t trace, std::size_t oom);  // its top_live
+
+ private:
+  struct Lists;
+  Lists& lists(std::size_t trace);
+  const Analysis& a_;
+  bool all_frames_;
+  std::vector<std::unique_ptr<StackResolver>> res_;
+  std::vector<std::unique_ptr<Lists>> lists_;
+};
+
 std::string summary_text(const Analysis& a, const SummaryOptions& opt);
+// With the lists another view of `a` already merged (sites.analysis() must be `a`, and
+// sites.all_frames() opt.all_frames; else std::invalid_argument). The same text.
+std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists& sites);
 // The "By phase" table and growth (report_phases.cpp); JSON `phases`, `growth`, `window`.
 void phases_text(std::string& out, const Model& m, const SummaryOptions& opt);
 void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
+nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLists& sites);  // as summary_text's
 nlohmann::json stack_json(const std::vector<Frame>& frames);
 
 // Per-site differences between two traces (first trace of each analysis).

@@ -1,7 +1,11 @@
 #include <algorithm>
 #include <cctype>
+#include <iterator>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "analyzer/pyframes.h"
@@ -46,25 +50,33 @@ const std::string& StackResolver::key(std::uint32_t stack) {
   auto it = keys_.find(stack);
   if (it != keys_.end()) return it->second;
   std::string k;
+  auto out = std::back_inserter(k);  // straight into k: no string per frame
   const auto& fr = frames(stack);
   if (fr.empty()) k = stack == 0 ? "<no stack>" : fmt::format("<unknown stack {}>", stack);
   for (const auto& f : fr) {
     if (!f.function.empty() || !f.file.empty())
-      k += fmt::format("{}|{}|{};", f.function, f.file, f.line);
+      fmt::format_to(out, FMT_COMPILE("{}|{}|{};"), f.function, f.file, f.line);
     else if (!f.module.empty())
-      k += fmt::format("{}+{:#x};", base_name(f.module), f.offset);
+      fmt::format_to(out, FMT_COMPILE("{}+{:#x};"), base_name(f.module), f.offset);
     else
-      k += fmt::format("{:#x};", f.ip);  // no module: only the raw address identifies it
+      fmt::format_to(out, FMT_COMPILE("{:#x};"), f.ip);  // no module: only the raw address identifies it
   }
   return keys_.emplace(stack, std::move(k)).first->second;
 }
 
+const std::string& StackResolver::library(std::uint32_t stack) {
+  auto it = libraries_.find(stack);
+  if (it != libraries_.end()) return it->second;
+  return libraries_.emplace(stack, library_label(frames(stack))).first->second;
+}
+
 std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count) {
-  std::unordered_map<std::string, std::size_t> idx;
+  // Keys by view: the resolver's keys stay where they are (unordered_map nodes) while it lives.
+  std::unordered_map<std::string_view, std::size_t> idx;
   std::vector<SiteRow> out;
   for (const auto& r : rows) {
-    const auto& k = res.key(r.stack);
-    auto [it, fresh] = idx.emplace(k, out.size());
+    const std::string_view k = res.key(r.stack);
+    auto [it, fresh] = idx.try_emplace(k, out.size());
     if (fresh) {
       out.push_back(r);
     } else {
@@ -82,20 +94,25 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
   return out;
 }
 
-bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt) {
+namespace {
+bool library_matches(const std::string& lib, const SummaryOptions& opt) {
   if (opt.library.empty()) return true;
-  const std::string lib = library_label(frames);
   return lib.size() == opt.library.size() &&
          std::equal(lib.begin(), lib.end(), opt.library.begin(), [](char a, char b) {
            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
          });
+}
+}  // namespace
+
+bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt) {
+  return opt.library.empty() || library_matches(library_label(frames), opt);
 }
 
 std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt) {
   std::vector<SiteRow> out;
   for (const auto& r : merged) {
     if (!opt.full && out.size() >= opt.top) break;
-    if (library_selected(res.frames(r.stack), opt)) out.push_back(r);
+    if (opt.library.empty() || library_matches(res.library(r.stack), opt)) out.push_back(r);
   }
   return out;
 }
@@ -117,7 +134,11 @@ std::string library_label(const std::vector<Frame>& frames) {
   // Python packages keep their extension modules in their own directory.
   static const Known dirs[] = {{"/cupy/", "CuPy"}, {"/cupy_backends/", "CuPy"}, {"/jaxlib/", "XLA"},
                                {"/torch/lib/", "PyTorch"}};
+  const std::string* last = nullptr;  // the previous frame's module, which matched nothing
   for (const auto& f : frames) {
+    // A library's frames come in runs: a frame in the module just tried matches nothing either.
+    if (last != nullptr && f.module == *last) continue;
+    last = &f.module;
     std::string_view b = base_name(f.module);
     for (const auto& k : known)
       if (b.starts_with(k.prefix)) return k.label;
@@ -132,7 +153,7 @@ std::string library_label(const std::vector<Frame>& frames) {
 std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res) {
   std::vector<LibraryRow> rows;
   for (const auto& s : sites) {
-    std::string lib = library_label(res.frames(s.stack));
+    const std::string& lib = res.library(s.stack);
     auto it = std::find_if(rows.begin(), rows.end(), [&](const LibraryRow& r) { return r.library == lib; });
     if (it == rows.end()) it = rows.insert(rows.end(), LibraryRow{lib, 0, 0});
     it->bytes += s.bytes;
@@ -142,6 +163,88 @@ std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, Stack
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.library < b.library;
   });
   return rows;
+}
+
+struct SiteLists::Lists {
+  std::vector<std::optional<std::vector<SiteRow>>> peak, oom;  // per device, per OOM
+  std::vector<std::optional<std::vector<LibraryRow>>> libraries;  // per device
+  std::optional<std::vector<SiteRow>> by_count, temporary, leaks;
+};
+
+SiteLists::SiteLists(const Analysis& a, bool all_frames) : a_(a), all_frames_(all_frames) {
+  for (const auto& m : a.traces) {
+    res_.push_back(std::make_unique<StackResolver>(*m, all_frames));
+    lists_.push_back(std::make_unique<Lists>());
+    lists_.back()->peak.resize(m->devices.size());
+    lists_.back()->libraries.resize(m->devices.size());
+    lists_.back()->oom.resize(m->ooms.size());
+  }
+}
+SiteLists::~SiteLists() = default;
+
+SiteLists::Lists& SiteLists::lists(std::size_t trace) { return *lists_.at(trace); }
+
+const std::vector<SiteRow>& SiteLists::peak(std::size_t trace, std::size_t device) {
+  auto& slot = lists(trace).peak.at(device);
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& s : a_.traces[trace]->devices[device].peak_consumers)
+      rows.push_back({s.stack, s.bytes, s.count, s.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
+}
+
+const std::vector<LibraryRow>& SiteLists::peak_libraries(std::size_t trace, std::size_t device) {
+  auto& slot = lists(trace).libraries.at(device);
+  if (!slot) slot = peak_by_library(peak(trace, device), res(trace));
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::most_allocations(std::size_t trace) {
+  auto& slot = lists(trace).by_count;
+  if (!slot) {
+    const Model& m = *a_.traces[trace];
+    std::vector<SiteRow> rows;
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id)
+      if (m.sites[id].allocs) rows.push_back({id, m.sites[id].alloc_bytes, m.sites[id].allocs, m.sites[id].alloc_allocated});
+    slot = merge_sites(rows, res(trace), true);
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::temporary(std::size_t trace) {
+  auto& slot = lists(trace).temporary;
+  if (!slot) {
+    const Model& m = *a_.traces[trace];
+    std::vector<SiteRow> rows;
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+      const auto& s = m.sites[id];
+      if (s.temporaries) rows.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
+    }
+    slot = merge_sites(rows, res(trace), true);
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::leaks(std::size_t trace) {
+  auto& slot = lists(trace).leaks;
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& l : a_.traces[trace]->leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::oom_live(std::size_t trace, std::size_t oom) {
+  auto& slot = lists(trace).oom.at(oom);
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& s : a_.traces[trace]->ooms[oom].top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
 }
 
 nlohmann::json stack_json(const std::vector<Frame>& frames) {

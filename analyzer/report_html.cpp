@@ -70,9 +70,8 @@ void phase_marks(json& t, const Model& m, const At& at) {
 
 json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, const ReportOptions& opt,
                 std::vector<std::unique_ptr<StackResolver>>& res, detail::FlameLabels& labels) {
-  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels);
-  std::size_t before = tree.nodes.size();
-  detail::cap_flame(tree, opt.max_nodes);
+  std::size_t before = 0;
+  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels, opt.max_nodes, &before);
   // Names and files through one string table: deep stacks repeat them on every path.
   json names = json::array(), nodes = json::array();
   std::unordered_map<std::string, std::size_t> idx;
@@ -99,12 +98,15 @@ std::string script_json(const json& j) {
   std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string o;
   o.reserve(s.size() + s.size() / 16);
-  for (char c : s) {
-    if (c == '<') o += "\\u003c";
-    else if (c == '>') o += "\\u003e";
-    else if (c == '&') o += "\\u0026";
-    else o += c;
+  std::size_t from = 0;  // copied in runs between the characters escaped
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c != '<' && c != '>' && c != '&') continue;
+    o.append(s, from, i - from);
+    o += c == '<' ? "\\u003c" : c == '>' ? "\\u003e" : "\\u0026";
+    from = i + 1;
   }
+  o.append(s, from, std::string::npos);
   return o;
 }
 
@@ -151,15 +153,18 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   }
   data["traces"] = std::move(tr);
   data["timelines"] = std::move(tls);
-  std::vector<std::unique_ptr<StackResolver>> res;
-  detail::FlameLabels labels;  // after res: it keys by res's frames
+  // One resolver per trace for the flame graphs and both summaries (each stack symbolized
+  // and keyed once), and the summaries' merged site lists computed once for both.
+  SiteLists sites(a, opt.all_frames);
+  auto& res = sites.resolvers();
+  detail::FlameLabels labels;  // after sites: it keys by their resolvers' frames
   data["flames"] = {flame_json(a, detail::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res, labels),
                     flame_json(a, detail::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
                     flame_json(a, detail::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
   SummaryOptions sopt;
   sopt.all_frames = opt.all_frames;
-  data["summary"] = summary_json(a, sopt);
-  data["summary_text"] = summary_text(a, sopt);
+  data["summary"] = summary_json(a, sopt, sites);
+  data["summary_text"] = summary_text(a, sopt, sites);
 
   detail::OutFile out(opt.output);
   out.put("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"

@@ -1,5 +1,6 @@
 // JSON summary, schema "gpuheap.summary/2" (docs/summary-json.md).
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -55,7 +56,7 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const Summa
   for (const auto& r : shown_sites(rows, res, opt)) {
     const auto& frames = res.frames(r.stack);
     json j = {{"bytes", r.bytes}, {"allocated_bytes", r.allocated}, {"count", r.count},
-              {"stack_id", r.stack}, {"library", library_label(frames)}};
+              {"stack_id", r.stack}, {"library", res.library(r.stack)}};
     put_stack(j, frames, opt);
     if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(r.bytes) / pct_of;
     arr.push_back(std::move(j));
@@ -63,9 +64,10 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const Summa
   return arr;
 }
 
-json process_json(const Model& m, const SummaryOptions& opt) {
+json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  const Model& m = *sites.analysis().traces[ti];
   const auto& in = m.info;
-  StackResolver res(m, opt.all_frames);
+  StackResolver& res = sites.res(ti);
   json doc;
   doc["schema"] = "gpuheap.summary/2";
   doc["trace"] = {{"path", in.path},
@@ -110,7 +112,8 @@ json process_json(const Model& m, const SummaryOptions& opt) {
   doc["host"] = {{"other_kinds", json::object()}};
   for (const auto& d : m.devices)
     if (d.device < 0) doc["host"]["other_kinds"] = kinds_json(d);
-  for (const auto& d : m.devices) {
+  for (std::size_t di = 0; di < m.devices.size(); ++di) {
+    const auto& d = m.devices[di];
     if (d.device < 0 || (opt.device >= 0 && d.device != opt.device)) continue;
     json j = {{"device", d.device}, {"name", d.name}, {"total_memory", d.total_memory}};
     for (auto [metric, name] : kMetrics) j[name] = metric_json(d, metric);
@@ -123,15 +126,12 @@ json process_json(const Model& m, const SummaryOptions& opt) {
                       {"ts_ns", rel(d.peak_held_ts, in)}};
     devs.push_back(std::move(j));
 
-    std::vector<SiteRow> rows;
-    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
-    auto merged = merge_sites(rows, res);
-    for (auto& e : site_list(merged, res, opt, static_cast<double>(d.peak_held))) {
+    for (auto& e : site_list(sites.peak(ti, di), res, opt, static_cast<double>(d.peak_held))) {
       e["device"] = d.device;
       peaks.push_back(std::move(e));
     }
     json libs = json::array();
-    for (const auto& l : peak_by_library(merged, res))
+    for (const auto& l : sites.peak_libraries(ti, di))
       libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
     devs.back()["peak_by_library"] = std::move(libs);
     if (d.frag_peak.valid) {
@@ -151,26 +151,18 @@ json process_json(const Model& m, const SummaryOptions& opt) {
   doc["devices"] = std::move(devs);
   doc["peak_consumers"] = std::move(peaks);
 
-  std::vector<SiteRow> by_count, temps, leaks;
-  for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
-    const auto& s = m.sites[id];
-    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs, s.alloc_allocated});
-    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
-  }
-  for (const auto& l : m.leaks) leaks.push_back({l.stack, l.bytes, l.count, l.allocated});
-  doc["most_allocations"] = site_list(merge_sites(by_count, res, true), res, opt);
-  doc["temporary"] = site_list(merge_sites(temps, res, true), res, opt);
-  doc["leaks"] = site_list(merge_sites(leaks, res), res, opt);
+  doc["most_allocations"] = site_list(sites.most_allocations(ti), res, opt);
+  doc["temporary"] = site_list(sites.temporary(ti), res, opt);
+  doc["leaks"] = site_list(sites.leaks(ti), res, opt);
   doc["leaked_bytes"] = m.leaked_bytes;
   doc["leaked_allocated_bytes"] = m.leaked_allocated_bytes;
   doc["leaked_count"] = m.leaked_count;
   doc["fragmentation"] = std::move(frag);
   json ooms = json::array();
-  for (const auto& o : m.ooms) {
+  for (std::size_t oi = 0; oi < m.ooms.size(); ++oi) {
+    const auto& o = m.ooms[oi];
     if (opt.device >= 0 && o.rec.device != opt.device) continue;
     const auto& r = o.rec;
-    std::vector<SiteRow> rows;
-    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
     const OomAdvice adv = oom_advice(o);
     ooms.push_back({{"device", r.device},
                     {"ts_ns", rel(r.ts, in)},
@@ -190,7 +182,7 @@ json process_json(const Model& m, const SummaryOptions& opt) {
                     {"cause", adv.cause},
                     {"suggestion", adv.suggestion},
                     {"fragmentation", frag_json(o.frag, in)},
-                    {"top_live", site_list(merge_sites(rows, res), res, opt)}});
+                    {"top_live", site_list(sites.oom_live(ti, oi), res, opt)}});
     put_stack(ooms.back(), res.frames(r.stack), opt);
   }
   doc["ooms"] = std::move(ooms);
@@ -202,15 +194,22 @@ json process_json(const Model& m, const SummaryOptions& opt) {
 }  // namespace
 
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt) {
-  if (a.traces.size() == 1) return process_json(*a.traces[0], opt);
+  SiteLists sites(a, opt.all_frames);
+  return summary_json(a, opt, sites);
+}
+
+nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLists& sites) {
+  if (&sites.analysis() != &a || sites.all_frames() != opt.all_frames)
+    throw std::invalid_argument("summary_json: site lists of another analysis or frame view");
+  if (a.traces.size() == 1) return process_json(sites, 0, opt);
   json doc;
   doc["schema"] = "gpuheap.summary/2";
   doc["processes"] = json::array();
   std::uint64_t leaked = 0;
-  for (const auto& t : a.traces) {
-    auto p = process_json(*t, opt);
+  for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
+    auto p = process_json(sites, ti, opt);
     p.erase("schema");
-    leaked += t->leaked_bytes;
+    leaked += a.traces[ti]->leaked_bytes;
     doc["processes"].push_back(std::move(p));
   }
   json devs = json::array(), tl = json::array();

@@ -2,6 +2,7 @@
 // peak consumers, most allocations / temporaries, leaks, fragmentation and OOMs; then, for
 // several traces, the merged per-device view.
 #include <algorithm>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -107,8 +108,7 @@ void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, con
 // The default view elides a C++ label's template arguments (labels.h short_name): a site
 // is one line, and a kernel's template name alone can be 300 characters; --full spells it out.
 std::string site_tag(StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
-  const auto& fr = res.frames(stack);
-  return fmt::format("[{}] {}", text_safe(library_label(fr)), site_label_text(fr, !opt.full));
+  return fmt::format("[{}] {}", text_safe(res.library(stack)), site_label_text(res.frames(stack), !opt.full));
 }
 
 void kinds_table(std::string& out, const DeviceState& d, const char* title = "Not pooled");
@@ -220,9 +220,10 @@ void frag_text(std::string& out, const Fragmentation& f, const char* indent) {
                      human_bytes(f.median_request), human_bytes(f.unusable_bytes), 100.0 * f.unusable_share);
 }
 
-void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
+void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  const Model& m = *sites.analysis().traces[ti];
   const auto& in = m.info;
-  StackResolver res(m, opt.all_frames);
+  StackResolver& res = sites.res(ti);
   std::string cmd;
   for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + text_safe(c);
   out += fmt::format("gpuheap summary of {}\n", text_safe(in.path));
@@ -263,17 +264,15 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   std::unordered_map<std::string, std::string> shown_stacks;
   std::size_t devices_shown = 0;
   for (const auto& d : m.devices) devices_shown += (opt.device < 0 || d.device == opt.device) && d.peak_held > 0;
-  for (const auto& d : m.devices) {
+  for (std::size_t di = 0; di < m.devices.size(); ++di) {
+    const auto& d = m.devices[di];
     if (opt.device >= 0 && d.device != opt.device) continue;
     if (d.peak_held <= 0) continue;
     out += fmt::format("Peak memory consumers, device {}: peak {} requested ({} allocated) at {} after start\n",
                        d.device, human_bytes(static_cast<std::uint64_t>(d.peak_held)),
                        human_bytes(static_cast<std::uint64_t>(d.peak_held_allocated)),
                        human_duration_ns(d.peak_held_ts - std::min(d.peak_held_ts, in.mono_ns)));
-    std::vector<SiteRow> rows;
-    for (const auto& s : d.peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
-    auto merged = merge_sites(rows, res);
-    auto shown = shown_sites(merged, res, opt);
+    auto shown = shown_sites(sites.peak(ti, di), res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       const auto& r = shown[i];
       out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1, both_bytes(r.bytes, r.allocated),
@@ -283,7 +282,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
       shown_stacks.emplace(res.key(r.stack), devices_shown > 1 ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)
                                                                : fmt::format("peak consumer #{}", i + 1));
     }
-    auto libs = peak_by_library(merged, res);
+    const auto& libs = sites.peak_libraries(ti, di);
     if (libs.size() > 1) {
       out += fmt::format("  by library at the peak:");
       for (const auto& l : libs)
@@ -294,16 +293,11 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     out += "\n";
   }
 
-  std::vector<SiteRow> by_count, temps;
-  for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
-    const auto& s = m.sites[id];
-    if (s.allocs) by_count.push_back({id, s.alloc_bytes, s.allocs, s.alloc_allocated});
-    if (s.temporaries) temps.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
-  }
-  auto list = [&](const char* title, const std::vector<SiteRow>& rows, const char* what) {
-    if (rows.empty()) return;
+  // Merged by count; a list is empty exactly when no site has any.
+  auto list = [&](const char* title, const std::vector<SiteRow>& merged, const char* what) {
+    if (merged.empty()) return;
     out += fmt::format("{}\n", title);
-    auto shown = shown_sites(merge_sites(rows, res, true), res, opt);
+    auto shown = shown_sites(merged, res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total) {}\n", i + 1, shown[i].count, what,
                          human_bytes(shown[i].bytes), human_bytes(shown[i].allocated), site_tag(res, shown[i].stack, opt));
@@ -312,16 +306,15 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     }
     out += "\n";
   };
-  list("Most allocations (by count)", by_count, "allocations");
-  list("Most temporary allocations (freed before the thread's next allocation)", temps, "temporary allocations");
+  list("Most allocations (by count)", sites.most_allocations(ti), "allocations");
+  list("Most temporary allocations (freed before the thread's next allocation)", sites.temporary(ti),
+       "temporary allocations");
 
   if (!m.leaks.empty()) {
     out += fmt::format("Leaks (live at the end of the trace{}): {} requested ({} allocated) in {} allocations\n",
                        in.truncated ? "; truncated trace, so the process may have freed them later" : "",
                        human_bytes(m.leaked_bytes), human_bytes(m.leaked_allocated_bytes), m.leaked_count);
-    std::vector<SiteRow> rows;
-    for (const auto& l : m.leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
-    auto shown = shown_sites(merge_sites(rows, res), res, opt);
+    auto shown = shown_sites(sites.leaks(ti), res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       auto same = opt.full ? shown_stacks.end() : shown_stacks.find(res.key(shown[i].stack));
       out += fmt::format("  #{:<2} {} in {} allocation{} {}{}\n", i + 1, both_bytes(shown[i].bytes, shown[i].allocated),
@@ -343,7 +336,8 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     frag_text(out, f, "  ");
     out += "\n";
   }
-  for (const auto& o : m.ooms) {
+  for (std::size_t oi = 0; oi < m.ooms.size(); ++oi) {
+    const auto& o = m.ooms[oi];
     if (opt.device >= 0 && o.rec.device != opt.device) continue;
     const auto& r = o.rec;
     out += fmt::format("OOM on device {} at {} after start: {} request of {} failed\n", r.device,
@@ -362,9 +356,7 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     out += "  failing call:\n";
     append_stack(out, res, r.stack, opt);
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";
-    std::vector<SiteRow> rows;
-    for (const auto& s : o.top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
-    for (const auto& s : shown_sites(merge_sites(rows, res), res, opt)) {
+    for (const auto& s : shown_sites(sites.oom_live(ti, oi), res, opt)) {
       out += fmt::format("    {} in {} allocation{} {}\n", both_bytes(s.bytes, s.allocated), s.count,
                          s.count == 1 ? "" : "s", site_tag(res, s.stack, opt));
       append_stack(out, res, s.stack, opt);
@@ -380,11 +372,18 @@ void process_text(std::string& out, const Model& m, const SummaryOptions& opt) {
 }  // namespace
 
 std::string summary_text(const Analysis& a, const SummaryOptions& opt) {
+  SiteLists sites(a, opt.all_frames);
+  return summary_text(a, opt, sites);
+}
+
+std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists& sites) {
+  if (&sites.analysis() != &a || sites.all_frames() != opt.all_frames)
+    throw std::invalid_argument("summary_text: site lists of another analysis or frame view");
   std::string out;
   for (std::size_t i = 0; i < a.traces.size(); ++i) {
     if (a.traces.size() > 1)
       out += fmt::format("##### process {} of {} (pid {}) #####\n", i + 1, a.traces.size(), a.traces[i]->info.pid);
-    process_text(out, *a.traces[i], opt);
+    process_text(out, sites, i, opt);
   }
   if (a.traces.size() > 1) {
     out += fmt::format("##### merged view of {} processes (aligned by wall clock) #####\n", a.traces.size());

@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -39,8 +41,15 @@ bool hook_side_module(std::string_view path) {
 
 std::string frame_name(const Frame& f) {
   if (!f.function.empty()) return f.function;
-  if (!f.module.empty()) return fmt::format("{}+{:#x}", base_name(f.module), f.offset);
-  return fmt::format("{:#x}", f.ip);
+  std::string s;
+  append_frame_name(s, f);
+  return s;
+}
+
+void append_frame_name(std::string& out, const Frame& f) {
+  if (!f.function.empty()) out += f.function;
+  else if (!f.module.empty()) fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}+{:#x}"), base_name(f.module), f.offset);
+  else fmt::format_to(std::back_inserter(out), FMT_COMPILE("{:#x}"), f.ip);
 }
 
 namespace detail {
@@ -134,7 +143,10 @@ struct Symbolizer::Impl {
 
   // Non-overlapping address ranges keyed by lo; a newer module evicts what it overlaps.
   std::map<std::uint64_t, std::unique_ptr<Module>> modules;
-  std::unordered_map<std::uint64_t, std::vector<Frame>> cache;
+  // Frames per looked-up address: cache[addr] = {first, count} in `frames`, one array for all
+  // (an address's own vector was an allocation per address, and one more to free).
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> cache;
+  std::vector<Frame> frames;
   std::set<std::string> warned;  // module paths already warned about
   const StoredSymbols* stored = nullptr;
 
@@ -155,7 +167,7 @@ struct Symbolizer::Impl {
   }
 
   void open(Module& m);
-  std::vector<Frame> lookup(std::uint64_t addr, std::uint64_t ip);
+  void lookup(std::uint64_t addr, std::uint64_t ip, std::vector<Frame>& out);  // appends addr's frames
   void dwarf_frames(Module& m, std::uint64_t addr, const Frame& proto, std::vector<Frame>& out);
 };
 
@@ -303,7 +315,7 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
   }
 }
 
-std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip) {
+void Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip, std::vector<Frame>& out) {
   Frame proto;
   proto.ip = addr;
   Module* m = find(addr);
@@ -315,7 +327,6 @@ std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip
   if (stored != nullptr && ip != 0) {
     auto it = stored->frames.find(ip);
     if (it != stored->frames.end() && !it->second.empty()) {
-      std::vector<Frame> out;
       for (const auto& s : it->second) {
         Frame f = proto;
         f.function = stored->str(s.function);
@@ -325,24 +336,25 @@ std::vector<Frame> Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip
         f.hidden = proto.hidden || detail::hidden_function(f.function);
         out.push_back(std::move(f));
       }
-      return out;
+      return;
     }
   }
-  if (m == nullptr) return {proto};
-  if (!m->tried) open(*m);
-  if (m->mod == nullptr) return {proto};
+  if (m != nullptr && !m->tried) open(*m);
+  if (m == nullptr || m->mod == nullptr) {
+    out.push_back(proto);
+    return;
+  }
 
-  std::vector<Frame> out;
+  const std::size_t first = out.size();
   if (m->use_dwarf) dwarf_frames(*m, addr, proto, out);
-  if (out.empty()) out.push_back(proto);
+  if (out.size() == first) out.push_back(proto);
   // The concrete function's name: the symbol table's (qualified, with parameter types,
   // also read from separate debug info) is preferred over DWARF's, unless it is only the
   // nearest sizeless symbol.
   bool exact = false;
   const char* name = m->syms.find(addr, &exact);
   if (name != nullptr && (exact || out.back().function.empty())) out.back().function = detail::demangle(name);
-  for (auto& f : out) f.hidden = m->hidden || detail::hidden_function(f.function);
-  return out;
+  for (std::size_t i = first; i < out.size(); ++i) out[i].hidden = m->hidden || detail::hidden_function(out[i].function);
 }
 
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
@@ -369,37 +381,55 @@ void Symbolizer::add_module(const format::ModuleRecord& r) {
   m->hidden = hook_side_module(m->path);
   mods.emplace(r.lo, std::move(m));
   impl_->cache.clear();  // cached frames may name an evicted module
+  impl_->frames.clear();
 }
 
 void Symbolizer::use_stored(const StoredSymbols* s) {
   impl_->stored = s;
   impl_->cache.clear();
+  impl_->frames.clear();
 }
 
 std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, bool all_frames) {
-  std::vector<Frame> out;
-  out.reserve(ips.size());
-  for (std::size_t i = 0; i < ips.size(); ++i) {
+  Impl& im = *impl_;
+  // Each ip's frames: looked up once per Symbolizer, then a range of im.frames.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
+  ranges.reserve(ips.size());
+  std::size_t total = 0;
+  for (const std::uint64_t ip : ips) {
     // A return address points after the call; its last byte before it is inside the call
     // instruction, so file:line (and the inline chain) name the call site. This holds for
     // the innermost ip too: the recorder captures from inside gpuheap's hooks and skips
     // their frames, so it never records an interrupted instruction.
-    std::uint64_t addr = ips[i] == 0 ? 0 : ips[i] - 1;
-    auto it = impl_->cache.find(addr);
-    if (it == impl_->cache.end()) it = impl_->cache.emplace(addr, impl_->lookup(addr, ips[i])).first;
-    out.insert(out.end(), it->second.begin(), it->second.end());
-  }
-  if (!all_frames) {
-    std::vector<Frame> visible;
-    visible.reserve(out.size());
-    for (auto& f : out) {
-      if (f.hidden || detail::startup_function(f.function)) continue;
-      visible.push_back(f);
-      // The stack stops at main: what called it is the C runtime's startup.
-      if (f.function == "main" && !f.inlined) break;
+    const std::uint64_t addr = ip == 0 ? 0 : ip - 1;
+    auto [it, fresh] = im.cache.try_emplace(addr);
+    if (fresh) {
+      const std::size_t first = im.frames.size();
+      im.lookup(addr, ip, im.frames);
+      it->second = {static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(im.frames.size() - first)};
     }
-    if (!visible.empty()) return visible;
+    ranges.push_back(it->second);
+    total += it->second.second;
   }
+  std::vector<Frame> out;
+  if (!all_frames) {
+    out.reserve(total);
+    bool at_main = false;
+    for (const auto& [first, n] : ranges) {
+      for (std::uint32_t k = first; k < first + n && !at_main; ++k) {
+        const Frame& f = im.frames[k];
+        if (f.hidden || detail::startup_function(f.function)) continue;
+        out.push_back(f);
+        // The stack stops at main: what called it is the C runtime's startup.
+        at_main = f.function == "main" && !f.inlined;
+      }
+      if (at_main) break;
+    }
+    if (!out.empty()) return out;  // else: every frame, hidden ones included
+  }
+  out.reserve(total);
+  for (const auto& [first, n] : ranges)
+    out.insert(out.end(), im.frames.begin() + first, im.frames.begin() + first + n);
   return out;
 }
 

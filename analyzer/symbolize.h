@@ -38,6 +38,7 @@ std::string_view base_name(std::string_view path);
 bool hook_side_module(std::string_view path);
 // A frame's display name: its function, else module+0xOFFSET, else the raw address.
 std::string frame_name(const Frame& f);
+void append_frame_name(std::string& out, const Frame& f);  // frame_name(f) appended to out
 
 // The frames a trace stores for its stack ips (format/trace.h symbol records), owned.
 struct StoredFrame {

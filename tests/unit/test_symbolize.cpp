@@ -371,6 +371,38 @@ TEST_F(SymbolizeTest, LaterOverlappingModuleWinsAndUnknownAddressesStayRaw) {
   EXPECT_EQ(zero[0].module, "");
 }
 
+// Frames are looked up once per address and then copied from the Symbolizer's one array of
+// frames: stacks sharing addresses, asked again, with and without hidden frames, in any order,
+// get exactly what a fresh Symbolizer gives (inline expansions are several frames per address).
+TEST_F(SymbolizeTest, CachedFramesAreTheFirstLookupsInAnyOrder) {
+  symtest_exe::Capture c;
+  symtest_inline_entry(&symtest_exe::capture_cb, &c);
+  const std::vector<std::vector<std::uint64_t>> stacks = {c.ips, __cudartFakeEntry(), c.ips,
+                                                          std::vector<std::uint64_t>(c.ips.begin() + 1, c.ips.end())};
+  auto same = [](const std::vector<Frame>& a, const std::vector<Frame>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].ip != b[i].ip || a[i].function != b[i].function || a[i].file != b[i].file || a[i].line != b[i].line ||
+          a[i].module != b[i].module || a[i].offset != b[i].offset || a[i].inlined != b[i].inlined ||
+          a[i].hidden != b[i].hidden)
+        return false;
+    return true;
+  };
+  Symbolizer shared;
+  add_all(shared, mods_);
+  std::size_t inlined = 0;
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t i = 0; i < stacks.size(); ++i)
+      for (bool all : {round == 0, round != 0}) {
+        Symbolizer fresh;
+        add_all(fresh, mods_);
+        const auto want = fresh.symbolize(stacks[i], all);
+        EXPECT_TRUE(same(shared.symbolize(stacks[i], all), want)) << "stack " << i << " all " << all;
+        for (const auto& f : want) inlined += f.inlined;
+      }
+  EXPECT_GT(inlined, 0u);
+}
+
 TEST(SymbolizeFormat, FrameFormats) {
   Frame f;
   f.ip = 0x7f0000001234;
