@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -231,6 +232,8 @@ class Model {
   // feeding. Phases and the timeline still cover the whole trace.
   void set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
   bool windowed() const { return windowed_; }
+  // Tests: keep every block edge in the hash map (the bitmaps' reference). Call before feeding.
+  void set_edge_bitmaps(bool on) { bits_off_ = !on; }
   const std::vector<std::pair<std::uint64_t, std::uint64_t>>& window() const { return window_; }
 
   static constexpr std::size_t kMaxOomDetails = 64;
@@ -254,6 +257,8 @@ class Model {
     std::int64_t contrib_bytes = 0, contrib_count = 0;
     std::uint16_t dev = 0;
     bool small = false, oversize = false, alive = false;
+    // The segment's block edges as a bitmap (model_edges.cpp), or null: they are in edges_.
+    std::uint64_t* bits = nullptr;
   };
   static constexpr std::uint32_t kNoSeg = ~0u;
 
@@ -293,6 +298,12 @@ class Model {
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
   void seg_update(Segment& s);
+  // Block-edge bitmaps (model_edges.cpp).
+  int bits_add(Segment& s, std::uint64_t a, std::uint64_t b);
+  int bits_remove(Segment& s, std::uint64_t a, std::uint64_t b);
+  void bits_birth(std::uint32_t slot);
+  void bits_drop(Segment& s, bool to_edges);
+  void edges_to_hash();
   std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event. Stat::add less its `freed` (allocated -
   // current, for every Stat of the model: derive_freed() fills it in where it is read), to
@@ -341,6 +352,13 @@ class Model {
     std::uint32_t starts = 0, ends = 0;
   };
   detail::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
+  // Segments of up to kBitsMaxSegment bytes keep their block edges in a bitmap instead
+  // (model_edges.cpp says when and why): two bits per 512-byte boundary, owned here by slot.
+  static constexpr std::uint64_t kBitsMaxSegment = std::uint64_t{32} << 20;
+  static constexpr std::uint64_t kBitsBudget = std::uint64_t{16} << 20;  // bytes, all segments
+  std::vector<std::unique_ptr<std::uint64_t[]>> seg_bits_;
+  std::uint64_t bits_bytes_ = 0;
+  bool bits_off_ = false;  // a damaged trace (or a test): every edge in edges_ from now on
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;

@@ -50,8 +50,9 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::alloc: {
       const auto& a = e.alloc;
       live_.prefetch(key(a.ptr, a.kind));
-      if (a.kind == AllocKind::device_pooled) {
-        // The block's edges (seg_add_block).
+      if (a.kind == AllocKind::device_pooled && edges_.size()) {
+        // The block's edges (seg_add_block), when some segment keeps them in the hash map
+        // (a bitmap is small enough to stay in cache: model_edges.cpp).
         edges_.prefetch(a.ptr);
         edges_.prefetch(a.ptr + (a.size ? a.size : a.requested));
       }
@@ -61,8 +62,10 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::free_completed: {
       const auto& f = e.free_completed;
       live_.prefetch(key(f.ptr, AllocKind::device_pooled));
-      edges_.prefetch(f.ptr);
-      if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
+      if (edges_.size()) {
+        edges_.prefetch(f.ptr);
+        if (f.size) edges_.prefetch(f.ptr + f.size);
+      }  // the writer's size; the replay uses its own
       break;
     }
     default: break;
