@@ -297,7 +297,22 @@ class Model {
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
-  void seg_update(Segment& s);
+  // Inline: twice per pooled event. Recomputes a segment's share of the non-releasable stats: a segment with at least one
+  // active block cannot be released, so all its free bytes (and free pieces) count.
+  void seg_update(Segment& s) {
+    std::int64_t nb = 0, nc = 0;
+    if (s.active_blocks > 0) {
+      nb = static_cast<std::int64_t>(s.size - s.active_bytes);
+      // Free pieces = gaps between active blocks: k blocks leave k+1 candidate gaps, minus
+      // every boundary where a block touches its neighbour or the segment edge.
+      nc = static_cast<std::int64_t>(s.active_blocks) + 1 - static_cast<std::int64_t>(s.touches);
+    }
+    auto& d = devices[s.dev];
+    int pool = s.small ? kSmallPool : kLargePool;
+    if (nb != s.contrib_bytes) pool_stats(d, pool, kInactiveSplitBytes, nb - s.contrib_bytes);
+    if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
+    s.contrib_bytes = nb, s.contrib_count = nc;
+  }
   // Block-edge bitmaps (model_edges.cpp).
   int bits_add(Segment& s, std::uint64_t a, std::uint64_t b);
   int bits_remove(Segment& s, std::uint64_t a, std::uint64_t b);
@@ -380,6 +395,16 @@ class Model {
   std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
   bool seg_overlap_ = false;
   std::uint32_t find_segment_slow(std::uint64_t ptr) const;
+  // prefetch(): the bitmap word of ptr's boundary, in the segment find_segment's hint names
+  // for it (no search; null when there is none, or no bitmap). Bitmaps exist only for live
+  // segments (bits_drop at release), so a stale hint yields null or a still-valid word.
+  const std::uint64_t* bits_word(std::uint64_t ptr) const {
+    const auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
+    if (h.granule != ptr >> 21) return nullptr;
+    const auto& s = segs_[h.slot];
+    if (!s.bits || ptr - s.ptr >= s.size) return nullptr;
+    return s.bits + ((ptr - s.ptr) >> (9 + 5));  // 2 bits per 512-byte boundary, 64 a word
+  }
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for
   // a push beyond kMaxOpenPhases. open_phases_: the tracked open ones, for the fold.

@@ -80,7 +80,7 @@ void Model::edges_to_hash() {
 
 // Block [a, b) of bitmap segment s becomes active: the boundaries it touches (0-2), or -1
 // when the bitmap cannot hold it (then its edges, and perhaps all, are in edges_ now).
-int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
+inline int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
   if (b < a) {  // wraps around: see seg_add_block
     edges_to_hash();
     return -1;
@@ -101,7 +101,7 @@ int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
 
 // Block [a, b) of bitmap segment s stops being active: bits_add admitted it, so both its
 // bits are set and its own. The boundaries it touched.
-int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
+inline int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
   const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;
   const std::uint64_t sa = (oa >> kGranuleShift) * 2, eb = (ob >> kGranuleShift) * 2 + 1;
   std::uint64_t* w = s.bits;
@@ -110,23 +110,6 @@ int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
   w[sa >> 6] &= ~(std::uint64_t{1} << (sa & 63));
   w[eb >> 6] &= ~(std::uint64_t{1} << (eb & 63));
   return t;
-}
-
-// Recomputes a segment's share of the non-releasable stats: a segment with at least one
-// active block cannot be released, so all its free bytes (and free pieces) count.
-void Model::seg_update(Segment& s) {
-  std::int64_t nb = 0, nc = 0;
-  if (s.active_blocks > 0) {
-    nb = static_cast<std::int64_t>(s.size - s.active_bytes);
-    // Free pieces = gaps between active blocks: k blocks leave k+1 candidate gaps, minus
-    // every boundary where a block touches its neighbour or the segment edge.
-    nc = static_cast<std::int64_t>(s.active_blocks) + 1 - static_cast<std::int64_t>(s.touches);
-  }
-  auto& d = devices[s.dev];
-  int pool = s.small ? kSmallPool : kLargePool;
-  if (nb != s.contrib_bytes) pool_stats(d, pool, kInactiveSplitBytes, nb - s.contrib_bytes);
-  if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
-  s.contrib_bytes = nb, s.contrib_count = nc;
 }
 
 // sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
