@@ -203,3 +203,30 @@ TEST(ModelEdges, SharedEndBoundary) {
   EXPECT_EQ(p.fed, 15u);
   EXPECT_EQ(p.bits.devices.at(0).stat[kInactiveSplit][kAllPools].current, 3);  // [0,8K), [12K,16K), [20K,end)
 }
+
+// FlatMap::prefetch on a map of 64-byte slots (the live map's) must leave prefetch
+// instructions in the caller: GCC 12 once deleted the calls (flat_map.h says why), and the
+// replay then ran without its live-map prefetches. Reads the machine code of a caller (x86).
+namespace {
+struct Wide {
+  std::uint64_t a[5];
+};
+__attribute__((noinline)) void prefetch_wide(const gpuheap::detail::FlatMap<Wide>& m, std::uint64_t k) {
+  m.prefetch(k);
+}
+}  // namespace
+
+TEST(FlatMapPrefetch, WholeLineSlotsArePrefetched) {
+#if defined(__x86_64__)
+  const gpuheap::detail::FlatMap<Wide> m;
+  prefetch_wide(m, 42);  // runs, and keeps the function
+  const auto* code = reinterpret_cast<const unsigned char*>(&prefetch_wide);
+  int prefetches = 0;
+  // prefetcht0 is 0F 18 /1; the function is short, its first ret (C3) ends the scan.
+  for (int i = 0; i + 2 < 256 && code[i] != 0xC3; ++i)
+    if (code[i] == 0x0F && code[i + 1] == 0x18 && ((code[i + 2] >> 3) & 7) == 1) ++prefetches;
+  EXPECT_EQ(prefetches, 2);  // the slot, and the next one (a line each)
+#else
+  GTEST_SKIP() << "reads x86 machine code";
+#endif
+}
