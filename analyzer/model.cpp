@@ -165,14 +165,10 @@ std::uint32_t Model::find_segment(std::uint64_t ptr) {
   auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
   if (h.granule == ptr >> 21) {
     const auto& s = segs_[h.slot];
-    if (s.alive && ptr - s.ptr < s.size) {
-      h.base = s.ptr, h.bits = reinterpret_cast<std::uintptr_t>(s.bits);  // prefetch's copy
-      return h.slot;
-    }
-    h.bits = 0;
+    if (s.alive && ptr - s.ptr < s.size) return h.slot;
   }
   std::uint32_t slot = find_segment_slow(ptr);
-  if (slot != kNoSeg) h = {ptr >> 21, slot, segs_[slot].ptr, reinterpret_cast<std::uintptr_t>(segs_[slot].bits)};
+  if (slot != kNoSeg) h = {ptr >> 21, slot};
   return slot;
 }
 

@@ -387,26 +387,23 @@ class Model {
   // born or released since cannot change it, so no generation to invalidate: the replay of a
   // growing pool kept missing). The first segment that overlaps or is empty (a damaged
   // trace) turns the cache off (seg_overlap_).
-  // Each hint also copies its segment's start and bitmap address (as integers), for
-  // prefetch(): one load instead of two dependent ones. Refreshed at every hit; a copy gone
-  // stale (the segment released or its bitmap dropped since) is only ever prefetched from.
   struct SegHint {
     std::uint64_t granule = ~std::uint64_t{0};  // no address's granule (ptr >> 21)
     std::uint32_t slot = kNoSeg;
-    std::uint64_t base = 0;   // the segment's ptr
-    std::uintptr_t bits = 0;  // its bitmap, or 0
   };
   static constexpr std::size_t kSegHints = 1024;  // power of two
   std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
   bool seg_overlap_ = false;
   std::uint32_t find_segment_slow(std::uint64_t ptr) const;
-  // prefetch(): the address of the bitmap word of ptr's boundary, from find_segment's hint
-  // for it (no search), or 0. A stale hint gives an address that is only prefetched.
-  std::uintptr_t bits_word(std::uint64_t ptr) const {
+  // prefetch(): the bitmap word of ptr's boundary, in the segment find_segment's hint names
+  // for it (no search; null when there is none, or no bitmap). Bitmaps exist only for live
+  // segments (bits_drop at release), so a stale hint yields null or a still-valid word.
+  const std::uint64_t* bits_word(std::uint64_t ptr) const {
     const auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
-    const std::uint64_t off = ptr - h.base;
-    if (h.granule != ptr >> 21 || !h.bits || off >= kBitsMaxSegment) return 0;
-    return h.bits + (off >> (9 + 5)) * 8;  // 2 bits per 512-byte boundary, 64 a word
+    if (h.granule != ptr >> 21) return nullptr;
+    const auto& s = segs_[h.slot];
+    if (!s.bits || ptr - s.ptr >= s.size) return nullptr;
+    return s.bits + ((ptr - s.ptr) >> (9 + 5));  // 2 bits per 512-byte boundary, 64 a word
   }
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for

@@ -74,7 +74,6 @@ void Model::bits_drop(Segment& s, bool to_edges) {
 
 void Model::edges_to_hash() {
   bits_off_ = true;
-  for (auto& h : seg_hints_) h.bits = 0;  // find_segment may no longer refresh them
   for (auto& s : segs_)
     if (s.bits) bits_drop(s, true);
 }

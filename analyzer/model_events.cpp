@@ -51,10 +51,10 @@ void Model::prefetch(const format::EventRecord& e) const {
       const auto& a = e.alloc;
       live_.prefetch(key(a.ptr, a.kind));
       if (a.kind != AllocKind::device_pooled) break;
-      if (const auto w = bits_word(a.ptr)) {
+      if (const auto* w = bits_word(a.ptr)) {
         // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
         // of the segment, so usually both edges.
-        __builtin_prefetch(reinterpret_cast<const void*>(w));
+        __builtin_prefetch(w);
       } else if (edges_.size()) {
         // The block's edges (seg_add_block), when some segment keeps them in the hash map.
         edges_.prefetch(a.ptr);
@@ -66,8 +66,8 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::free_completed: {
       const auto& f = e.free_completed;
       live_.prefetch(key(f.ptr, AllocKind::device_pooled));
-      if (const auto w = bits_word(f.ptr)) {
-        __builtin_prefetch(reinterpret_cast<const void*>(w));
+      if (const auto* w = bits_word(f.ptr)) {
+        __builtin_prefetch(w);
       } else if (edges_.size()) {
         edges_.prefetch(f.ptr);
         if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
