@@ -50,6 +50,8 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::alloc: {
       const auto& a = e.alloc;
       live_.prefetch(key(a.ptr, a.kind));
+      // Its site's counters (72 bytes each: thousands of sites outgrow L1).
+      if (a.stack < sites.size()) __builtin_prefetch(&sites[a.stack]);
       if (a.kind != AllocKind::device_pooled) break;
       if (const auto* w = bits_word(a.ptr)) {
         // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
