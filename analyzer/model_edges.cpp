@@ -24,6 +24,8 @@
 // kBitsMaxSegment, and all bitmaps together stay under kBitsBudget (16 MiB, 32 GiB of
 // segments); segments beyond it use edges_. So the bitmaps add a constant to the replay's
 // peak memory, which stays O(live blocks + distinct stacks).
+#include <memory>
+
 #include "analyzer/model.h"
 
 namespace gpuheap {
@@ -49,7 +51,7 @@ void Model::bits_birth(std::uint32_t slot) {
   const std::size_t words = bits_words(s.size);
   if (bits_bytes_ + words * 8 > kBitsBudget) return;
   if (seg_bits_.size() < segs_.size()) seg_bits_.resize(segs_.size());
-  seg_bits_[slot].reset(new std::uint64_t[words]());
+  seg_bits_[slot] = std::make_unique<std::uint64_t[]>(words);  // zeroed
   s.bits = seg_bits_[slot].get();
   bits_bytes_ += words * 8;
 }
