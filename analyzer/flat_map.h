@@ -98,7 +98,13 @@ class FlatMap {
   // events' slots so their cache misses overlap instead of serializing. A slot holds the
   // key and its value in one cache line (values of up to 56 bytes); `value` (the key is
   // expected to be present) also loads the following slot when slots are whole lines.
-  void prefetch(std::uint64_t k, bool value = true) const {
+  //
+  // always_inline: GCC 12 kept this out of line for 64-byte slots (two prefetches), found it
+  // free of side effects (loads and __builtin_prefetch only) and deleted every call, so the
+  // live map was never prefetched (the same trap as Model::prefetch, model_events.cpp);
+  // inlined, the prefetches stay. FlatMapPrefetch.WholeLineSlotsArePrefetched
+  // (tests/unit/test_model_edges.cpp) checks the machine code.
+  __attribute__((always_inline)) void prefetch(std::uint64_t k, bool value = true) const {
     std::size_t i = slot(k);
     __builtin_prefetch(&slots_[i]);
     // Slots of a whole line: the next one (where the probe run, or a deletion's backward

@@ -188,88 +188,6 @@ std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
   return ptr - s.ptr < s.size ? slot : kNoSeg;
 }
 
-// Recomputes a segment's share of the non-releasable stats: a segment with at least one
-// active block cannot be released, so all its free bytes (and free pieces) count.
-inline void Model::seg_update(Segment& s) {
-  std::int64_t nb = 0, nc = 0;
-  if (s.active_blocks > 0) {
-    nb = static_cast<std::int64_t>(s.size - s.active_bytes);
-    // Free pieces = gaps between active blocks: k blocks leave k+1 candidate gaps, minus
-    // every boundary where a block touches its neighbour or the segment edge.
-    nc = static_cast<std::int64_t>(s.active_blocks) + 1 - static_cast<std::int64_t>(s.touches);
-  }
-  auto& d = devices[s.dev];
-  int pool = s.small ? kSmallPool : kLargePool;
-  if (nb != s.contrib_bytes) pool_stats(d, pool, kInactiveSplitBytes, nb - s.contrib_bytes);
-  if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
-  s.contrib_bytes = nb, s.contrib_count = nc;
-}
-
-// sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
-// The free-piece count needs only whether each edge of the block touches a neighbour (or
-// the segment edge): a block ending where it starts, a block starting where it ends. edges_
-// answers both, two slots per block. The layout itself is rebuilt at snapshots.
-void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
-  if (e.seg == kNoSeg) return;
-  auto& s = segs_[e.seg];
-  std::uint64_t a = ptr, b = ptr + e.size;
-  if (sign < 0) {
-    // A block leaving: both its edges are in the map (it put them there). One probe each,
-    // and the erase starts from the slot found.
-    std::size_t ia = edges_.find_index(a), ib = edges_.find_index(b);
-    if (ia != edges_.npos && ib != edges_.npos && a != edges_.kEmpty && b != edges_.kEmpty) {
-      auto& ea = edges_.at(ia);
-      auto& eb = edges_.at(ib);
-      std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
-      t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
-      ea.starts--, eb.ends--;
-      bool drop_a = ea.starts == 0 && ea.ends == 0, drop_b = eb.starts == 0 && eb.ends == 0;
-      if (drop_b) edges_.erase_at(ib);
-      if (drop_a) {
-        // The erase of b may have moved a's entry (backward shift): then probe again.
-        if (drop_b && edges_.key_at(ia) != a) edges_.erase(a);
-        else edges_.erase_at(ia);
-      }
-      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
-      seg_update(s);
-      return;
-    }
-  }
-  if (sign > 0 && a != edges_.kEmpty && b != edges_.kEmpty) {
-    // A block arriving (every allocation): room for both edges first, so neither insert
-    // rehashes and `ea` stays valid; a new block's start count is at least 1 (never dropped),
-    // and so is its end's end count.
-    edges_.reserve_more(2);
-    auto& ea = edges_.get_reserved(a);
-    std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
-    ea.starts++;
-    const bool drop_a = ea.starts == 0 && ea.ends == 0;  // only if the count wrapped (u32)
-    auto& eb = edges_.get_reserved(b);
-    t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
-    eb.ends++;
-    if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
-    if (drop_a) edges_.erase(a);
-    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
-    seg_update(s);
-    return;
-  }
-  auto& ea = edges_.get(a);
-  std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
-  ea.starts += static_cast<std::uint32_t>(sign);
-  bool drop_a = ea.starts == 0 && ea.ends == 0;
-  auto& eb = edges_.get(b);  // may rehash: `ea` is dead from here
-  t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
-  eb.ends += static_cast<std::uint32_t>(sign);
-  if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
-  if (drop_a) edges_.erase(a);
-  if (sign > 0) {
-    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
-  } else {
-    s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
-  }
-  seg_update(s);
-}
-
 inline void Model::add_acc(DeviceState& d, const Live& e) {
   DeviceState::Acc* acc;
   if (e.stack < sites.size()) {
@@ -398,7 +316,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
         e.flags |= kPending;
         // Its free_completed will look up the block's end edge, which that record's prefetch
         // cannot name (the record's size may be 0): start loading it now.
-        if (e.seg != kNoSeg) edges_.prefetch(k + e.size);
+        if (e.seg != kNoSeg && !segs_[e.seg].bits) edges_.prefetch(k + e.size);
       } else {
         pool_stats(d, pool, kActiveBytes, -s);
         pool_stats(d, pool, kActiveAllocs, -1);
@@ -500,8 +418,12 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
         overlap = overlap || p.ptr + p.size > r.ptr || p.ptr + p.size < p.ptr;
       }
       if (ui < seg_starts_.size()) overlap = overlap || r.ptr + r.size > seg_starts_[ui];
-      if (overlap) seg_overlap_ = true;
+      if (overlap) {
+        seg_overlap_ = true;
+        if (!bits_off_) edges_to_hash();  // a block edge may now lie inside another segment
+      }
     }
+    bits_birth(slot);
     seg_starts_.insert(seg_starts_.begin() + at, r.ptr);
     seg_slots_.insert(seg_slots_.begin() + at, slot);
     pool_stats(d, pool, kReservedBytes, s);
@@ -514,11 +436,12 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     auto& sg = segs_[slot];
     if (sg.active_blocks > 0) {
       // Blocks still active in a released segment: the writer lost their frees. Detach them.
+      const bool in_edges = sg.bits == nullptr;  // else their edges go with the bitmap
       live_.for_each_mut([&](std::uint64_t k, Live& e) {
         if (e.seg != slot) return;
         frag_gone(e.dev, e.seq, k, e.size, false);
         e.seg = kNoSeg;
-        for (int end = 0; end < 2; ++end) {
+        for (int end = 0; end < 2 && in_edges; ++end) {
           std::uint64_t at = end ? k + e.size : k;
           if (auto* x = edges_.find(at)) {
             (end ? x->ends : x->starts)--;
@@ -529,6 +452,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
       sg.active_blocks = 0, sg.active_bytes = 0, sg.touches = 0;
     }
     sg.active_blocks = 0;
+    if (sg.bits) bits_drop(sg, false);
     seg_update(sg);
     pool = sg.small ? kSmallPool : kLargePool;
     pool_stats(d, pool, kReservedBytes, -static_cast<std::int64_t>(sg.size));

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -231,6 +232,8 @@ class Model {
   // feeding. Phases and the timeline still cover the whole trace.
   void set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
   bool windowed() const { return windowed_; }
+  // Tests: keep every block edge in the hash map (the bitmaps' reference). Call before feeding.
+  void set_edge_bitmaps(bool on) { bits_off_ = !on; }
   const std::vector<std::pair<std::uint64_t, std::uint64_t>>& window() const { return window_; }
 
   static constexpr std::size_t kMaxOomDetails = 64;
@@ -254,6 +257,8 @@ class Model {
     std::int64_t contrib_bytes = 0, contrib_count = 0;
     std::uint16_t dev = 0;
     bool small = false, oversize = false, alive = false;
+    // The segment's block edges as a bitmap (model_edges.cpp), or null: they are in edges_.
+    std::uint64_t* bits = nullptr;
   };
   static constexpr std::uint32_t kNoSeg = ~0u;
 
@@ -292,7 +297,28 @@ class Model {
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
-  void seg_update(Segment& s);
+  // Inline: twice per pooled event. Recomputes a segment's share of the non-releasable stats: a segment with at least one
+  // active block cannot be released, so all its free bytes (and free pieces) count.
+  void seg_update(Segment& s) {
+    std::int64_t nb = 0, nc = 0;
+    if (s.active_blocks > 0) {
+      nb = static_cast<std::int64_t>(s.size - s.active_bytes);
+      // Free pieces = gaps between active blocks: k blocks leave k+1 candidate gaps, minus
+      // every boundary where a block touches its neighbour or the segment edge.
+      nc = static_cast<std::int64_t>(s.active_blocks) + 1 - static_cast<std::int64_t>(s.touches);
+    }
+    auto& d = devices[s.dev];
+    int pool = s.small ? kSmallPool : kLargePool;
+    if (nb != s.contrib_bytes) pool_stats(d, pool, kInactiveSplitBytes, nb - s.contrib_bytes);
+    if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
+    s.contrib_bytes = nb, s.contrib_count = nc;
+  }
+  // Block-edge bitmaps (model_edges.cpp).
+  int bits_add(Segment& s, std::uint64_t a, std::uint64_t b);
+  int bits_remove(Segment& s, std::uint64_t a, std::uint64_t b);
+  void bits_birth(std::uint32_t slot);
+  void bits_drop(Segment& s, bool to_edges);
+  void edges_to_hash();
   std::uint32_t find_segment(std::uint64_t ptr);
   // Inline: called up to a dozen times per event. Stat::add less its `freed` (allocated -
   // current, for every Stat of the model: derive_freed() fills it in where it is read), to
@@ -341,6 +367,13 @@ class Model {
     std::uint32_t starts = 0, ends = 0;
   };
   detail::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
+  // Segments of up to kBitsMaxSegment bytes keep their block edges in a bitmap instead
+  // (model_edges.cpp says when and why): two bits per 512-byte boundary, owned here by slot.
+  static constexpr std::uint64_t kBitsMaxSegment = std::uint64_t{32} << 20;
+  static constexpr std::uint64_t kBitsBudget = std::uint64_t{16} << 20;  // bytes, all segments
+  std::vector<std::unique_ptr<std::uint64_t[]>> seg_bits_;
+  std::uint64_t bits_bytes_ = 0;
+  bool bits_off_ = false;  // a damaged trace (or a test): every edge in edges_ from now on
   detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
   std::vector<Segment> segs_;
   std::vector<std::uint32_t> free_segs_;
@@ -362,6 +395,16 @@ class Model {
   std::vector<SegHint> seg_hints_ = std::vector<SegHint>(kSegHints);
   bool seg_overlap_ = false;
   std::uint32_t find_segment_slow(std::uint64_t ptr) const;
+  // prefetch(): the bitmap word of ptr's boundary, in the segment find_segment's hint names
+  // for it (no search; null when there is none, or no bitmap). Bitmaps exist only for live
+  // segments (bits_drop at release), so a stale hint yields null or a still-valid word.
+  const std::uint64_t* bits_word(std::uint64_t ptr) const {
+    const auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
+    if (h.granule != ptr >> 21) return nullptr;
+    const auto& s = segs_[h.slot];
+    if (!s.bits || ptr - s.ptr >= s.size) return nullptr;
+    return s.bits + ((ptr - s.ptr) >> (9 + 5));  // 2 bits per 512-byte boundary, 64 a word
+  }
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for
   // a push beyond kMaxOpenPhases. open_phases_: the tracked open ones, for the fold.

@@ -50,8 +50,15 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::alloc: {
       const auto& a = e.alloc;
       live_.prefetch(key(a.ptr, a.kind));
-      if (a.kind == AllocKind::device_pooled) {
-        // The block's edges (seg_add_block).
+      // Its site's counters (72 bytes each: thousands of sites outgrow L1).
+      if (a.stack < sites.size()) __builtin_prefetch(&sites[a.stack]);
+      if (a.kind != AllocKind::device_pooled) break;
+      if (const auto* w = bits_word(a.ptr)) {
+        // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
+        // of the segment, so usually both edges.
+        __builtin_prefetch(w);
+      } else if (edges_.size()) {
+        // The block's edges (seg_add_block), when some segment keeps them in the hash map.
         edges_.prefetch(a.ptr);
         edges_.prefetch(a.ptr + (a.size ? a.size : a.requested));
       }
@@ -61,8 +68,12 @@ void Model::prefetch(const format::EventRecord& e) const {
     case RecordType::free_completed: {
       const auto& f = e.free_completed;
       live_.prefetch(key(f.ptr, AllocKind::device_pooled));
-      edges_.prefetch(f.ptr);
-      if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
+      if (const auto* w = bits_word(f.ptr)) {
+        __builtin_prefetch(w);
+      } else if (edges_.size()) {
+        edges_.prefetch(f.ptr);
+        if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
+      }
       break;
     }
     default: break;

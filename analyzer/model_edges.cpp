@@ -1,0 +1,201 @@
+// Model's block-edge bookkeeping: for torch's inactive_split / inactive_split_bytes (the
+// free pieces of segments with an active block), whether a block that becomes or stops
+// being active touches a neighbour at each of its edges.
+//
+// Two representations, with the same answers. edges_ (a hash map: address -> active blocks
+// starting / ending there) takes anything. Most segments instead keep a bitmap: two bits per
+// 512-byte boundary of the segment (a block starts here, a block ends here), indexed from the
+// segment find_segment already found. The benchmark's 1024 2-MiB segments need 1 MB of
+// bitmap, which stays in L2, where the hash map's 4-8 MB of slots missed on nearly every
+// probe (a quarter of the replay's time).
+//
+// A bit cannot count, and a bitmap sees only its own segment, so a segment holds a bitmap
+// only while every edge in it is one bit: its blocks are 512-byte aligned relative to its
+// start, and no two active blocks start or end at the same boundary (live blocks have
+// distinct addresses, so only overlapping blocks of a damaged trace do). The first block
+// that breaks this moves the segment's bits into edges_ for the rest of its life. What can
+// put an edge inside another segment (overlapping segments, a block wrapping around the
+// address space) moves every segment's bits and turns the bitmaps off for the trace
+// (bits_off_). Queries never read an edge at a segment's own start or end (those boundaries
+// touch by definition), so edges of a neighbouring segment at a shared boundary, which the
+// hash map would have merged, change no answer.
+//
+// Memory: a bitmap is size / 2048 bytes (1 KiB for 2 MiB), only for segments of at most
+// kBitsMaxSegment, and all bitmaps together stay under kBitsBudget (16 MiB, 32 GiB of
+// segments); segments beyond it use edges_. So the bitmaps add a constant to the replay's
+// peak memory, which stays O(live blocks + distinct stacks).
+#include <memory>
+
+#include "analyzer/model.h"
+
+namespace gpuheap {
+
+namespace {
+
+constexpr unsigned kGranuleShift = 9;  // 512-byte boundaries
+constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << kGranuleShift) - 1;
+
+// Bits 2p (a block starts at boundary p) and 2p+1 (a block ends there), p = 0..size/512.
+std::size_t bits_words(std::uint64_t size) {
+  return static_cast<std::size_t>((2 * ((size >> kGranuleShift) + 1) + 63) / 64);
+}
+bool bit(const std::uint64_t* w, std::uint64_t i) { return (w[i >> 6] >> (i & 63)) & 1; }
+
+}  // namespace
+
+// A new segment (its slot in segs_ filled, seg_overlap_ updated): a bitmap if it qualifies.
+void Model::bits_birth(std::uint32_t slot) {
+  auto& s = segs_[slot];
+  s.bits = nullptr;
+  if (bits_off_ || seg_overlap_ || s.size == 0 || s.size > kBitsMaxSegment || (s.size & kGranuleMask)) return;
+  const std::size_t words = bits_words(s.size);
+  if (bits_bytes_ + words * 8 > kBitsBudget) return;
+  if (seg_bits_.size() < segs_.size()) seg_bits_.resize(segs_.size());
+  seg_bits_[slot] = std::make_unique<std::uint64_t[]>(words);  // zeroed
+  s.bits = seg_bits_[slot].get();
+  bits_bytes_ += words * 8;
+}
+
+// Frees a segment's bitmap; to_edges: its edges go on in edges_ (what seg_add_block would
+// have put there).
+void Model::bits_drop(Segment& s, bool to_edges) {
+  const std::size_t words = bits_words(s.size);
+  if (to_edges) {
+    for (std::size_t i = 0; i < words; ++i) {
+      for (std::uint64_t w = s.bits[i]; w; w &= w - 1) {
+        const std::uint64_t b = i * 64 + static_cast<std::uint64_t>(__builtin_ctzll(w));
+        auto& x = edges_.get(s.ptr + ((b >> 1) << kGranuleShift));
+        (b & 1 ? x.ends : x.starts)++;
+      }
+    }
+  }
+  seg_bits_[static_cast<std::size_t>(&s - segs_.data())].reset();
+  s.bits = nullptr;
+  bits_bytes_ -= words * 8;
+}
+
+void Model::edges_to_hash() {
+  bits_off_ = true;
+  for (auto& s : segs_)
+    if (s.bits) bits_drop(s, true);
+}
+
+// Block [a, b) of bitmap segment s becomes active: the boundaries it touches (0-2), or -1
+// when the bitmap cannot hold it (then its edges, and perhaps all, are in edges_ now).
+inline int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
+  if (b < a) {  // wraps around: see seg_add_block
+    edges_to_hash();
+    return -1;
+  }
+  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;  // a in s (find_segment), b <= its end (on_alloc)
+  const std::uint64_t sa = (oa >> kGranuleShift) * 2, eb = (ob >> kGranuleShift) * 2 + 1;
+  std::uint64_t* w = s.bits;
+  if (((oa | ob) & kGranuleMask) || bit(w, sa) || bit(w, eb)) {
+    bits_drop(s, true);
+    return -1;
+  }
+  int t = (oa == 0 || bit(w, sa + 1)) ? 1 : 0;     // a block ends where this one starts
+  t += (ob == s.size || bit(w, eb - 1)) ? 1 : 0;  // a block starts where this one ends
+  w[sa >> 6] |= std::uint64_t{1} << (sa & 63);
+  w[eb >> 6] |= std::uint64_t{1} << (eb & 63);
+  return t;
+}
+
+// Block [a, b) of bitmap segment s stops being active: bits_add admitted it, so both its
+// bits are set and its own. The boundaries it touched.
+inline int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;
+  const std::uint64_t sa = (oa >> kGranuleShift) * 2, eb = (ob >> kGranuleShift) * 2 + 1;
+  std::uint64_t* w = s.bits;
+  int t = (oa == 0 || bit(w, sa + 1)) ? 1 : 0;
+  t += (ob == s.size || bit(w, eb - 1)) ? 1 : 0;
+  w[sa >> 6] &= ~(std::uint64_t{1} << (sa & 63));
+  w[eb >> 6] &= ~(std::uint64_t{1} << (eb & 63));
+  return t;
+}
+
+// sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
+// The free-piece count needs only whether each edge of the block touches a neighbour (or
+// the segment edge): a block ending where it starts, a block starting where it ends. edges_
+// answers both, two slots per block. The layout itself is rebuilt at snapshots.
+void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
+  if (e.seg == kNoSeg) return;
+  auto& s = segs_[e.seg];
+  std::uint64_t a = ptr, b = ptr + e.size;
+  if (s.bits) {
+    // The segment's bitmap answers, unless the block is one it cannot hold: then
+    // bits_add has moved the edges to edges_ (this segment's, or all of them) and the
+    // hash map takes the block below.
+    const int t = sign > 0 ? bits_add(s, a, b) : bits_remove(s, a, b);
+    if (t >= 0) {
+      if (sign > 0) {
+        s.active_bytes += e.size, s.active_blocks++, s.touches += static_cast<std::uint32_t>(t);
+      } else {
+        s.active_bytes -= e.size, s.active_blocks--, s.touches -= static_cast<std::uint32_t>(t);
+      }
+      seg_update(s);
+      return;
+    }
+  } else if (sign > 0 && b < a && !bits_off_) {
+    // A block that wraps around the address space ends below its segment, possibly inside
+    // another one whose bitmap would not see it: all edges go to the hash map.
+    edges_to_hash();
+  }
+  if (sign < 0) {
+    // A block leaving: both its edges are in the map (it put them there). One probe each,
+    // and the erase starts from the slot found.
+    std::size_t ia = edges_.find_index(a), ib = edges_.find_index(b);
+    if (ia != edges_.npos && ib != edges_.npos && a != edges_.kEmpty && b != edges_.kEmpty) {
+      auto& ea = edges_.at(ia);
+      auto& eb = edges_.at(ib);
+      std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+      t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+      ea.starts--, eb.ends--;
+      bool drop_a = ea.starts == 0 && ea.ends == 0, drop_b = eb.starts == 0 && eb.ends == 0;
+      if (drop_b) edges_.erase_at(ib);
+      if (drop_a) {
+        // The erase of b may have moved a's entry (backward shift): then probe again.
+        if (drop_b && edges_.key_at(ia) != a) edges_.erase(a);
+        else edges_.erase_at(ia);
+      }
+      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
+      seg_update(s);
+      return;
+    }
+  }
+  if (sign > 0 && a != edges_.kEmpty && b != edges_.kEmpty) {
+    // A block arriving (every allocation): room for both edges first, so neither insert
+    // rehashes and `ea` stays valid; a new block's start count is at least 1 (never dropped),
+    // and so is its end's end count.
+    edges_.reserve_more(2);
+    auto& ea = edges_.get_reserved(a);
+    std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+    ea.starts++;
+    const bool drop_a = ea.starts == 0 && ea.ends == 0;  // only if the count wrapped (u32)
+    auto& eb = edges_.get_reserved(b);
+    t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+    eb.ends++;
+    if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
+    if (drop_a) edges_.erase(a);
+    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+    seg_update(s);
+    return;
+  }
+  auto& ea = edges_.get(a);
+  std::uint32_t t = (a == s.ptr || ea.ends > 0) ? 1 : 0;
+  ea.starts += static_cast<std::uint32_t>(sign);
+  bool drop_a = ea.starts == 0 && ea.ends == 0;
+  auto& eb = edges_.get(b);  // may rehash: `ea` is dead from here
+  t += (b == s.ptr + s.size || eb.starts > 0) ? 1 : 0;
+  eb.ends += static_cast<std::uint32_t>(sign);
+  if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
+  if (drop_a) edges_.erase(a);
+  if (sign > 0) {
+    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+  } else {
+    s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
+  }
+  seg_update(s);
+}
+
+}  // namespace gpuheap
