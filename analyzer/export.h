@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "analyzer/analysis.h"
+#include "analyzer/flat_map.h"
 #include "analyzer/report.h"
 #include "format/trace.h"
 
@@ -89,28 +90,6 @@ struct FlameSample {
 // (largest first), then by stack text, so that the output is deterministic.
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric m, bool all_frames,
                                        std::vector<std::unique_ptr<StackResolver>>& resolvers);
-// u64 -> u32 by open addressing (linear probing, no erase), for the flame graphs' per-frame
-// lookups (a frame's label, a node's child): a node-based map allocates per entry, which
-// cost more than the rest of building a tree.
-class IdMap {
- public:
-  // The value stored for key (valid until the next call), and whether key was absent (then
-  // `value` is stored for it).
-  std::pair<std::uint32_t*, bool> try_emplace(std::uint64_t key, std::uint32_t value);
-  void reserve(std::size_t n);  // room for n keys without growing
-
- private:
-  struct Slot {
-    std::uint64_t key = 0;
-    std::uint32_t value = 0;
-    bool used = false;
-  };
-  void grow();
-  void rehash(std::size_t slots);  // slots: a power of two
-  std::vector<Slot> slots_;
-  std::size_t size_ = 0;
-};
-
 // Frame labels (display name, file, line) interned for build_flame. One instance serves the
 // trees built from the same resolvers (the report's three flame graphs): each frame's name is
 // formatted and hashed once, not once per tree, and a tree's per-frame step is then a lookup
@@ -131,7 +110,9 @@ class FlameLabels {
   std::uint32_t lookup(std::size_t name_len, const std::string& file, int line);
   std::vector<Label> labels_;
   std::unordered_map<std::string, std::uint32_t> ids_;        // "name\x1ffile\x1fline" -> id
-  IdMap of_frame_;  // frame (its address) -> id
+  // frame (its address) -> id: an integer-keyed open-addressing map, as a node-based map
+  // allocates per entry, which cost more than the rest of building a tree.
+  detail::FlatMap<std::uint32_t> of_frame_;
   std::string key_;  // one buffer for every lookup's key: no string made per frame
 };
 // The tree of the samples: node 0 "all", every node's children largest first (ties by name).

@@ -76,8 +76,9 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   // device: the usual case) it is the resolver's cached key itself, not a copy of it.
   std::vector<const std::string*> keys;
   std::deque<std::string> prefixed;  // stable storage of the keys with a prefix
-  // Resolvers given by an earlier call are reused (symbolizing once, warning once).
-  if (resolvers.size() != a.traces.size()) {
+  // Resolvers given by an earlier call are reused (symbolizing once, warning once), when
+  // they are this analysis's and show the same frames.
+  if (resolvers.size() != a.traces.size() || (!resolvers.empty() && resolvers[0]->all_frames() != all_frames)) {
     resolvers.clear();
     for (const auto& mp : a.traces) resolvers.push_back(std::make_unique<StackResolver>(*mp, all_frames));
   }
@@ -140,40 +141,6 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   return sorted;
 }
 
-std::pair<std::uint32_t*, bool> IdMap::try_emplace(std::uint64_t key, std::uint32_t value) {
-  if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probes stay short
-  const std::size_t mask = slots_.size() - 1;
-  // A 64-bit finalizer (MurmurHash3's): both addresses and (parent << 32 | label) keys
-  // differ mostly in bits a plain mask would drop.
-  std::uint64_t h = key;
-  h ^= h >> 33, h *= 0xff51afd7ed558ccdULL, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ULL, h ^= h >> 33;
-  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-    Slot& s = slots_[i];
-    if (!s.used) {
-      s.used = true, s.key = key, s.value = value;
-      ++size_;
-      return {&s.value, true};
-    }
-    if (s.key == key) return {&s.value, false};
-  }
-}
-
-void IdMap::grow() { rehash(std::max<std::size_t>(64, slots_.size() * 2)); }
-
-void IdMap::reserve(std::size_t n) {
-  std::size_t slots = 64;
-  while (slots < 2 * n) slots *= 2;
-  if (slots > slots_.size()) rehash(slots);
-}
-
-void IdMap::rehash(std::size_t slots) {
-  std::vector<Slot> old(slots);
-  old.swap(slots_);
-  size_ = 0;
-  for (const Slot& s : old)
-    if (s.used) try_emplace(s.key, s.value);
-}
-
 std::uint32_t FlameLabels::intern(std::string name, const std::string& file, int line) {
   key_ = std::move(name);
   return lookup(key_.size(), file, line);
@@ -194,13 +161,14 @@ std::uint32_t FlameLabels::lookup(std::size_t name_len, const std::string& file,
 }
 
 std::uint32_t FlameLabels::of(const Frame* f) {
-  auto [id, fresh] = of_frame_.try_emplace(reinterpret_cast<std::uintptr_t>(f), 0);
-  if (fresh) {  // lookup() leaves of_frame_ alone: id still points at the slot
+  bool fresh = false;
+  std::uint32_t& id = of_frame_.get(reinterpret_cast<std::uintptr_t>(f), &fresh);
+  if (fresh) {  // lookup() leaves of_frame_ alone: id still refers to the slot
     key_.clear();
     append_frame_name(key_, *f);
-    *id = lookup(key_.size(), f->file, f->line);
+    id = lookup(key_.size(), f->file, f->line);
   }
-  return *id;
+  return id;
 }
 
 FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels, std::size_t max_nodes,
@@ -213,13 +181,15 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   // (parent, label) -> child: one integer-keyed lookup per frame. Sized for a tree of distinct
   // paths (no shared frames), up to a million nodes: growing it step by step cost more than
   // filling it.
-  IdMap child;
+  detail::FlatMap<std::uint32_t> child;
   std::size_t steps = 0;
   for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
-  child.reserve(std::min<std::size_t>(steps, std::size_t{1} << 20));
+  child.reserve_more(std::min<std::size_t>(steps, std::size_t{1} << 20));
   auto step = [&](std::uint32_t p, std::uint32_t l, std::uint64_t w) {
-    const auto [at, fresh] = child.try_emplace(std::uint64_t{p} << 32 | l, static_cast<std::uint32_t>(label.size()));
-    const std::uint32_t node = *at;
+    bool fresh = false;
+    std::uint32_t& at = child.get(std::uint64_t{p} << 32 | l, &fresh);
+    if (fresh) at = static_cast<std::uint32_t>(label.size());
+    const std::uint32_t node = at;
     if (fresh) {
       label.push_back(l);
       parent.push_back(p);

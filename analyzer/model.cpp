@@ -359,7 +359,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;
   seg_add_block(k, e, -1);  // pooled: the key is the address
-  live_.erase_found(k, &e);  // e is the live entry (seg_add_block touches only edges_)
+  live_.erase_found(k, &e);  // e is the live entry (seg_add_block never touches live_)
   if (in_layout) frag_gone(di, seq, k, size, false);
 }
 

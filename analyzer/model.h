@@ -232,13 +232,16 @@ class Model {
   // feeding. Phases and the timeline still cover the whole trace.
   void set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
   bool windowed() const { return windowed_; }
-  // Tests: keep every block edge in the hash map (the bitmaps' reference). Call before feeding.
-  void set_edge_bitmaps(bool on) { bits_off_ = !on; }
+  // Tests: keep every block edge in the hash map (the bitmaps' reference). Call before
+  // feeding. One way: a damaged trace may have turned the bitmaps off for good.
+  void disable_edge_bitmaps() { bits_off_ = true; }
   const std::vector<std::pair<std::uint64_t, std::uint64_t>>& window() const { return window_; }
 
   static constexpr std::size_t kMaxOomDetails = 64;
   static constexpr std::size_t kOomTopSites = 5;
   static constexpr std::size_t kMaxDevices = 1024;  // distinct ordinals; more is corruption
+  // Block edges are tracked in bitmaps at 512-byte boundaries (model_edges.cpp).
+  static constexpr unsigned kGranuleShift = 9;
 
  private:
   // One live allocation, 48 bytes (56 with its key): the live map is the replay's working
@@ -297,8 +300,9 @@ class Model {
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
-  // Inline: twice per pooled event. Recomputes a segment's share of the non-releasable stats: a segment with at least one
-  // active block cannot be released, so all its free bytes (and free pieces) count.
+  // Inline: twice per pooled event. Recomputes a segment's share of the non-releasable
+  // stats: a segment with at least one active block cannot be released, so all its free
+  // bytes (and free pieces) count.
   void seg_update(Segment& s) {
     std::int64_t nb = 0, nc = 0;
     if (s.active_blocks > 0) {
@@ -362,7 +366,8 @@ class Model {
 
   detail::FlatMap<Live> live_;
   // Address -> number of active segment blocks starting / ending there: answers "does a
-  // neighbour touch this block" in O(1) for the free-piece count, one slot per block edge.
+  // neighbour touch this block" in O(1) for the free-piece count, one slot per block edge,
+  // for the segments without a bitmap (below).
   struct Edges {
     std::uint32_t starts = 0, ends = 0;
   };
@@ -403,7 +408,7 @@ class Model {
     if (h.granule != ptr >> 21) return nullptr;
     const auto& s = segs_[h.slot];
     if (!s.bits || ptr - s.ptr >= s.size) return nullptr;
-    return s.bits + ((ptr - s.ptr) >> (9 + 5));  // 2 bits per 512-byte boundary, 64 a word
+    return s.bits + ((ptr - s.ptr) >> (kGranuleShift + 5));  // 2 bits per boundary, 64 a word
   }
   std::vector<int> dev_ids_;  // device index per DeviceState (parallel to devices)
   // Phases: open instances (indexes into phases) per thread, innermost last; kUntracked for

@@ -32,7 +32,7 @@ namespace gpuheap {
 
 namespace {
 
-constexpr unsigned kGranuleShift = 9;  // 512-byte boundaries
+constexpr unsigned kGranuleShift = Model::kGranuleShift;  // 512-byte boundaries
 constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << kGranuleShift) - 1;
 
 // Bits 2p (a block starts at boundary p) and 2p+1 (a block ends there), p = 0..size/512.
@@ -116,24 +116,30 @@ inline int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
 
 // sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
 // The free-piece count needs only whether each edge of the block touches a neighbour (or
-// the segment edge): a block ending where it starts, a block starting where it ends. edges_
-// answers both, two slots per block. The layout itself is rebuilt at snapshots.
+// the segment edge): a block ending where it starts, a block starting where it ends. The
+// segment's bitmap answers both, else edges_ (two slots per block). The layout itself is
+// rebuilt at snapshots.
 void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   if (e.seg == kNoSeg) return;
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
+  // The block's bytes, its count and the t boundaries it touches join (sign > 0) or leave
+  // the segment's totals.
+  auto account = [&](std::uint32_t t) {
+    if (sign > 0) {
+      s.active_bytes += e.size, s.active_blocks++, s.touches += t;
+    } else {
+      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
+    }
+    seg_update(s);
+  };
   if (s.bits) {
     // The segment's bitmap answers, unless the block is one it cannot hold: then
     // bits_add has moved the edges to edges_ (this segment's, or all of them) and the
     // hash map takes the block below.
     const int t = sign > 0 ? bits_add(s, a, b) : bits_remove(s, a, b);
     if (t >= 0) {
-      if (sign > 0) {
-        s.active_bytes += e.size, s.active_blocks++, s.touches += static_cast<std::uint32_t>(t);
-      } else {
-        s.active_bytes -= e.size, s.active_blocks--, s.touches -= static_cast<std::uint32_t>(t);
-      }
-      seg_update(s);
+      account(static_cast<std::uint32_t>(t));
       return;
     }
   } else if (sign > 0 && b < a && !bits_off_) {
@@ -158,8 +164,7 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
         if (drop_b && edges_.key_at(ia) != a) edges_.erase(a);
         else edges_.erase_at(ia);
       }
-      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
-      seg_update(s);
+      account(t);
       return;
     }
   }
@@ -177,8 +182,7 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
     eb.ends++;
     if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
     if (drop_a) edges_.erase(a);
-    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
-    seg_update(s);
+    account(t);
     return;
   }
   auto& ea = edges_.get(a);
@@ -190,12 +194,7 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   eb.ends += static_cast<std::uint32_t>(sign);
   if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
   if (drop_a) edges_.erase(a);
-  if (sign > 0) {
-    s.active_bytes += e.size, s.active_blocks++, s.touches += t;
-  } else {
-    s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
-  }
-  seg_update(s);
+  account(t);
 }
 
 }  // namespace gpuheap

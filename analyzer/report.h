@@ -61,8 +61,6 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
 // The merged rows a summary list shows: those of opt.library only, the first opt.top of
 // them (all with opt.full).
 std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt);
-// opt.library is empty or names frames' library_label (case-insensitive).
-bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt);
 
 // What the summary says about one OOM: format/rules.h's diagnosis, the same rule and words as
 // the in-process stderr report (preload/core/oom.cpp).

@@ -104,10 +104,6 @@ bool library_matches(const std::string& lib, const SummaryOptions& opt) {
 }
 }  // namespace
 
-bool library_selected(const std::vector<Frame>& frames, const SummaryOptions& opt) {
-  return opt.library.empty() || library_matches(library_label(frames), opt);
-}
-
 std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt) {
   std::vector<SiteRow> out;
   for (const auto& r : merged) {

@@ -58,6 +58,9 @@ namespace {
 // A C symbol of the CUDA runtime API (cudaMalloc, cudaMallocAsync, ...): a bare name, no
 // namespace, template arguments or parameter list (a C++ wrapper of the user's shows its
 // parameters, and cuda_runtime.h's cudaMalloc<T> its template arguments: both stay).
+// hidden_frame() also asks for no source line: NVIDIA ships cudart without line tables, so a
+// C helper of the program's own named like the API (cudaCheck) stays visible wherever it
+// was built with -g.
 bool runtime_api_name(std::string_view fn) {
   if (fn.size() < 5 || !fn.starts_with("cuda") || fn[4] < 'A' || fn[4] > 'Z') return false;
   for (char c : fn)
@@ -70,9 +73,10 @@ bool runtime_api_name(std::string_view fn) {
 // measured on the GPU machine: `libcudart_static_<40 hex digits>`) a libcudart_static_
 // prefix, and its API entry points are the C symbols cudaMalloc etc. Hidden like the shared
 // library's frames, so the first visible frame is the program's call site.
-bool hidden_function(std::string_view fn) {
+bool hidden_frame(const Frame& f) {
+  const std::string_view fn = f.function;
   return fn.starts_with("cudart::") || fn.starts_with("__cudart") || fn.starts_with("libcudart_static_") ||
-         runtime_api_name(fn);
+         (f.file.empty() && runtime_api_name(fn));
 }
 
 // The C runtime's frames outside main (and a thread's start routine's callers): the same
@@ -333,7 +337,7 @@ void Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip, std::vector<
         f.file = stored->str(s.file);
         f.line = static_cast<int>(std::min<std::uint32_t>(s.line, INT32_MAX));
         f.inlined = s.inlined;
-        f.hidden = proto.hidden || detail::hidden_function(f.function);
+        f.hidden = proto.hidden || detail::hidden_frame(f);
         out.push_back(std::move(f));
       }
       return;
@@ -354,7 +358,7 @@ void Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip, std::vector<
   bool exact = false;
   const char* name = m->syms.find(addr, &exact);
   if (name != nullptr && (exact || out.back().function.empty())) out.back().function = detail::demangle(name);
-  for (std::size_t i = first; i < out.size(); ++i) out[i].hidden = m->hidden || detail::hidden_function(out[i].function);
+  for (std::size_t i = first; i < out.size(); ++i) out[i].hidden = m->hidden || detail::hidden_frame(out[i]);
 }
 
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}

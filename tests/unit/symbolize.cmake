@@ -28,6 +28,7 @@ target_link_options(symtest_nodebug PRIVATE -Wl,--build-id)
 add_executable(test_symbolize
   test_symbolize.cpp
   test_symbolize_perf.cpp
+  symtest_static_cudart.cpp
   ${CMAKE_SOURCE_DIR}/analyzer/symbolize.cpp
   ${CMAKE_SOURCE_DIR}/analyzer/symbolize_dwarf.cpp
   ${CMAKE_SOURCE_DIR}/analyzer/debuginfo.cpp
@@ -36,6 +37,7 @@ add_executable(test_symbolize
 # Exact call-site lines need unoptimized test code; the symbolizer itself keeps the build's
 # optimization level so the performance check measures what users run.
 set_source_files_properties(test_symbolize.cpp PROPERTIES COMPILE_OPTIONS "-O0;-g")
+set_source_files_properties(symtest_static_cudart.cpp PROPERTIES COMPILE_OPTIONS "-O0;-g0")
 target_include_directories(test_symbolize PRIVATE ${CMAKE_SOURCE_DIR} ${_symtest_data})
 target_compile_definitions(test_symbolize PRIVATE SYMTEST_HIDDEN_COPY="${SYMTEST_HIDDEN_COPY}")
 target_compile_options(test_symbolize PRIVATE ${GPUHEAP_SAN_FLAGS})

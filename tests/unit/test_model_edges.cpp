@@ -27,7 +27,7 @@ struct Pair {
   Model bits{"bits"}, hash{"hash"};
   std::uint64_t ts = 1000;
   std::size_t fed = 0;
-  Pair() { hash.set_edge_bitmaps(false); }
+  Pair() { hash.disable_edge_bitmaps(); }
 
   void feed(const format::Record& r) {
     bits.feed(r), hash.feed(r), ++fed;
@@ -216,17 +216,28 @@ __attribute__((noinline)) void prefetch_wide(const gpuheap::detail::FlatMap<Wide
 }
 }  // namespace
 
+// Optimized builds only (the release build CI and users run): at -O0 or under a sanitizer
+// the hash is a call and the code is laid out otherwise.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GPUHEAP_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GPUHEAP_TEST_SANITIZED 1
+#endif
+#endif
 TEST(FlatMapPrefetch, WholeLineSlotsArePrefetched) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__OPTIMIZE__) && !defined(GPUHEAP_TEST_SANITIZED)
   const gpuheap::detail::FlatMap<Wide> m;
   prefetch_wide(m, 42);  // runs, and keeps the function
   const auto* code = reinterpret_cast<const unsigned char*>(&prefetch_wide);
   int prefetches = 0;
-  // prefetcht0 is 0F 18 /1; the function is short, its first ret (C3) ends the scan.
-  for (int i = 0; i + 2 < 256 && code[i] != 0xC3; ++i)
+  // prefetcht0 is 0F 18 /1. The function is a hash, two prefetches and a return (~40
+  // bytes); the scan covers it whole without stopping at a C3 byte, which may also be a
+  // ModRM byte or part of an offset.
+  for (int i = 0; i + 2 < 96; ++i)
     if (code[i] == 0x0F && code[i + 1] == 0x18 && ((code[i + 2] >> 3) & 7) == 1) ++prefetches;
-  EXPECT_EQ(prefetches, 2);  // the slot, and the next one (a line each)
+  EXPECT_GE(prefetches, 2);  // the slot, and the next one (a line each)
 #else
-  GTEST_SKIP() << "reads x86 machine code";
+  GTEST_SKIP() << "reads the machine code of an optimized, unsanitized x86-64 build";
 #endif
 }

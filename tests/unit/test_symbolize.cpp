@@ -59,17 +59,13 @@ __attribute__((noinline)) std::vector<std::uint64_t> fake_runtime_call() {
 extern "C" __attribute__((noinline)) std::vector<std::uint64_t> __cudartFakeEntry() {
   return cudart::fake_runtime_call();
 }
-// CUDA 13's static cudart names its internals libcudart_static_<sha1>; the API entry is a
-// plain C symbol (cudaMalloc) in the user's binary.
-extern "C" __attribute__((noinline)) std::vector<std::uint64_t> libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c() {
-  return __cudartFakeEntry();
-}
-extern "C" __attribute__((noinline)) std::vector<std::uint64_t> cudaFakeMalloc() {
-  return libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c();
-}
-// A C++ function of the program whose name starts like the API's: shown (its name has a
-// parameter list).
-__attribute__((noinline)) std::vector<std::uint64_t> cudaMallocChecked(int) { return cudaFakeMalloc(); }
+// CUDA 13's static cudart (symtest_static_cudart.cpp, no debug info): internals named
+// libcudart_static_<sha1>, the API entry a plain C symbol (cudaFakeMalloc).
+extern "C" std::vector<std::uint64_t> cudaFakeMalloc();
+// Functions of the program named like the API's, both shown: a C one built with -g (a
+// source line), a C++ one (a parameter list).
+extern "C" __attribute__((noinline)) std::vector<std::uint64_t> cudaUserHelper() { return cudaFakeMalloc(); }
+__attribute__((noinline)) std::vector<std::uint64_t> cudaMallocChecked(int) { return cudaUserHelper(); }
 
 namespace {
 
@@ -227,18 +223,24 @@ TEST_F(SymbolizeTest, StaticCudartHashNamesAndApiEntryAreHidden) {
   const Frame* hashed = find_fn(all, "libcudart_static_");
   const Frame* api = find_fn(all, "cudaFakeMalloc");
   const Frame* wrapper = find_fn(all, "cudaMallocChecked");
+  const Frame* helper = find_fn(all, "cudaUserHelper");
   ASSERT_NE(hashed, nullptr);
   ASSERT_NE(api, nullptr);
   ASSERT_NE(wrapper, nullptr);
+  ASSERT_NE(helper, nullptr);
+  EXPECT_TRUE(api->file.empty());  // built as NVIDIA ships it
+  EXPECT_FALSE(helper->file.empty());
   EXPECT_TRUE(hashed->hidden);
   EXPECT_TRUE(api->hidden);
   EXPECT_FALSE(wrapper->hidden);
+  EXPECT_FALSE(helper->hidden);
   auto visible = s.symbolize(ips, false);
   EXPECT_EQ(find_fn(visible, "libcudart_static_"), nullptr);
   EXPECT_EQ(find_fn(visible, "cudaFakeMalloc"), nullptr);
-  ASSERT_GE(visible.size(), 2u);
+  ASSERT_GE(visible.size(), 3u);
   EXPECT_EQ(visible.size(), frames_to_main(all) - 4);  // the four runtime frames
-  EXPECT_NE(visible[1].function.find("cudaMallocChecked"), std::string::npos);  // after capture_stack
+  EXPECT_EQ(visible[1].function, "cudaUserHelper");  // right after capture_stack
+  EXPECT_NE(visible[2].function.find("cudaMallocChecked"), std::string::npos);
 }
 
 // The C runtime's startup frames (_start, __libc_start_main, __libc_start_call_main) are
