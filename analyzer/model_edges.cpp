@@ -124,8 +124,9 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
   // The block's bytes, its count and the t boundaries it touches join (sign > 0) or leave
-  // the segment's totals.
-  auto account = [&](std::uint32_t t) {
+  // the segment's totals. always_inline: GCC 12 kept the lambda out of line (+8
+  // instructions a record, callgrind, 500 k-record trace).
+  auto account = [&](std::uint32_t t) __attribute__((always_inline)) {
     if (sign > 0) {
       s.active_bytes += e.size, s.active_blocks++, s.touches += t;
     } else {
