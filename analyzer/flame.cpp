@@ -76,8 +76,8 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
   // device: the usual case) it is the resolver's cached key itself, not a copy of it.
   std::vector<const std::string*> keys;
   std::deque<std::string> prefixed;  // stable storage of the keys with a prefix
-  // Resolvers given by an earlier call are reused (symbolizing once, warning once), when
-  // they are this analysis's and show the same frames.
+  // Resolvers given by an earlier call are reused (symbolizing once, warning once) when there
+  // is one per trace and they show the same frames (the caller keeps them with `a`).
   if (resolvers.size() != a.traces.size() || (!resolvers.empty() && resolvers[0]->all_frames() != all_frames)) {
     resolvers.clear();
     for (const auto& mp : a.traces) resolvers.push_back(std::make_unique<StackResolver>(*mp, all_frames));
