@@ -16,6 +16,20 @@
 namespace gpuheap {
 namespace detail {
 
+// A prefetch of p's cache line that the compiler cannot delete. GCC 12 (-O1 and up) deems a
+// function of loads and __builtin_prefetch free of side effects and deletes the calls to it
+// wherever it sees the body (it did so to FlatMap::prefetch and Model::prefetch, so the replay
+// ran unprefetched: 9bcdc28, 7b9b195); an asm volatile statement is never deleted, so the
+// functions around it can be inlined. The address goes in a register ("r"), not as a memory
+// operand: `*p` of a pointer that may be null would let the compiler assume it is not.
+__attribute__((always_inline)) inline void prefetch_line(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 (%0)" : : "r"(p));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 // Storage for trivially copyable elements; arrays of 2 MiB or more are 2 MiB aligned and
 // asked to use transparent huge pages: the live map is probed at random, and with 4 KiB
 // pages nearly every probe of a large table is also a TLB miss.
@@ -99,17 +113,16 @@ class FlatMap {
   // key and its value in one cache line (values of up to 56 bytes); `value` (the key is
   // expected to be present) also loads the following slot when slots are whole lines.
   //
-  // always_inline: GCC 12 kept this out of line for 64-byte slots (two prefetches), found it
-  // free of side effects (loads and __builtin_prefetch only) and deleted every call, so the
-  // live map was never prefetched (the same trap as Model::prefetch, model_events.cpp);
-  // inlined, the prefetches stay. FlatMapPrefetch.WholeLineSlotsArePrefetched
+  // prefetch_line, not __builtin_prefetch: GCC 12 kept this out of line for 64-byte slots
+  // (two prefetches), found it free of side effects and deleted every call, so the live map
+  // was never prefetched (7b9b195). FlatMapPrefetch.WholeLineSlotsArePrefetched
   // (tests/unit/test_model_edges.cpp) checks the machine code.
   __attribute__((always_inline)) void prefetch(std::uint64_t k, bool value = true) const {
     std::size_t i = slot(k);
-    __builtin_prefetch(&slots_[i]);
+    prefetch_line(&slots_.data()[i]);
     // Slots of a whole line: the next one (where the probe run, or a deletion's backward
     // shift, continues) is another line.
-    if (value && sizeof(Slot) >= 64) __builtin_prefetch(&slots_[(i + 1) & mask_]);
+    if (value && sizeof(Slot) >= 64) prefetch_line(&slots_.data()[(i + 1) & mask_]);
   }
 
   // Inserts a default V when absent; `inserted` tells which.

@@ -10,26 +10,10 @@ namespace gpuheap {
 
 using format::AllocKind;
 
-namespace {
-
-// Kinds that the torch-style table accounts (pass-through counts as reserved = allocated).
-bool table_kind(AllocKind k) {
-  return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
-}
-
-}  // namespace
 
 Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_(timeline_buckets) {
   info.path = std::move(path);
   sites.resize(1);
-}
-
-// The helpers below run several times per event: `inline` (GCC kept them out of line at -O2,
-// a call each), with dev_index's rare new-device path out of line.
-inline std::uint16_t Model::dev_index(int device) {
-  for (std::size_t i = 0; i < dev_ids_.size(); ++i)
-    if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
-  return new_dev(device);
 }
 
 std::uint16_t Model::new_dev(int device) {
@@ -52,6 +36,15 @@ std::uint16_t Model::new_dev(int device) {
 
 DeviceState& Model::dev(int device) { return devices[dev_index(device)]; }
 
+Site& Model::site_grow(std::uint32_t stack) {
+  // Stack ids are dense from 1 and defined before use, so a real id is at most the number
+  // of stacks seen. A wild id (corrupt or hostile trace) must not allocate by its value:
+  // 1 << 26 alone cost 3.7 GB. Bounded by the stacks defined, memory follows the file size.
+  if (stack > (1u << 26) || stack > 2 * stacks.size() + 1024) return sites[0];
+  sites.resize(std::max<std::size_t>(stack + 1, sites.size() * 2));
+  return sites[stack];
+}
+
 Model::Totals Model::totals(int device) const {
   for (std::size_t i = 0; i < dev_ids_.size(); ++i) {
     if (dev_ids_[i] != device) continue;
@@ -61,28 +54,8 @@ Model::Totals Model::totals(int device) const {
   return {};
 }
 
-inline Site& Model::site(std::uint32_t stack) {
-  if (stack >= sites.size()) {
-    // Stack ids are dense from 1 and defined before use, so a real id is at most the number
-    // of stacks seen. A wild id (corrupt or hostile trace) must not allocate by its value:
-    // 1 << 26 alone cost 3.7 GB. Bounded by the stacks defined, memory follows the file size.
-    if (stack > (1u << 26) || stack > 2 * stacks.size() + 1024) return sites[0];
-    sites.resize(std::max<std::size_t>(stack + 1, sites.size() * 2));
-  }
-  return sites[stack];
-}
-
 std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
   return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
-}
-
-inline void Model::sample(DeviceState& d, std::uint64_t ts) {
-  d.unsampled_rise = false;
-  // The maximum since the last phase record (model_phases.cpp folds it into open phases).
-  d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
-  d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
-  d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
-                    d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
 }
 
 void Model::feed(const format::Record& r) {
@@ -160,18 +133,6 @@ void Model::feed(const format::Record& r) {
   }
 }
 
-std::uint32_t Model::find_segment(std::uint64_t ptr) {
-  if (seg_overlap_) return find_segment_slow(ptr);
-  auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
-  if (h.granule == ptr >> 21) {
-    const auto& s = segs_[h.slot];
-    if (s.alive && ptr - s.ptr < s.size) return h.slot;
-  }
-  std::uint32_t slot = find_segment_slow(ptr);
-  if (slot != kNoSeg) h = {ptr >> 21, slot};
-  return slot;
-}
-
 std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
   // Last segment starting at or before ptr: branchless binary search (the outcome of each
   // step is unpredictable, a mispredicted branch per step would cost more than the loads).
@@ -186,205 +147,6 @@ std::uint32_t Model::find_segment_slow(std::uint64_t ptr) const {
   std::uint32_t slot = seg_slots_[static_cast<std::size_t>(base - seg_starts_.data())];
   const auto& s = segs_[slot];
   return ptr - s.ptr < s.size ? slot : kNoSeg;
-}
-
-inline void Model::add_acc(DeviceState& d, const Live& e) {
-  DeviceState::Acc* acc;
-  if (e.stack < sites.size()) {
-    if (d.acc.size() <= e.stack) d.acc.resize(sites.size());
-    acc = &d.acc[e.stack];
-  } else {
-    acc = &d.acc_wild.get(e.stack);
-  }
-  if (acc->epoch != d.epoch) *acc = {d.epoch, 0, 0, 0};
-  acc->bytes += e.requested, acc->allocated += e.size, acc->count++;
-}
-
-void Model::on_alloc(const format::AllocRecord& a) {
-  touch_ts(a.ts);
-  auto di = dev_index(a.device);
-  auto& d = devices[di];
-  auto k = key(a.ptr, a.kind);
-  bool inserted = false;
-  Live* e = &live_.get(k, &inserted);
-  if (!inserted) {
-    // The address is still tracked: a pooled block whose free_completed was not recorded,
-    // or a lost free. Retire the old entry first so the stats stay consistent.
-    ++info.reused_live_ptrs;
-    release(k, *e, a.ts, true);
-    e = &live_.get(k);
-  }
-  std::uint64_t size = a.size ? a.size : a.requested;
-  *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
-            static_cast<std::uint8_t>(a.flags & ~kPending)};
-  auto& st = site(a.stack);
-  st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
-  st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;
-  if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
-  thread_last_.get(a.tid) = e->seq;
-
-  auto s = static_cast<std::int64_t>(size);
-  if (table_kind(a.kind)) {
-    int pool = (a.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
-    const std::int64_t allocated_peak = d.stat[kAllocatedBytes][0].peak;
-    const auto r = static_cast<std::int64_t>(a.requested);
-    auto& all = d.stat.pool(kAllPools);
-    auto& row = d.stat.pool(pool);
-    if ((r | s) >= 0) {
-      // Sizes that read non-negative (every real trace): one sign test for the five rises.
-      rise(all, row, kRequestedBytes, r);
-      rise(all, row, kAllocatedBytes, s);
-      rise(all, row, kActiveBytes, s);
-    } else {
-      pool_stats(d, pool, kRequestedBytes, r);
-      pool_stats(d, pool, kAllocatedBytes, s);
-      pool_stats(d, pool, kActiveBytes, s);
-    }
-    rise(all, row, kAllocations, 1);
-    rise(all, row, kActiveAllocs, 1);
-    requests.add(a.requested);
-    if (a.kind == AllocKind::device_pooled) {
-      if (a.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, 1);
-      e->seg = find_segment(a.ptr);
-      if (e->seg != kNoSeg && a.ptr + size > segs_[e->seg].ptr + segs_[e->seg].size) e->seg = kNoSeg;
-      if (size == 0) e->seg = kNoSeg;
-      seg_add_block(a.ptr, *e, +1);
-    } else {
-      pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
-      pool_stats(d, pool, kDeviceAllocs, 1);
-    }
-    sample(d, a.ts);
-    if (d.stat[kAllocatedBytes][0].peak > allocated_peak) {
-      // A new peak of allocated memory: the moment whose pool layout the fragmentation
-      // section describes. Remember it; what leaves the layout from here on is logged.
-      d.frag_seq = e->seq, d.frag_ts = a.ts, d.frag_open = true;
-      d.frag_log.clear();
-    }
-  } else {
-    auto& u = d.kinds[static_cast<int>(a.kind)];
-    u.used = true;
-    u.current += s, u.total += s, u.count++, u.total_count++;
-    u.peak = std::max(u.peak, u.current);
-    u.peak_count = std::max(u.peak_count, u.count);
-  }
-  if (format::holds_device_memory(a.kind)) {
-    d.held += s;
-    d.held_requested += static_cast<std::int64_t>(a.requested);
-    if (d.held_requested > d.peak_held) {
-      // New peak: everything live now is the peak set. Frees of allocations with
-      // seq <= peak_seq are accumulated per site from here on (epoch invalidates older ones).
-      // Requested bytes decide the moment, so it does not move with the pool's block choice.
-      d.peak_held = d.held_requested, d.peak_held_allocated = d.held;
-      d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
-    }
-  }
-}
-
-// The program gave the allocation back (free record). Pooled blocks stay active until
-// free_completed (or until `completes`: the block is retired outright).
-void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) {
-  auto& d = devices[e.dev];
-  auto kind = static_cast<AllocKind>(e.kind);
-  if (!pending(e)) {
-    auto s = static_cast<std::int64_t>(e.size);
-    auto& st = site(e.stack);
-    st.live_bytes -= static_cast<std::int64_t>(e.requested), st.live_count--;
-    if (auto* last = thread_last_.find(e.tid); last && *last == e.seq) {
-      st.temporaries++;
-      st.temporary_bytes += e.requested, st.temporary_allocated += e.size;
-    }
-    if (format::holds_device_memory(kind)) {
-      d.held -= s;
-      d.held_requested -= static_cast<std::int64_t>(e.requested);
-      if (e.seq <= d.peak_seq) add_acc(d, e);
-    }
-    if (table_kind(kind)) {
-      int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
-      const auto r = static_cast<std::int64_t>(e.requested);
-      auto& all = d.stat.pool(kAllPools);
-      auto& row = d.stat.pool(pool);
-      if ((r | s) >= 0) {
-        fall(all, row, kRequestedBytes, -r);
-        fall(all, row, kAllocatedBytes, -s);
-      } else {
-        pool_stats(d, pool, kRequestedBytes, -r);
-        pool_stats(d, pool, kAllocatedBytes, -s);
-      }
-      fall(all, row, kAllocations, -1);
-      if (kind == AllocKind::device_pooled) {
-        if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
-        e.flags |= kPending;
-        // Its free_completed will look up the block's end edge, which that record's prefetch
-        // cannot name (the record's size may be 0): start loading it now.
-        if (e.seg != kNoSeg && !segs_[e.seg].bits) edges_.prefetch(k + e.size);
-      } else {
-        pool_stats(d, pool, kActiveBytes, -s);
-        pool_stats(d, pool, kActiveAllocs, -1);
-        pool_stats(d, pool, kReservedBytes, -s);
-        pool_stats(d, pool, kDeviceAllocs, -1);
-      }
-      // A free only lowers the sampled series (by bytes that read non-negative), and nothing
-      // raised one unsampled since the device's last sample: every maximum the sample would
-      // fold (its timeline bucket, the phase peaks) is already at least the new value. Only a
-      // sample in a new bucket records something then.
-      if (s < 0 || static_cast<std::int64_t>(e.requested) < 0 || d.unsampled_rise || !d.timeline.in_last_bucket(ts))
-        sample(d, ts);
-    } else {
-      auto& u = d.kinds[static_cast<int>(kind)];
-      u.current -= s, u.count--;
-    }
-  }
-  if (kind == AllocKind::device_pooled && !completes) return;
-  if (kind == AllocKind::device_pooled) {
-    complete(k, e);
-  } else {
-    live_.erase_found(k, &e);
-  }
-}
-
-void Model::complete(std::uint64_t k, Live& e) {
-  auto& d = devices[e.dev];
-  int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
-  auto s = static_cast<std::int64_t>(e.size);
-  auto& all = d.stat.pool(kAllPools);
-  auto& row = d.stat.pool(pool);
-  if (s >= 0) {
-    fall(all, row, kActiveBytes, -s);
-  } else {
-    pool_stats(d, pool, kActiveBytes, -s);
-    d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
-  }
-  fall(all, row, kActiveAllocs, -1);
-  const auto di = e.dev;
-  const auto seq = e.seq, size = e.size;
-  const bool in_layout = e.seg != kNoSeg;
-  seg_add_block(k, e, -1);  // pooled: the key is the address
-  live_.erase_found(k, &e);  // e is the live entry (seg_add_block never touches live_)
-  if (in_layout) frag_gone(di, seq, k, size, false);
-}
-
-void Model::on_free(const format::FreeRecord& f) {
-  touch_ts(f.ts);
-  if (f.flags & format::kFlagFailed) return;  // the call failed: nothing was freed
-  auto k = key(f.ptr, f.kind);
-  Live* e = live_.find(k);
-  if (!e || pending(*e)) {
-    // Allocated before tracing started (or freed twice): count it, change nothing.
-    ++info.unmatched_frees;
-    return;
-  }
-  release(k, *e, f.ts, false);
-}
-
-void Model::on_free_completed(const format::FreeCompletedRecord& f) {
-  touch_ts(f.ts);
-  auto k = key(f.ptr, AllocKind::device_pooled);
-  Live* e = live_.find(k);
-  if (!e || !pending(*e)) {
-    ++info.unmatched_free_completed;
-    return;
-  }
-  complete(k, *e);
 }
 
 void Model::on_segment(const format::SegmentRecord& r, bool is_free) {

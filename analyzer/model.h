@@ -266,9 +266,15 @@ class Model {
   static constexpr std::uint32_t kNoSeg = ~0u;
 
   DeviceState& dev(int device);
-  std::uint16_t dev_index(int device);
+  // Inline (several times per event), the rare paths out of line.
+  std::uint16_t dev_index(int device) {
+    for (std::size_t i = 0; i < dev_ids_.size(); ++i)
+      if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
+    return new_dev(device);
+  }
   std::uint16_t new_dev(int device);  // dev_index of a device not seen before
-  Site& site(std::uint32_t stack);
+  Site& site(std::uint32_t stack) { return stack < sites.size() ? sites[stack] : site_grow(stack); }
+  Site& site_grow(std::uint32_t stack);
   // Inline: hashed several times per event, also from model_events.cpp's prefetch.
   static std::uint64_t key(std::uint64_t ptr, format::AllocKind k) {
     // Each address space (format/rules.h, the preload's registry follows the same rule) in its
@@ -292,6 +298,7 @@ class Model {
   void finish_window();
   bool counting() const { return !windowed_ || in_window_; }
 
+  void feed_rest(const format::EventRecord& e);  // feed(e), kept out of feed_batch's loop
   void on_alloc(const format::AllocRecord& a);
   void on_free(const format::FreeRecord& f);
   void on_free_completed(const format::FreeCompletedRecord& f);
@@ -300,6 +307,16 @@ class Model {
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);
+  void seg_edges_hash(std::uint64_t ptr, const Live& e, int sign);  // its edges_ path
+  // A block of `size` bytes touching t boundaries joins (sign > 0) or leaves its segment.
+  void seg_account(Segment& s, std::uint64_t size, std::uint32_t t, int sign) {
+    if (sign > 0) {
+      s.active_bytes += size, s.active_blocks++, s.touches += t;
+    } else {
+      s.active_bytes -= size, s.active_blocks--, s.touches -= t;
+    }
+    seg_update(s);
+  }
   // Inline: twice per pooled event. Recomputes a segment's share of the non-releasable
   // stats: a segment with at least one active block cannot be released, so all its free
   // bytes (and free pieces) count.
@@ -317,7 +334,13 @@ class Model {
     if (nc != s.contrib_count) pool_stats(d, pool, kInactiveSplit, nc - s.contrib_count);
     s.contrib_bytes = nb, s.contrib_count = nc;
   }
-  // Block-edge bitmaps (model_edges.cpp).
+  // Block-edge bitmaps (model_edges.cpp; bits_add/bits_remove in model_events.cpp).
+  // Boundary p's two bits (2p: a block starts there, 2p+1: one ends there) as kEdgeStart and
+  // kEdgeEnd: one load for both (an even bit and the next never straddle a word).
+  static constexpr unsigned kEdgeStart = 1, kEdgeEnd = 2;
+  static unsigned edge_pair(const std::uint64_t* w, std::uint64_t p) {
+    return static_cast<unsigned>(w[p >> 5] >> ((2 * p) & 63)) & 3;
+  }
   int bits_add(Segment& s, std::uint64_t a, std::uint64_t b);
   int bits_remove(Segment& s, std::uint64_t a, std::uint64_t b);
   void bits_birth(std::uint32_t slot);

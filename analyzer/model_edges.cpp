@@ -39,7 +39,6 @@ constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << kGranuleShift) - 1;
 std::size_t bits_words(std::uint64_t size) {
   return static_cast<std::size_t>((2 * ((size >> kGranuleShift) + 1) + 63) / 64);
 }
-bool bit(const std::uint64_t* w, std::uint64_t i) { return (w[i >> 6] >> (i & 63)) & 1; }
 
 }  // namespace
 
@@ -80,70 +79,13 @@ void Model::edges_to_hash() {
     if (s.bits) bits_drop(s, true);
 }
 
-// Block [a, b) of bitmap segment s becomes active: the boundaries it touches (0-2), or -1
-// when the bitmap cannot hold it (then its edges, and perhaps all, are in edges_ now).
-inline int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
-  if (b < a) {  // wraps around: see seg_add_block
-    edges_to_hash();
-    return -1;
-  }
-  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;  // a in s (find_segment), b <= its end (on_alloc)
-  const std::uint64_t sa = (oa >> kGranuleShift) * 2, eb = (ob >> kGranuleShift) * 2 + 1;
-  std::uint64_t* w = s.bits;
-  if (((oa | ob) & kGranuleMask) || bit(w, sa) || bit(w, eb)) {
-    bits_drop(s, true);
-    return -1;
-  }
-  int t = (oa == 0 || bit(w, sa + 1)) ? 1 : 0;     // a block ends where this one starts
-  t += (ob == s.size || bit(w, eb - 1)) ? 1 : 0;  // a block starts where this one ends
-  w[sa >> 6] |= std::uint64_t{1} << (sa & 63);
-  w[eb >> 6] |= std::uint64_t{1} << (eb & 63);
-  return t;
-}
-
-// Block [a, b) of bitmap segment s stops being active: bits_add admitted it, so both its
-// bits are set and its own. The boundaries it touched.
-inline int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
-  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;
-  const std::uint64_t sa = (oa >> kGranuleShift) * 2, eb = (ob >> kGranuleShift) * 2 + 1;
-  std::uint64_t* w = s.bits;
-  int t = (oa == 0 || bit(w, sa + 1)) ? 1 : 0;
-  t += (ob == s.size || bit(w, eb - 1)) ? 1 : 0;
-  w[sa >> 6] &= ~(std::uint64_t{1} << (sa & 63));
-  w[eb >> 6] &= ~(std::uint64_t{1} << (eb & 63));
-  return t;
-}
-
-// sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
-// The free-piece count needs only whether each edge of the block touches a neighbour (or
-// the segment edge): a block ending where it starts, a block starting where it ends. The
-// segment's bitmap answers both, else edges_ (two slots per block). The layout itself is
-// rebuilt at snapshots.
-void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
-  if (e.seg == kNoSeg) return;
+// seg_add_block's path for a block whose edges are in edges_ (its segment has no bitmap, or
+// the bitmap could not hold it and moved its edges here): two slots per block.
+void Model::seg_edges_hash(std::uint64_t ptr, const Live& e, int sign) {
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
-  // The block's bytes, its count and the t boundaries it touches join (sign > 0) or leave
-  // the segment's totals. always_inline: GCC 12 kept the lambda out of line (+8
-  // instructions a record, callgrind, 500 k-record trace).
-  auto account = [&](std::uint32_t t) __attribute__((always_inline)) {
-    if (sign > 0) {
-      s.active_bytes += e.size, s.active_blocks++, s.touches += t;
-    } else {
-      s.active_bytes -= e.size, s.active_blocks--, s.touches -= t;
-    }
-    seg_update(s);
-  };
-  if (s.bits) {
-    // The segment's bitmap answers, unless the block is one it cannot hold: then
-    // bits_add has moved the edges to edges_ (this segment's, or all of them) and the
-    // hash map takes the block below.
-    const int t = sign > 0 ? bits_add(s, a, b) : bits_remove(s, a, b);
-    if (t >= 0) {
-      account(static_cast<std::uint32_t>(t));
-      return;
-    }
-  } else if (sign > 0 && b < a && !bits_off_) {
+  auto account = [&](std::uint32_t t) { seg_account(s, e.size, t, sign); };
+  if (sign > 0 && b < a && !bits_off_) {
     // A block that wraps around the address space ends below its segment, possibly inside
     // another one whose bitmap would not see it: all edges go to the hash map.
     edges_to_hash();
@@ -197,5 +139,6 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
   if (drop_a) edges_.erase(a);
   account(t);
 }
+
 
 }  // namespace gpuheap

@@ -1,15 +1,305 @@
-// Model's fast path for event records decoded in place (format::EventRecord): dispatch and
-// prefetch, kept apart from model.cpp's replay semantics. Each case does exactly what
-// Model::feed / Model::prefetch do for the same record in a format::Record. Out of line on
-// purpose: GCC (12, -O1 and up) deems a function of loads and __builtin_prefetch free of
-// side effects and deletes the calls to it wherever it sees the body, so prefetch() made
-// inline lost every prefetch of the replay loops (9bcdc28, fixed in the next commit).
+// Model's per-event path: alloc, free and free_completed, the block-edge bitmaps they keep,
+// and the replay loop's batches (feed_batch) with their prefetches. One translation unit so
+// that feed_batch can take it all inline (flatten): out of line, the handlers and their
+// helpers cost ~100 instructions a record in calls, spills and reloads (callgrind,
+// 500 k-record trace). What is rare (a new device, a table's growth, a block the bitmaps
+// cannot hold, a damaged trace's repairs) stays out of line, in model.cpp and
+// model_edges.cpp. model.cpp feeds every other record, and these ones when they come in a
+// format::Record.
 #include "analyzer/model.h"
 
 namespace gpuheap {
 
 using format::AllocKind;
 using format::RecordType;
+
+namespace {
+
+// Kinds that the torch-style table accounts (pass-through counts as reserved = allocated).
+bool table_kind(AllocKind k) {
+  return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
+}
+
+constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << Model::kGranuleShift) - 1;  // 512-byte boundaries
+
+}  // namespace
+
+void Model::sample(DeviceState& d, std::uint64_t ts) {
+  d.unsampled_rise = false;
+  // The maximum since the last phase record (model_phases.cpp folds it into open phases).
+  d.phase_peak_requested = std::max(d.phase_peak_requested, d.stat[kRequestedBytes][0].current);
+  d.phase_peak_allocated = std::max(d.phase_peak_allocated, d.stat[kAllocatedBytes][0].current);
+  d.timeline.sample(ts, d.stat[kRequestedBytes][0].current, d.stat[kAllocatedBytes][0].current,
+                    d.stat[kReservedBytes][0].current, d.stat[kActiveBytes][0].current);
+}
+
+std::uint32_t Model::find_segment(std::uint64_t ptr) {
+  if (seg_overlap_) return find_segment_slow(ptr);
+  auto& h = seg_hints_[(ptr >> 21) & (kSegHints - 1)];
+  if (h.granule == ptr >> 21) {
+    const auto& s = segs_[h.slot];
+    if (s.alive && ptr - s.ptr < s.size) return h.slot;
+  }
+  std::uint32_t slot = find_segment_slow(ptr);
+  if (slot != kNoSeg) h = {ptr >> 21, slot};
+  return slot;
+}
+
+void Model::add_acc(DeviceState& d, const Live& e) {
+  DeviceState::Acc* acc;
+  if (e.stack < sites.size()) {
+    if (d.acc.size() <= e.stack) d.acc.resize(sites.size());
+    acc = &d.acc[e.stack];
+  } else {
+    acc = &d.acc_wild.get(e.stack);
+  }
+  if (acc->epoch != d.epoch) *acc = {d.epoch, 0, 0, 0};
+  acc->bytes += e.requested, acc->allocated += e.size, acc->count++;
+}
+
+// Block [a, b) of bitmap segment s becomes active: the boundaries it touches (0-2), or -1
+// when the bitmap cannot hold it (then its edges, and perhaps all, are in edges_ now).
+int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
+  if (b < a) {  // wraps around: see seg_add_block
+    edges_to_hash();
+    return -1;
+  }
+  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;  // a in s (find_segment), b <= its end (on_alloc)
+  const std::uint64_t pa = oa >> kGranuleShift, pb = ob >> kGranuleShift;  // boundaries in the bitmap
+  std::uint64_t* w = s.bits;
+  const unsigned at_a = edge_pair(w, pa), at_b = edge_pair(w, pb);
+  if (((oa | ob) & kGranuleMask) || (at_a & kEdgeStart) || (at_b & kEdgeEnd)) {
+    bits_drop(s, true);
+    return -1;
+  }
+  int t = (oa == 0 || (at_a & kEdgeEnd)) ? 1 : 0;        // a block ends where this one starts
+  t += (ob == s.size || (at_b & kEdgeStart)) ? 1 : 0;  // a block starts where this one ends
+  w[pa >> 5] |= std::uint64_t{kEdgeStart} << ((2 * pa) & 63);
+  w[pb >> 5] |= std::uint64_t{kEdgeEnd} << ((2 * pb) & 63);
+  return t;
+}
+
+// Block [a, b) of bitmap segment s stops being active: bits_add admitted it, so both its
+// bits are set and its own. The boundaries it touched.
+int Model::bits_remove(Segment& s, std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;
+  const std::uint64_t pa = oa >> kGranuleShift, pb = ob >> kGranuleShift;
+  std::uint64_t* w = s.bits;
+  int t = (oa == 0 || (edge_pair(w, pa) & kEdgeEnd)) ? 1 : 0;
+  t += (ob == s.size || (edge_pair(w, pb) & kEdgeStart)) ? 1 : 0;
+  w[pa >> 5] &= ~(std::uint64_t{kEdgeStart} << ((2 * pa) & 63));
+  w[pb >> 5] &= ~(std::uint64_t{kEdgeEnd} << ((2 * pb) & 63));
+  return t;
+}
+
+// sign=+1: block [ptr, ptr+size) becomes active in its segment; -1: stops being active.
+// The free-piece count needs only whether each edge of the block touches a neighbour (or
+// the segment edge): a block ending where it starts, a block starting where it ends. The
+// segment's bitmap answers both (model_edges.cpp says when a segment has one), else edges_
+// (seg_edges_hash, two slots per block). The layout itself is rebuilt at snapshots.
+void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
+  if (e.seg == kNoSeg) return;
+  auto& s = segs_[e.seg];
+  if (s.bits) {
+    // The segment's bitmap answers, unless the block is one it cannot hold: then
+    // bits_add has moved the edges to edges_ (this segment's, or all of them) and the
+    // hash map takes the block.
+    const int t = sign > 0 ? bits_add(s, ptr, ptr + e.size) : bits_remove(s, ptr, ptr + e.size);
+    if (t >= 0) {
+      seg_account(s, e.size, static_cast<std::uint32_t>(t), sign);
+      return;
+    }
+  }
+  seg_edges_hash(ptr, e, sign);
+}
+
+void Model::on_alloc(const format::AllocRecord& a) {
+  touch_ts(a.ts);
+  auto di = dev_index(a.device);
+  auto& d = devices[di];
+  auto k = key(a.ptr, a.kind);
+  bool inserted = false;
+  Live* e = &live_.get(k, &inserted);
+  if (!inserted) {
+    // The address is still tracked: a pooled block whose free_completed was not recorded,
+    // or a lost free. Retire the old entry first so the stats stay consistent.
+    ++info.reused_live_ptrs;
+    release(k, *e, a.ts, true);
+    e = &live_.get(k);
+  }
+  std::uint64_t size = a.size ? a.size : a.requested;
+  *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
+            static_cast<std::uint8_t>(a.flags & ~kPending)};
+  auto& st = site(a.stack);
+  st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
+  st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;
+  if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
+  thread_last_.get(a.tid) = e->seq;
+
+  auto s = static_cast<std::int64_t>(size);
+  if (table_kind(a.kind)) {
+    int pool = (a.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+    const std::int64_t allocated_peak = d.stat[kAllocatedBytes][0].peak;
+    const auto r = static_cast<std::int64_t>(a.requested);
+    auto& all = d.stat.pool(kAllPools);
+    auto& row = d.stat.pool(pool);
+    if ((r | s) >= 0) {
+      // Sizes that read non-negative (every real trace): one sign test for the five rises.
+      rise(all, row, kRequestedBytes, r);
+      rise(all, row, kAllocatedBytes, s);
+      rise(all, row, kActiveBytes, s);
+    } else {
+      pool_stats(d, pool, kRequestedBytes, r);
+      pool_stats(d, pool, kAllocatedBytes, s);
+      pool_stats(d, pool, kActiveBytes, s);
+    }
+    rise(all, row, kAllocations, 1);
+    rise(all, row, kActiveAllocs, 1);
+    requests.add(a.requested);
+    if (a.kind == AllocKind::device_pooled) {
+      if (a.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, 1);
+      e->seg = find_segment(a.ptr);
+      if (e->seg != kNoSeg && a.ptr + size > segs_[e->seg].ptr + segs_[e->seg].size) e->seg = kNoSeg;
+      if (size == 0) e->seg = kNoSeg;
+      seg_add_block(a.ptr, *e, +1);
+    } else {
+      pool_stats(d, pool, kReservedBytes, s);  // the driver's allocation is the reservation
+      pool_stats(d, pool, kDeviceAllocs, 1);
+    }
+    sample(d, a.ts);
+    if (d.stat[kAllocatedBytes][0].peak > allocated_peak) {
+      // A new peak of allocated memory: the moment whose pool layout the fragmentation
+      // section describes. Remember it; what leaves the layout from here on is logged.
+      d.frag_seq = e->seq, d.frag_ts = a.ts, d.frag_open = true;
+      d.frag_log.clear();
+    }
+  } else {
+    auto& u = d.kinds[static_cast<int>(a.kind)];
+    u.used = true;
+    u.current += s, u.total += s, u.count++, u.total_count++;
+    u.peak = std::max(u.peak, u.current);
+    u.peak_count = std::max(u.peak_count, u.count);
+  }
+  if (format::holds_device_memory(a.kind)) {
+    d.held += s;
+    d.held_requested += static_cast<std::int64_t>(a.requested);
+    if (d.held_requested > d.peak_held) {
+      // New peak: everything live now is the peak set. Frees of allocations with
+      // seq <= peak_seq are accumulated per site from here on (epoch invalidates older ones).
+      // Requested bytes decide the moment, so it does not move with the pool's block choice.
+      d.peak_held = d.held_requested, d.peak_held_allocated = d.held;
+      d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
+    }
+  }
+}
+
+// The program gave the allocation back (free record). Pooled blocks stay active until
+// free_completed (or until `completes`: the block is retired outright).
+void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) {
+  auto& d = devices[e.dev];
+  auto kind = static_cast<AllocKind>(e.kind);
+  if (!pending(e)) {
+    auto s = static_cast<std::int64_t>(e.size);
+    auto& st = site(e.stack);
+    st.live_bytes -= static_cast<std::int64_t>(e.requested), st.live_count--;
+    if (auto* last = thread_last_.find(e.tid); last && *last == e.seq) {
+      st.temporaries++;
+      st.temporary_bytes += e.requested, st.temporary_allocated += e.size;
+    }
+    if (format::holds_device_memory(kind)) {
+      d.held -= s;
+      d.held_requested -= static_cast<std::int64_t>(e.requested);
+      if (e.seq <= d.peak_seq) add_acc(d, e);
+    }
+    if (table_kind(kind)) {
+      int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+      const auto r = static_cast<std::int64_t>(e.requested);
+      auto& all = d.stat.pool(kAllPools);
+      auto& row = d.stat.pool(pool);
+      if ((r | s) >= 0) {
+        fall(all, row, kRequestedBytes, -r);
+        fall(all, row, kAllocatedBytes, -s);
+      } else {
+        pool_stats(d, pool, kRequestedBytes, -r);
+        pool_stats(d, pool, kAllocatedBytes, -s);
+      }
+      fall(all, row, kAllocations, -1);
+      if (kind == AllocKind::device_pooled) {
+        if (e.flags & format::kFlagOversize) pool_stats(d, pool, kOversizeAllocations, -1);
+        e.flags |= kPending;
+        // Its free_completed will look up the block's end edge, which that record's prefetch
+        // cannot name (the record's size may be 0): start loading it now.
+        if (e.seg != kNoSeg && !segs_[e.seg].bits) edges_.prefetch(k + e.size);
+      } else {
+        pool_stats(d, pool, kActiveBytes, -s);
+        pool_stats(d, pool, kActiveAllocs, -1);
+        pool_stats(d, pool, kReservedBytes, -s);
+        pool_stats(d, pool, kDeviceAllocs, -1);
+      }
+      // A free only lowers the sampled series (by bytes that read non-negative), and nothing
+      // raised one unsampled since the device's last sample: every maximum the sample would
+      // fold (its timeline bucket, the phase peaks) is already at least the new value. Only a
+      // sample in a new bucket records something then.
+      if (s < 0 || static_cast<std::int64_t>(e.requested) < 0 || d.unsampled_rise || !d.timeline.in_last_bucket(ts))
+        sample(d, ts);
+    } else {
+      auto& u = d.kinds[static_cast<int>(kind)];
+      u.current -= s, u.count--;
+    }
+  }
+  if (kind == AllocKind::device_pooled && !completes) return;
+  if (kind == AllocKind::device_pooled) {
+    complete(k, e);
+  } else {
+    live_.erase_found(k, &e);
+  }
+}
+
+void Model::complete(std::uint64_t k, Live& e) {
+  auto& d = devices[e.dev];
+  int pool = (e.flags & format::kFlagSmallPool) ? kSmallPool : kLargePool;
+  auto s = static_cast<std::int64_t>(e.size);
+  auto& all = d.stat.pool(kAllPools);
+  auto& row = d.stat.pool(pool);
+  if (s >= 0) {
+    fall(all, row, kActiveBytes, -s);
+  } else {
+    pool_stats(d, pool, kActiveBytes, -s);
+    d.unsampled_rise = true;  // active rose, and no sample follows (Model::release)
+  }
+  fall(all, row, kActiveAllocs, -1);
+  const auto di = e.dev;
+  const auto seq = e.seq, size = e.size;
+  const bool in_layout = e.seg != kNoSeg;
+  seg_add_block(k, e, -1);  // pooled: the key is the address
+  live_.erase_found(k, &e);  // e is the live entry (seg_add_block never touches live_)
+  if (in_layout) frag_gone(di, seq, k, size, false);
+}
+
+void Model::on_free(const format::FreeRecord& f) {
+  touch_ts(f.ts);
+  if (f.flags & format::kFlagFailed) return;  // the call failed: nothing was freed
+  auto k = key(f.ptr, f.kind);
+  Live* e = live_.find(k);
+  if (!e || pending(*e)) {
+    // Allocated before tracing started (or freed twice): count it, change nothing.
+    ++info.unmatched_frees;
+    return;
+  }
+  release(k, *e, f.ts, false);
+}
+
+void Model::on_free_completed(const format::FreeCompletedRecord& f) {
+  touch_ts(f.ts);
+  auto k = key(f.ptr, AllocKind::device_pooled);
+  Live* e = live_.find(k);
+  if (!e || !pending(*e)) {
+    ++info.unmatched_free_completed;
+    return;
+  }
+  complete(k, *e);
+}
+
 
 void Model::feed(const format::EventRecord& e) {
   switch (e.type) {
@@ -22,41 +312,42 @@ void Model::feed(const format::EventRecord& e) {
   }
 }
 
-void Model::feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
-                       std::size_t n_ahead) {
-  info.events += n;  // every batched record is an event (alloc, free, free_completed)
-  const std::size_t steps = n > n_ahead ? n : n_ahead;
-  for (std::size_t i = 0; i < steps; ++i) {
-    if (i < n_ahead) prefetch(ahead[i]);
-    if (i >= n) continue;
+// flatten: the handlers and their helpers inline, once, in the loop over a batch (where a
+// whole batch is prefetched and replayed: every batch but the last of a run).
+__attribute__((flatten)) void Model::feed_batch(const format::EventRecord* e, std::size_t n,
+                                                const format::EventRecord* ahead, std::size_t n_ahead) {
+  const std::size_t both = n < n_ahead ? n : n_ahead;
+  info.events += both;  // every batched record is an event (alloc, free, free_completed)
+  for (std::size_t i = 0; i < both; ++i) {
+    prefetch(ahead[i]);
     switch (e[i].type) {
       case RecordType::alloc: on_alloc(e[i].alloc); break;
       case RecordType::free: on_free(e[i].free); break;
       default: on_free_completed(e[i].free_completed); break;
     }
   }
+  for (std::size_t i = both; i < n_ahead; ++i) prefetch(ahead[i]);
+  for (std::size_t i = both; i < n; ++i) feed_rest(e[i]);
 }
 
-// noipa: called from this file too, where GCC would otherwise see that it has no side
-// effects (the reason it is out of line, above) and drop the calls. Clang has no noipa (and
-// warns); it treats llvm.prefetch as a memory effect, so not inlining is enough there.
-#if defined(__clang__)
-__attribute__((noinline))
-#else
-__attribute__((noipa))
-#endif
+// A batch's records beyond its prefetches (the last batch of a run): feed(e), not inlined a
+// second time into feed_batch.
+__attribute__((noinline)) void Model::feed_rest(const format::EventRecord& e) { feed(e); }
+
+// Inlined into feed_batch: the prefetches are prefetch_line's asm statements, which GCC
+// cannot delete as it deleted __builtin_prefetch calls in a function of loads (9bcdc28).
 void Model::prefetch(const format::EventRecord& e) const {
   switch (e.type) {
     case RecordType::alloc: {
       const auto& a = e.alloc;
       live_.prefetch(key(a.ptr, a.kind));
       // Its site's counters (72 bytes each: thousands of sites outgrow L1).
-      if (a.stack < sites.size()) __builtin_prefetch(&sites[a.stack]);
+      if (a.stack < sites.size()) detail::prefetch_line(&sites[a.stack]);
       if (a.kind != AllocKind::device_pooled) break;
       if (const auto* w = bits_word(a.ptr)) {
         // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
         // of the segment, so usually both edges.
-        __builtin_prefetch(w);
+        detail::prefetch_line(w);
       } else if (edges_.size()) {
         // The block's edges (seg_add_block), when some segment keeps them in the hash map.
         edges_.prefetch(a.ptr);
@@ -69,7 +360,7 @@ void Model::prefetch(const format::EventRecord& e) const {
       const auto& f = e.free_completed;
       live_.prefetch(key(f.ptr, AllocKind::device_pooled));
       if (const auto* w = bits_word(f.ptr)) {
-        __builtin_prefetch(w);
+        detail::prefetch_line(w);
       } else if (edges_.size()) {
         edges_.prefetch(f.ptr);
         if (f.size) edges_.prefetch(f.ptr + f.size);  // the writer's size; the replay uses its own
