@@ -20,11 +20,12 @@ namespace detail {
 // function of loads and __builtin_prefetch free of side effects and deletes the calls to it
 // wherever it sees the body (it did so to FlatMap::prefetch and Model::prefetch, so the replay
 // ran unprefetched: 9bcdc28, 7b9b195); an asm volatile statement is never deleted, so the
-// functions around it can be inlined. The address goes in a register ("r"), not as a memory
-// operand: `*p` of a pointer that may be null would let the compiler assume it is not.
+// functions around it can be inlined. The address is an address operand ("p", printed by
+// %a0 in either assembler dialect), not a memory operand: `*p` of a pointer that may be null
+// would let the compiler assume it is not.
 __attribute__((always_inline)) inline void prefetch_line(const void* p) {
 #if defined(__x86_64__)
-  asm volatile("prefetcht0 (%0)" : : "r"(p));
+  asm volatile("prefetcht0 %a0" : : "p"(p));
 #else
   __builtin_prefetch(p);
 #endif
@@ -115,8 +116,9 @@ class FlatMap {
   //
   // prefetch_line, not __builtin_prefetch: GCC 12 kept this out of line for 64-byte slots
   // (two prefetches), found it free of side effects and deleted every call, so the live map
-  // was never prefetched (7b9b195). FlatMapPrefetch.WholeLineSlotsArePrefetched
-  // (tests/unit/test_model_edges.cpp) checks the machine code.
+  // was never prefetched (7b9b195). always_inline now only for speed (a call per record).
+  // FlatMapPrefetch.WholeLineSlotsArePrefetched (tests/unit/test_model_edges.cpp) checks
+  // the machine code.
   __attribute__((always_inline)) void prefetch(std::uint64_t k, bool value = true) const {
     std::size_t i = slot(k);
     prefetch_line(&slots_.data()[i]);
@@ -272,7 +274,9 @@ class FlatMap {
     // Iteration order is not part of the interface (every consumer sorts what it collects).
     return static_cast<std::size_t>(mix(k) >> shift_);
   }
-  void rehash(std::size_t n) {
+  // Out of line: Model::feed_batch is flattened (everything it calls inlined), and a table's
+  // growth is rare.
+  __attribute__((noinline)) void rehash(std::size_t n) {
     // Only the keys of the new table are set: a value is written wherever a key is.
     HugeArray<Slot> old(n);
     for (std::size_t i = 0; i < n; ++i) old[i].key = kEmpty;

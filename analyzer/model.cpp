@@ -10,7 +10,6 @@ namespace gpuheap {
 
 using format::AllocKind;
 
-
 Model::Model(std::string path, std::size_t timeline_buckets) : timeline_buckets_(timeline_buckets) {
   info.path = std::move(path);
   sites.resize(1);
@@ -52,10 +51,6 @@ Model::Totals Model::totals(int device) const {
     return {s[kRequestedBytes][0].current, s[kAllocatedBytes][0].current, s[kReservedBytes][0].current};
   }
   return {};
-}
-
-std::uint64_t Model::ptr_of(std::uint64_t k, const Live& e) {
-  return key(k, static_cast<AllocKind>(e.kind));  // the key-space xor is its own inverse
 }
 
 void Model::feed(const format::Record& r) {

@@ -242,11 +242,12 @@ class Model {
   static constexpr std::size_t kMaxDevices = 1024;  // distinct ordinals; more is corruption
   // Block edges are tracked in bitmaps at 512-byte boundaries (model_edges.cpp).
   static constexpr unsigned kGranuleShift = 9;
+  static constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << kGranuleShift) - 1;
 
  private:
-  // One live allocation, 48 bytes (56 with its key): the live map is the replay's working
-  // set, so its size is what the cache misses per event cost. The address is the map key
-  // (ptr(key, kind) undoes the key-space bits of vmm kinds).
+  // One live allocation, 40 bytes (a 64-byte slot with its key): the live map is the
+  // replay's working set, so its size is what the cache misses per event cost. The map key
+  // is key(ptr, kind) (format::space_key: an xor of the address space's bits, its own inverse).
   struct Live {
     std::uint64_t size = 0, requested = 0, seq = 0;
     std::uint32_t stack = 0, tid = 0, seg = kNoSeg;
@@ -281,7 +282,6 @@ class Model {
     // own key range: cuMemMap's address is inside a cuMemAddressReserve range and may equal its start.
     return format::space_key(ptr, k);
   }
-  static std::uint64_t ptr_of(std::uint64_t key, const Live& e);
   static bool pending(const Live& e) { return e.flags & kPending; }
   void touch_ts(std::uint64_t ts) {
     if (!info.have_ts) info.first_ts = ts, info.have_ts = true;

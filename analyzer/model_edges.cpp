@@ -1,6 +1,8 @@
 // Model's block-edge bookkeeping: for torch's inactive_split / inactive_split_bytes (the
 // free pieces of segments with an active block), whether a block that becomes or stops
-// being active touches a neighbour at each of its edges.
+// being active touches a neighbour at each of its edges. The per-event part (seg_add_block,
+// bits_add, bits_remove) is in model_events.cpp, inlined into the replay loop; this file
+// holds the bitmaps' birth and death and the edges_ hash map's path (seg_edges_hash).
 //
 // Two representations, with the same answers. edges_ (a hash map: address -> active blocks
 // starting / ending there) takes anything. Most segments instead keep a bitmap: two bits per
@@ -33,7 +35,7 @@ namespace gpuheap {
 namespace {
 
 constexpr unsigned kGranuleShift = Model::kGranuleShift;  // 512-byte boundaries
-constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << kGranuleShift) - 1;
+constexpr std::uint64_t kGranuleMask = Model::kGranuleMask;
 
 // Bits 2p (a block starts at boundary p) and 2p+1 (a block ends there), p = 0..size/512.
 std::size_t bits_words(std::uint64_t size) {
@@ -84,7 +86,6 @@ void Model::edges_to_hash() {
 void Model::seg_edges_hash(std::uint64_t ptr, const Live& e, int sign) {
   auto& s = segs_[e.seg];
   std::uint64_t a = ptr, b = ptr + e.size;
-  auto account = [&](std::uint32_t t) { seg_account(s, e.size, t, sign); };
   if (sign > 0 && b < a && !bits_off_) {
     // A block that wraps around the address space ends below its segment, possibly inside
     // another one whose bitmap would not see it: all edges go to the hash map.
@@ -107,7 +108,7 @@ void Model::seg_edges_hash(std::uint64_t ptr, const Live& e, int sign) {
         if (drop_b && edges_.key_at(ia) != a) edges_.erase(a);
         else edges_.erase_at(ia);
       }
-      account(t);
+      seg_account(s, e.size, t, sign);
       return;
     }
   }
@@ -125,7 +126,7 @@ void Model::seg_edges_hash(std::uint64_t ptr, const Live& e, int sign) {
     eb.ends++;
     if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
     if (drop_a) edges_.erase(a);
-    account(t);
+    seg_account(s, e.size, t, sign);
     return;
   }
   auto& ea = edges_.get(a);
@@ -137,8 +138,7 @@ void Model::seg_edges_hash(std::uint64_t ptr, const Live& e, int sign) {
   eb.ends += static_cast<std::uint32_t>(sign);
   if (eb.starts == 0 && eb.ends == 0) edges_.erase(b);
   if (drop_a) edges_.erase(a);
-  account(t);
+  seg_account(s, e.size, t, sign);
 }
-
 
 }  // namespace gpuheap

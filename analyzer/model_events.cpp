@@ -1,11 +1,14 @@
 // Model's per-event path: alloc, free and free_completed, the block-edge bitmaps they keep,
 // and the replay loop's batches (feed_batch) with their prefetches. One translation unit so
 // that feed_batch can take it all inline (flatten): out of line, the handlers and their
-// helpers cost ~100 instructions a record in calls, spills and reloads (callgrind,
-// 500 k-record trace). What is rare (a new device, a table's growth, a block the bitmaps
-// cannot hold, a damaged trace's repairs) stays out of line, in model.cpp and
-// model_edges.cpp. model.cpp feeds every other record, and these ones when they come in a
-// format::Record.
+// helpers cost ~75 instructions a record in calls, spills and reloads (callgrind, 500
+// k-record trace: 524 -> 448 with the rest of 91c1b2a). Out of line, in model.cpp and
+// model_edges.cpp: a new device, a table's growth (FlatMap::rehash is noinline), the edges_
+// hash map's path (segments over 32 MiB or beyond the bitmaps' budget, blocks a bitmap cannot
+// hold) and a damaged trace's repairs. model.cpp feeds every other record, and these ones
+// when they come in a format::Record.
+#include <algorithm>
+
 #include "analyzer/model.h"
 
 namespace gpuheap {
@@ -19,8 +22,6 @@ namespace {
 bool table_kind(AllocKind k) {
   return k == AllocKind::device_pooled || k == AllocKind::device_passthrough || k == AllocKind::pitch;
 }
-
-constexpr std::uint64_t kGranuleMask = (std::uint64_t{1} << Model::kGranuleShift) - 1;  // 512-byte boundaries
 
 }  // namespace
 
@@ -67,6 +68,8 @@ int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
   const std::uint64_t oa = a - s.ptr, ob = b - s.ptr;  // a in s (find_segment), b <= its end (on_alloc)
   const std::uint64_t pa = oa >> kGranuleShift, pb = ob >> kGranuleShift;  // boundaries in the bitmap
   std::uint64_t* w = s.bits;
+  // Both read before the alignment test: in the bitmap whatever the offsets, since the block
+  // lies inside its segment (a >= its start by find_segment, b <= its end by on_alloc).
   const unsigned at_a = edge_pair(w, pa), at_b = edge_pair(w, pb);
   if (((oa | ob) & kGranuleMask) || (at_a & kEdgeStart) || (at_b & kEdgeEnd)) {
     bits_drop(s, true);
@@ -299,7 +302,6 @@ void Model::on_free_completed(const format::FreeCompletedRecord& f) {
   }
   complete(k, *e);
 }
-
 
 void Model::feed(const format::EventRecord& e) {
   switch (e.type) {

@@ -4,7 +4,6 @@
 // allocation (strings and stack ips in a decoded record point into the frame).
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -229,20 +228,23 @@ inline T load(const unsigned char* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// Whether an alloc / free payload is, byte for byte, the in-memory AllocRecord / FreeRecord
-// of this host (little-endian, fields at the wire's offsets, kind a byte): then decode_event
-// copies it whole (a few vector moves) instead of field by field, ~10 instructions a record
-// of the replay's hot path. Any other host takes the field-by-field path.
-constexpr bool kWireIsAllocRecord =
-    std::endian::native == std::endian::little && sizeof(AllocKind) == 1 && offsetof(AllocRecord, tid) == 8 &&
-    offsetof(AllocRecord, device) == 12 && offsetof(AllocRecord, kind) == 14 && offsetof(AllocRecord, flags) == 15 &&
-    offsetof(AllocRecord, ptr) == 16 && offsetof(AllocRecord, requested) == 24 && offsetof(AllocRecord, size) == 32 &&
-    offsetof(AllocRecord, stream) == 40 && offsetof(AllocRecord, stack) == 48 && sizeof(AllocRecord) >= kAllocPayload;
-constexpr bool kWireIsFreeRecord =
-    std::endian::native == std::endian::little && sizeof(AllocKind) == 1 && offsetof(FreeRecord, tid) == 8 &&
-    offsetof(FreeRecord, device) == 12 && offsetof(FreeRecord, kind) == 14 && offsetof(FreeRecord, flags) == 15 &&
-    offsetof(FreeRecord, ptr) == 16 && offsetof(FreeRecord, size) == 24 && offsetof(FreeRecord, stream) == 32 &&
-    offsetof(FreeRecord, stack) == 40 && sizeof(FreeRecord) >= kFreePayload;
+// An alloc / free payload is, byte for byte, the in-memory AllocRecord / FreeRecord
+// (little-endian, asserted in trace.h; fields at the wire's offsets, kind a byte), so
+// decode_event copies it whole (a few vector moves) instead of field by field: ~10
+// instructions a record of the replay's hot path. A layout change must fail here, not
+// decode garbage.
+static_assert(sizeof(AllocKind) == 1 && offsetof(AllocRecord, tid) == 8 && offsetof(AllocRecord, device) == 12 &&
+              offsetof(AllocRecord, kind) == 14 && offsetof(AllocRecord, flags) == 15 &&
+              offsetof(AllocRecord, ptr) == 16 && offsetof(AllocRecord, requested) == 24 &&
+              offsetof(AllocRecord, size) == 32 && offsetof(AllocRecord, stream) == 40 &&
+              offsetof(AllocRecord, stack) == 48 && sizeof(AllocRecord) >= kAllocPayload,
+              "AllocRecord is not the alloc payload's layout");
+static_assert(offsetof(FreeRecord, tid) == 8 && offsetof(FreeRecord, device) == 12 &&
+              offsetof(FreeRecord, kind) == 14 && offsetof(FreeRecord, flags) == 15 &&
+              offsetof(FreeRecord, ptr) == 16 && offsetof(FreeRecord, size) == 24 &&
+              offsetof(FreeRecord, stream) == 32 && offsetof(FreeRecord, stack) == 40 &&
+              sizeof(FreeRecord) >= kFreePayload,
+              "FreeRecord is not the free payload's layout");
 static_assert(std::is_trivially_copyable_v<AllocRecord> && std::is_trivially_copyable_v<FreeRecord>);
 }  // namespace detail
 
@@ -254,28 +256,13 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
     case RecordType::alloc: {
       if (len != kAllocPayload || !valid_kind(q[14])) return false;
       auto& x = out.alloc;
-      if constexpr (detail::kWireIsAllocRecord) {
-        std::memcpy(static_cast<void*>(&x), q, kAllocPayload);  // trivially copyable; see kWireIsAllocRecord
-      } else {
-        x.ts = load<std::uint64_t>(q), x.tid = load<std::uint32_t>(q + 8), x.device = load<std::int16_t>(q + 12);
-        x.kind = static_cast<AllocKind>(q[14]), x.flags = q[15];
-        x.ptr = load<std::uint64_t>(q + 16), x.requested = load<std::uint64_t>(q + 24);
-        x.size = load<std::uint64_t>(q + 32), x.stream = load<std::uint64_t>(q + 40);
-        x.stack = load<std::uint32_t>(q + 48);
-      }
+      std::memcpy(static_cast<void*>(&x), q, kAllocPayload);  // the payload is the struct (above)
       break;
     }
     case RecordType::free: {
       if (len != kFreePayload || !valid_kind(q[14])) return false;
       auto& x = out.free;
-      if constexpr (detail::kWireIsFreeRecord) {
-        std::memcpy(static_cast<void*>(&x), q, kFreePayload);
-      } else {
-        x.ts = load<std::uint64_t>(q), x.tid = load<std::uint32_t>(q + 8), x.device = load<std::int16_t>(q + 12);
-        x.kind = static_cast<AllocKind>(q[14]), x.flags = q[15];
-        x.ptr = load<std::uint64_t>(q + 16), x.size = load<std::uint64_t>(q + 24);
-        x.stream = load<std::uint64_t>(q + 32), x.stack = load<std::uint32_t>(q + 40);
-      }
+      std::memcpy(static_cast<void*>(&x), q, kFreePayload);
       break;
     }
     case RecordType::free_completed: {

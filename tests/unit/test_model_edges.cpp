@@ -1,4 +1,4 @@
-// Block-edge bitmaps (analyzer/model_edges.cpp) against the hash map they stand in for: the
+// Block-edge bitmaps (analyzer/model_edges.cpp, their per-event part in model_events.cpp) against the hash map they stand in for: the
 // same random block sequences fed to a Model with bitmaps and to one without must give the
 // same stats after every record (inactive_split and inactive_split_bytes read the edges),
 // including unaligned, overlapping and wrapping blocks, overlapping segments, and segments
@@ -206,7 +206,9 @@ TEST(ModelEdges, SharedEndBoundary) {
 
 // FlatMap::prefetch on a map of 64-byte slots (the live map's) must leave prefetch
 // instructions in the caller: GCC 12 once deleted the calls (flat_map.h says why), and the
-// replay then ran without its live-map prefetches. Reads the machine code of a caller (x86).
+// replay then ran without its live-map prefetches. Since 91c1b2a the prefetches are asm
+// statements, which the compiler cannot delete; the test still checks that both lines of
+// a whole-line slot (the slot and the next) are prefetched. Reads a caller's machine code (x86).
 namespace {
 struct Wide {
   std::uint64_t a[5];
