@@ -20,12 +20,12 @@ namespace detail {
 // function of loads and __builtin_prefetch free of side effects and deletes the calls to it
 // wherever it sees the body (it did so to FlatMap::prefetch and Model::prefetch, so the replay
 // ran unprefetched: 9bcdc28, 7b9b195); an asm volatile statement is never deleted, so the
-// functions around it can be inlined. The address is an address operand ("p", printed by
-// %a0 in either assembler dialect), not a memory operand: `*p` of a pointer that may be null
-// would let the compiler assume it is not.
+// functions around it can be inlined. The address goes in a register ("r"), not as a memory
+// operand: `*p` of a pointer that may be null would let the compiler assume it is not. (An
+// address operand, "p" with %a0, saves a lea but clang 14's assembler rejects it.)
 __attribute__((always_inline)) inline void prefetch_line(const void* p) {
 #if defined(__x86_64__)
-  asm volatile("prefetcht0 %a0" : : "p"(p));
+  asm volatile("prefetcht0 (%0)" : : "r"(p));
 #else
   __builtin_prefetch(p);
 #endif
