@@ -164,7 +164,10 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     }
     // A segment's birth takes a sequence number too, so the layout at an earlier moment
     // (frag_seq) can tell the segments that existed then from later ones.
-    segs_[slot] = Segment{r.ptr, r.size, ++seq_, 0, 0, 0, 0, 0, di, small, oversize, true};
+    segs_[slot] = Segment{};
+    auto& sg = segs_[slot];
+    sg.ptr = r.ptr, sg.size = r.size, sg.born = ++seq_, sg.dev = di, sg.small = small, sg.oversize = oversize;
+    sg.alive = true;
     auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
     {
       // find_segment's hints hold while segments are disjoint and not empty.

@@ -113,10 +113,13 @@ struct DeviceState {
 };
 
 // Bytes are requested bytes; *_allocated the block bytes of the same allocations.
-struct Site {
+// Line-aligned, what every alloc and free of the replay touches first: one cache line per
+// event (the one the replay prefetches), where the unaligned 72-byte layout put the live_*
+// counters across two lines for every site.
+struct alignas(64) Site {
   std::uint64_t allocs = 0, alloc_bytes = 0, alloc_allocated = 0;
-  std::uint64_t temporaries = 0, temporary_bytes = 0, temporary_allocated = 0;
   std::int64_t live_bytes = 0, live_count = 0, max_live_bytes = 0;
+  std::uint64_t temporaries = 0, temporary_bytes = 0, temporary_allocated = 0;  // rarer: a second line
 };
 
 struct TraceInfo {
@@ -188,6 +191,7 @@ class Model {
   void feed(const format::EventRecord& e);
   // Starts loading the hash slots that feed(e) will touch, for a record fed a few records
   // later: the replay's cost is cache misses on the live map, and independent misses overlap.
+  // e: an alloc, free or free_completed (what TraceReader::next_events gives).
   void prefetch(const format::EventRecord& e) const;
   // feed() of e[0..n) with prefetch() of ahead[0..n_ahead) interleaved, a prefetch before
   // each record (the replay loop's batches: one call per batch; the prefetches spread out,
@@ -255,14 +259,19 @@ class Model {
     std::uint8_t kind = 0, flags = 0;  // flags: record flags; kPending marks a freed pooled block
   };
   static constexpr std::uint8_t kPending = 0x80;  // pooled: freed, waiting for free_completed
-  struct Segment {
-    std::uint64_t ptr = 0, size = 0, born = 0, active_bytes = 0;
+  // Line-aligned, what an event reads first (find_segment, bits_word, seg_account) in its
+  // first line: the replay's dependent load chain hint -> segment -> bitmap costs one miss
+  // there, not two (the unaligned 72-byte layout split most segments across lines).
+  struct alignas(64) Segment {
+    std::uint64_t ptr = 0, size = 0;
+    // The segment's block edges as a bitmap (model_edges.cpp), or null: they are in edges_.
+    std::uint64_t* bits = nullptr;
+    std::uint64_t active_bytes = 0;
     std::uint32_t active_blocks = 0, touches = 0;
     std::int64_t contrib_bytes = 0, contrib_count = 0;
     std::uint16_t dev = 0;
     bool small = false, oversize = false, alive = false;
-    // The segment's block edges as a bitmap (model_edges.cpp), or null: they are in edges_.
-    std::uint64_t* bits = nullptr;
+    std::uint64_t born = 0;  // read at snapshots only
   };
   static constexpr std::uint32_t kNoSeg = ~0u;
 

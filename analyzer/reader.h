@@ -73,6 +73,15 @@ class TraceReader {
     const unsigned char* p = buf_ + pos_;
     const unsigned char* const end = buf_ + len_;
     std::size_t n = 0;
+    // Branch-free decoding while the window holds kBatchRead bytes past the frame header
+    // (decode_batch_event reads that far); the window's last frames the exact way below.
+    while (n < max && static_cast<std::size_t>(end - p) >= format::kFrameHeaderSize + format::kBatchRead) {
+      std::uint32_t len;
+      std::memcpy(&len, p + 1, 4);
+      if (!format::decode_batch_event(p[0], p + format::kFrameHeaderSize, len, out[n])) break;
+      p += format::kFrameHeaderSize + len;
+      ++n;
+    }
     while (n < max && static_cast<std::size_t>(end - p) >= format::kFrameHeaderSize) {
       std::uint32_t len;
       std::memcpy(&len, p + 1, 4);

@@ -215,7 +215,29 @@ struct EventRecord {
     SegmentRecord segment;
   };
   EventRecord() : alloc() {}
+  // The block address and kind of an alloc, free or free_completed, read the same way for
+  // the three (no branch on the type: Model::prefetch). ptr is at one offset in the three
+  // structs; the kind byte of a free_completed (padding in its struct) is device_pooled,
+  // as decode_event and decode_batch_event store it.
+  static constexpr std::size_t kKindByte = 14;
+  std::uint64_t ptr() const {
+    std::uint64_t v;
+    std::memcpy(&v, reinterpret_cast<const unsigned char*>(&alloc) + 16, 8);
+    return v;
+  }
+  AllocKind kind() const { return static_cast<AllocKind>(reinterpret_cast<const unsigned char*>(&alloc)[kKindByte]); }
+  // An alloc's stack id, read from the bytes (0 <= id for the others: not their stack).
+  std::uint32_t alloc_stack() const {
+    std::uint32_t v;
+    std::memcpy(&v, reinterpret_cast<const unsigned char*>(&alloc) + offsetof(AllocRecord, stack), 4);
+    return v;
+  }
 };
+static_assert(offsetof(AllocRecord, ptr) == 16 && offsetof(FreeRecord, ptr) == 16 &&
+              offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(AllocRecord, kind) == EventRecord::kKindByte &&
+              offsetof(FreeRecord, kind) == EventRecord::kKindByte && offsetof(FreeCompletedRecord, device) + 2 <= 14 &&
+              offsetof(FreeCompletedRecord, ptr) > 14 && static_cast<int>(AllocKind::device_pooled) == 0,
+              "EventRecord::ptr() and kind() read the three event structs at one offset");
 
 inline bool is_event_type(std::uint8_t t) {
   return t >= static_cast<std::uint8_t>(RecordType::alloc) && t <= static_cast<std::uint8_t>(RecordType::segment_free);
@@ -270,6 +292,7 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
       auto& x = out.free_completed;
       x.ts = load<std::uint64_t>(q), x.device = load<std::int16_t>(q + 8);
       x.ptr = load<std::uint64_t>(q + 10), x.size = load<std::uint64_t>(q + 18);
+      reinterpret_cast<unsigned char*>(&out.alloc)[EventRecord::kKindByte] = 0;  // EventRecord::kind()
       break;
     }
     case RecordType::segment_alloc:
@@ -284,6 +307,38 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
   }
   out.type = static_cast<RecordType>(t);
   return true;
+}
+
+// decode_event for the replay's batches: alloc, free and free_completed only, without a
+// branch on which of the three it is. Those three come in an order no predictor learns (an
+// alloc or a free after each other at random), and the switch on the type in decode_event
+// mispredicted about a third of these records. The payload is copied whole whatever its
+// type (the alloc layout, kBatchRead bytes), a free_completed's ptr and size from where its
+// payload has them (6 bytes earlier: an address computed, not a branch), and its kind byte
+// (EventRecord::kind) set to device_pooled.
+// Requires kBatchRead readable bytes at q (the frame's payload and what follows it).
+// Returns false, with `out` unspecified, wherever decode_event would (a payload of another
+// length, a bad kind) and for every other type; else `out` is what decode_event gives for
+// every field (padding aside).
+inline constexpr std::size_t kBatchRead = 56;
+inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint32_t len, EventRecord& out) {
+  static_assert(sizeof(AllocRecord) <= kBatchRead && kAllocPayload <= kBatchRead &&
+                offsetof(FreeCompletedRecord, ts) == 0 && offsetof(FreeCompletedRecord, device) == 8 &&
+                offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(FreeCompletedRecord, size) == 24,
+                "decode_batch_event's layout assumptions");
+  const unsigned i = static_cast<unsigned>(t) - static_cast<unsigned>(RecordType::alloc);  // 0, 1, 2: the three
+  constexpr std::uint32_t kLen[4] = {kAllocPayload, kFreePayload, kFreeCompletedPayload, 0};
+  const bool fc = i == 2;
+  // Bitwise, not short-circuit: one branch (the caller's, on the result), taken only on damage.
+  const bool ok = (i < 3) & (len == kLen[i & 3]) & (fc | valid_kind(q[14]));
+  auto* dst = reinterpret_cast<unsigned char*>(&out.alloc);
+  std::memcpy(dst, q, sizeof(AllocRecord));  // alloc and free: the payload is the struct (above)
+  // free_completed: ts (0) and device (8) are where its struct has them; ptr and size are
+  // at 10 and 18 in its payload, at 16 and 24 in its struct (alloc: ptr and requested).
+  std::memcpy(dst + 16, q + 16 - 6 * static_cast<unsigned>(fc), 16);
+  dst[EventRecord::kKindByte] &= static_cast<unsigned char>(fc - 1);  // fc: device_pooled (0)
+  out.type = static_cast<RecordType>(t);
+  return ok;
 }
 
 }  // namespace format

@@ -395,7 +395,7 @@ TEST(Format, InPlaceEventDecodeMatchesDecodeFrame) {
     return x;
   };
   const std::uint32_t lens[] = {f::kAllocPayload, f::kFreePayload, f::kFreeCompletedPayload, f::kSegmentPayload};
-  int ok = 0, bad = 0;
+  int ok = 0, bad = 0, batched = 0;
   for (int iter = 0; iter < 20000; ++iter) {
     auto t = static_cast<std::uint8_t>(6 + rnd() % 5);  // alloc .. segment_free
     std::uint32_t len = lens[rnd() % 4];
@@ -412,6 +412,25 @@ TEST(Format, InPlaceEventDecodeMatchesDecodeFrame) {
     f::EventRecord e;
     bool fast = f::decode_event(t, fr.data() + f::kFrameHeaderSize, len, e);
     ASSERT_EQ(fast, st == f::FrameStatus::ok) << "type " << int(t) << " len " << len;
+    // The batches' branch-free decoding: the same verdict and fields for the three types it
+    // takes (it reads kBatchRead bytes of payload and beyond: random bytes follow the frame),
+    // refusal for the others; the same address and kind through EventRecord::ptr/kind.
+    Bytes padded = fr;
+    for (std::size_t k = 0; k < f::kBatchRead; ++k) padded.push_back(static_cast<unsigned char>(rnd()));
+    f::EventRecord eb;
+    std::memset(static_cast<void*>(&eb), 0xA5, sizeof eb);  // stale bytes of an earlier batch
+    const bool batch = f::decode_batch_event(t, padded.data() + f::kFrameHeaderSize, len, eb);
+    const bool batch_type = t == 6 || t == 7 || t == 8;
+    ASSERT_EQ(batch, fast && batch_type) << "type " << int(t) << " len " << len;
+    if (batch) {
+      ASSERT_TRUE(same_event(r, eb)) << "type " << int(t);
+      EXPECT_EQ(eb.ptr(), e.ptr());
+      EXPECT_EQ(eb.kind(), e.kind());
+      EXPECT_EQ(eb.kind(), t == 8 ? f::AllocKind::device_pooled : t == 7 ? r.free.kind : r.alloc.kind);
+      EXPECT_EQ(eb.ptr(), t == 8 ? r.free_completed.ptr : t == 7 ? r.free.ptr : r.alloc.ptr);
+      if (t == 6) EXPECT_EQ(eb.alloc_stack(), r.alloc.stack);
+      ++batched;
+    }
     if (fast) {
       ASSERT_TRUE(same_event(r, e)) << "type " << int(t);
       ++ok;
@@ -421,6 +440,7 @@ TEST(Format, InPlaceEventDecodeMatchesDecodeFrame) {
   }
   EXPECT_GT(ok, 1000);
   EXPECT_GT(bad, 1000);
+  EXPECT_GT(batched, 500);
 }
 
 // format/rules.h: the rules both halves share. The address spaces' numbers are what the
