@@ -55,6 +55,7 @@ Model::Totals Model::totals(int device) const {
 
 void Model::feed(const format::Record& r) {
   using format::RecordType;
+  flush_site_drops();  // every reader of the sites but on_alloc's is behind another record
   switch (r.type) {
     case RecordType::process: {
       const auto& p = r.process;
@@ -220,6 +221,7 @@ void Model::on_segment(const format::SegmentRecord& r, bool is_free) {
     pool_stats(d, pool, kDeviceAllocs, -1);
     if (sg.oversize) pool_stats(d, pool, kOversizeSegments, -1);
     sg.alive = false;
+    seg_hints_forget(slot);
     frag_gone(di, sg.born, sg.ptr, sg.size, true);
     auto at = std::lower_bound(seg_starts_.begin(), seg_starts_.end(), r.ptr) - seg_starts_.begin();
     while (seg_slots_[at] != slot) ++at;  // equal starts (a zero-size duplicate): erase this one

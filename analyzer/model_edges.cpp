@@ -46,6 +46,8 @@ std::size_t bits_words(std::uint64_t size) {
 
 // A new segment (its slot in segs_ filled, seg_overlap_ updated): a bitmap if it qualifies.
 void Model::bits_birth(std::uint32_t slot) {
+  static_assert(kBitsMaxSegment <= UINT32_MAX, "SegHint::bits_span");
+  seg_hints_forget(slot);  // hints left by the slot's last segment
   auto& s = segs_[slot];
   s.bits = nullptr;
   if (bits_off_ || seg_overlap_ || s.size == 0 || s.size > kBitsMaxSegment || (s.size & kGranuleMask)) return;
@@ -55,6 +57,24 @@ void Model::bits_birth(std::uint32_t slot) {
   seg_bits_[slot] = std::make_unique<std::uint64_t[]>(words);  // zeroed
   s.bits = seg_bits_[slot].get();
   bits_bytes_ += words * 8;
+}
+
+// Hints that name slot hold its segment's start and bitmap as they were: forgotten when
+// they change (find_segment sets them again at its next search). Only the hints of the
+// granules the segment covers can name it (find_segment sets a granule's hint to the segment
+// that contains its address): a few for a segment of a few MiB, not all kSegHints.
+void Model::seg_hints_forget(std::uint32_t slot) {
+  const auto& s = segs_[slot];
+  const std::uint64_t g0 = s.ptr >> 21, g1 = (s.ptr + (s.size ? s.size - 1 : 0)) >> 21;
+  if (g1 < g0 || g1 - g0 >= kSegHints) {  // wraps around (a damaged trace), or covers them all
+    for (auto& h : seg_hints_)
+      if (h.slot == slot) h = SegHint{};
+    return;
+  }
+  for (std::uint64_t g = g0; g <= g1; ++g) {
+    auto& h = seg_hints_[g & (kSegHints - 1)];
+    if (h.slot == slot) h = SegHint{};
+  }
 }
 
 // Frees a segment's bitmap; to_edges: its edges go on in edges_ (what seg_add_block would
@@ -70,9 +90,11 @@ void Model::bits_drop(Segment& s, bool to_edges) {
       }
     }
   }
-  seg_bits_[static_cast<std::size_t>(&s - segs_.data())].reset();
+  const auto slot = static_cast<std::uint32_t>(&s - segs_.data());
+  seg_bits_[slot].reset();
   s.bits = nullptr;
   bits_bytes_ -= words * 8;
+  seg_hints_forget(slot);
 }
 
 void Model::edges_to_hash() {

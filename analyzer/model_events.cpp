@@ -44,7 +44,10 @@ std::uint32_t Model::find_segment(std::uint64_t ptr) {
     if (s.alive && ptr - s.ptr < s.size) return h.slot;
   }
   std::uint32_t slot = find_segment_slow(ptr);
-  if (slot != kNoSeg) h = {ptr >> 21, slot};
+  if (slot != kNoSeg) {
+    const auto& s = segs_[slot];
+    h = {ptr >> 21, s.ptr, s.bits, slot, s.bits ? static_cast<std::uint32_t>(s.size) : 0};
+  }
   return slot;
 }
 
@@ -138,7 +141,11 @@ void Model::on_alloc(const format::AllocRecord& a) {
   auto& st = site(a.stack);
   st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
   st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;
-  if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
+  if (st.live_bytes > st.max_live_bytes) {
+    // Queued drops (model.h) may hold this site's: its live bytes are at most what they read.
+    flush_site_drops();  // does not move sites: st stays valid
+    if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
+  }
   thread_last_.get(a.tid) = e->seq;
 
   auto s = static_cast<std::int64_t>(size);
@@ -205,12 +212,12 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
   auto kind = static_cast<AllocKind>(e.kind);
   if (!pending(e)) {
     auto s = static_cast<std::int64_t>(e.size);
-    auto& st = site(e.stack);
-    st.live_bytes -= static_cast<std::int64_t>(e.requested), st.live_count--;
-    if (auto* last = thread_last_.find(e.tid); last && *last == e.seq) {
-      st.temporaries++;
-      st.temporary_bytes += e.requested, st.temporary_allocated += e.size;
-    }
+    // The site's share, queued (model.h: SiteDrop). site() resolves the index, not the line.
+    const auto* last = thread_last_.find(e.tid);
+    const SiteDrop drop{e.requested, e.size, static_cast<std::uint32_t>(&site(e.stack) - sites.data()),
+                        last && *last == e.seq};
+    if (static_cast<std::int64_t>(e.requested) >= 0) queue_site_drop(drop);
+    else apply_site_drop(drop);
     if (format::holds_device_memory(kind)) {
       d.held -= s;
       d.held_requested -= static_cast<std::int64_t>(e.requested);
@@ -357,7 +364,10 @@ void Model::prefetch(const format::EventRecord& e) const {
   const std::size_t site = stack & (std::size_t{0} - static_cast<std::size_t>(is_alloc & (stack < sites.size())));
   detail::prefetch_line(sites.data() + site);
   if (kind != AllocKind::device_pooled) return;
-  if (const auto* w = bits_word(ptr)) {
+  const SegHint* h = seg_hint(ptr);
+  // Its segment's first line (find_segment, seg_add_block).
+  if (h) detail::prefetch_line(segs_.data() + h->slot);
+  if (const auto* w = h ? bits_word(*h, ptr) : nullptr) {
     // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
     // of the segment, so usually both edges.
     detail::prefetch_line(w);

@@ -111,6 +111,7 @@ void Model::finish_fragmentation(Fragmentation& f) const {
 void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   if (finished_) return;
   finished_ = true;
+  flush_site_drops();
   info.cut_mid_record = cut_mid_record;
   info.has_end = has_end;
   info.truncated = cut_mid_record || !has_end;

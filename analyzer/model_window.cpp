@@ -37,6 +37,7 @@ void Model::set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> iv) 
 }
 
 void Model::cross_edges(std::uint64_t ts) {
+  flush_site_drops();  // the releases before the edge count on its side
   // ~0 is both "no edge left" and a valid (hostile) timestamp: stop after the last edge.
   while (ts >= next_edge_ && edge_ < 2 * window_.size()) {
     const auto at = next_edge_;

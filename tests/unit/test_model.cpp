@@ -265,6 +265,31 @@ TEST(Model, Temporaries) {
   EXPECT_EQ(s[1].temporary_allocated, 512u);
 }
 
+// A free's share of its site (live bytes and count, temporaries) is applied a few releases
+// later (Model::SiteDrop); an alloc that would set its site's maximum applies the queued ones
+// first, so the maximum is that of the live bytes, not of what the queue still holds.
+TEST(Model, SiteMaximumExactWithQueuedDrops) {
+  TraceBuilder b;
+  for (int i = 0; i < 40; ++i) {  // site 1: one 100-byte allocation at a time
+    b.alloc(0x1000, 100, 512, 1, AllocKind::device_passthrough);
+    b.free(0x1000, AllocKind::device_passthrough);
+  }
+  for (int i = 0; i < 3; ++i) b.alloc(0x2000 + 0x1000 * i, 100, 512, 2, AllocKind::device_passthrough);
+  for (int i = 0; i < 3; ++i) b.free(0x2000 + 0x1000 * i, AllocKind::device_passthrough);
+  for (int i = 0; i < 2; ++i) b.alloc(0x8000 + 0x1000 * i, 100, 512, 2, AllocKind::device_passthrough);
+  b.end();
+  auto a = analyze_one(b, "sitedrops.gh");
+  const auto& s = a.traces[0]->sites;
+  EXPECT_EQ(s[1].max_live_bytes, 100);
+  EXPECT_EQ(s[1].live_bytes, 0);
+  EXPECT_EQ(s[1].live_count, 0);
+  EXPECT_EQ(s[1].temporaries, 40u);  // each freed before its thread allocated again
+  EXPECT_EQ(s[1].temporary_bytes, 4000u);
+  EXPECT_EQ(s[2].max_live_bytes, 300);
+  EXPECT_EQ(s[2].live_bytes, 200);
+  EXPECT_EQ(s[2].live_count, 2);
+}
+
 TEST(Model, OomSection) {
   TraceBuilder b;
   b.segment(kSeg, 20 * MiB, false);
