@@ -259,9 +259,9 @@ class Model {
     std::uint8_t kind = 0, flags = 0;  // flags: record flags; kPending marks a freed pooled block
   };
   static constexpr std::uint8_t kPending = 0x80;  // pooled: freed, waiting for free_completed
-  // Line-aligned, what an event reads first (find_segment, bits_word, seg_account) in its
-  // first line: the replay's dependent load chain hint -> segment -> bitmap costs one miss
-  // there, not two (the unaligned 72-byte layout split most segments across lines).
+  // Line-aligned, what an event reads (find_segment, seg_add_block, seg_account) in its first
+  // line: one line to prefetch and miss, not two (the unaligned 72-byte layout split most
+  // segments across lines).
   struct alignas(64) Segment {
     std::uint64_t ptr = 0, size = 0;
     // The segment's block edges as a bitmap (model_edges.cpp), or null: they are in edges_.
@@ -417,9 +417,14 @@ class Model {
   // just loaded, too late to prefetch, and its line missed the cache at 5-6 % of the replay's
   // samples. A release queues its drop and prefetches the line; the drop is applied when
   // kSiteDrops later ones have been queued, or before anything reads the sites
-  // (flush_site_drops: other records, window edges, finish, and an alloc whose site's live
-  // bytes reach its maximum, the one reader on the way). Requested bytes that read negative
-  // (a damaged trace) are not queued: a queued drop only ever lowers live bytes.
+  // (flush_site_drops: every record that feed(const format::Record&) takes, window edges,
+  // finish, and an alloc whose site's live bytes exceed its maximum, the one reader on the
+  // way; segment records, which read no site, go by feed(const EventRecord&) without it).
+  // Drops of kSiteDropMax bytes or more (a damaged trace's sizes) are applied at once, and
+  // on_alloc applies the queue first where sizes or live bytes leave the range in which its
+  // test of the maximum is exact (kSiteLiveMax).
+  static constexpr std::uint64_t kSiteDropMax = std::uint64_t{1} << 48;
+  static constexpr std::int64_t kSiteLiveMax = std::int64_t{1} << 61;
   struct SiteDrop {
     std::uint64_t requested = 0, allocated = 0;
     std::uint32_t site = 0;  // index into sites (site() resolved at the release)
@@ -461,6 +466,7 @@ class Model {
   // born or released since cannot change it, so no generation to invalidate: the replay of a
   // growing pool kept missing). The first segment that overlaps or is empty (a damaged
   // trace) turns the cache off (seg_overlap_).
+  // That hit test reads the segment, never what follows.
   // A hint also holds, for prefetch() alone, where its segment starts and its bitmap (with
   // the bytes it covers; 0 without one), as when the hint was set: prefetch() then finds the
   // bitmap word without loading the segment (a dependent load that missed the cache, 6 % of

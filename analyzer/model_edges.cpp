@@ -47,7 +47,7 @@ std::size_t bits_words(std::uint64_t size) {
 // A new segment (its slot in segs_ filled, seg_overlap_ updated): a bitmap if it qualifies.
 void Model::bits_birth(std::uint32_t slot) {
   static_assert(kBitsMaxSegment <= UINT32_MAX, "SegHint::bits_span");
-  seg_hints_forget(slot);  // hints left by the slot's last segment
+  seg_hints_forget(slot);  // none should name it (its last segment's went at its release): a guard
   auto& s = segs_[slot];
   s.bits = nullptr;
   if (bits_off_ || seg_overlap_ || s.size == 0 || s.size > kBitsMaxSegment || (s.size & kGranuleMask)) return;

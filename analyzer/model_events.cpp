@@ -139,11 +139,16 @@ void Model::on_alloc(const format::AllocRecord& a) {
   *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
             static_cast<std::uint8_t>(a.flags & ~kPending)};
   auto& st = site(a.stack);
+  // Queued drops (model.h: SiteDrop) may hold this site's: its live bytes read at least what
+  // they are, by less than 2^52, and no sum below wraps around while they are small. Outside
+  // that range (a damaged trace's sizes) the queue is applied first, as it is when the live
+  // bytes read above the site's maximum, so the maximum is the same as without a queue.
+  if (a.requested >= kSiteDropMax || st.live_bytes >= kSiteLiveMax || st.live_bytes <= -kSiteLiveMax)
+    flush_site_drops();  // does not move sites: st stays valid
   st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
   st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;
   if (st.live_bytes > st.max_live_bytes) {
-    // Queued drops (model.h) may hold this site's: its live bytes are at most what they read.
-    flush_site_drops();  // does not move sites: st stays valid
+    flush_site_drops();
     if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
   }
   thread_last_.get(a.tid) = e->seq;
@@ -212,12 +217,17 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
   auto kind = static_cast<AllocKind>(e.kind);
   if (!pending(e)) {
     auto s = static_cast<std::int64_t>(e.size);
-    // The site's share, queued (model.h: SiteDrop). site() resolves the index, not the line.
+    // The site's share, queued (model.h: SiteDrop). site() resolves the index, not the line
+    // (and may grow sites: called before sites.data() is read).
     const auto* last = thread_last_.find(e.tid);
-    const SiteDrop drop{e.requested, e.size, static_cast<std::uint32_t>(&site(e.stack) - sites.data()),
-                        last && *last == e.seq};
-    if (static_cast<std::int64_t>(e.requested) >= 0) queue_site_drop(drop);
-    else apply_site_drop(drop);
+    const Site& st = site(e.stack);
+    const SiteDrop drop{e.requested, e.size, static_cast<std::uint32_t>(&st - sites.data()), last && *last == e.seq};
+    if (e.requested < kSiteDropMax) {
+      queue_site_drop(drop);
+    } else {  // a damaged trace's size: applied now, after the queue (on_alloc's bound)
+      flush_site_drops();
+      apply_site_drop(drop);
+    }
     if (format::holds_device_memory(kind)) {
       d.held -= s;
       d.held_requested -= static_cast<std::int64_t>(e.requested);
@@ -361,8 +371,8 @@ void Model::prefetch(const format::EventRecord& e) const {
   // An alloc's site counters (a line each: thousands of sites outgrow L1); another record's
   // prefetch loads the first site's line instead.
   const std::uint32_t stack = e.alloc_stack();
-  const std::size_t site = stack & (std::size_t{0} - static_cast<std::size_t>(is_alloc & (stack < sites.size())));
-  detail::prefetch_line(sites.data() + site);
+  const std::size_t site_idx = stack & (std::size_t{0} - static_cast<std::size_t>(is_alloc & (stack < sites.size())));
+  detail::prefetch_line(sites.data() + site_idx);
   if (kind != AllocKind::device_pooled) return;
   const SegHint* h = seg_hint(ptr);
   // Its segment's first line (find_segment, seg_add_block).

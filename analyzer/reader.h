@@ -67,7 +67,8 @@ class TraceReader {
   // The replay's batch: decodes the alloc, free and free_completed records that follow, up to
   // max, in place into out[0..n) and returns n; stops before any other record, an incomplete
   // frame, or one that next_any would not decode in place (next_any then takes it, with
-  // next()'s errors). The same records, decoded the same way, as n calls of next_any.
+  // next()'s errors). The same records, with the same fields (their padding bytes aside), as
+  // n calls of next_any.
   std::size_t next_events(format::EventRecord* out, std::size_t max) {
     if (done_) return 0;
     const unsigned char* p = buf_ + pos_;

@@ -226,7 +226,9 @@ struct EventRecord {
     return v;
   }
   AllocKind kind() const { return static_cast<AllocKind>(reinterpret_cast<const unsigned char*>(&alloc)[kKindByte]); }
-  // An alloc's stack id, read from the bytes (0 <= id for the others: not their stack).
+  // An alloc's stack id, read from the bytes; for a free or free_completed, whatever bytes
+  // are there (padding, or what decode_batch_event copied from beyond its payload): callers
+  // mask it.
   std::uint32_t alloc_stack() const {
     std::uint32_t v;
     std::memcpy(&v, reinterpret_cast<const unsigned char*>(&alloc) + offsetof(AllocRecord, stack), 4);

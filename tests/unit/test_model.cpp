@@ -288,6 +288,18 @@ TEST(Model, SiteMaximumExactWithQueuedDrops) {
   EXPECT_EQ(s[2].max_live_bytes, 300);
   EXPECT_EQ(s[2].live_bytes, 200);
   EXPECT_EQ(s[2].live_count, 2);
+
+  // A damaged trace's sizes, where a queued drop would let the live bytes wrap around past
+  // the maximum: the queue is applied first, as if there were none (review of 812174d).
+  TraceBuilder h;
+  const std::uint64_t big = std::uint64_t{1} << 62;
+  h.alloc(0x1000, big, big, 1, AllocKind::device_passthrough);
+  h.free(0x1000, AllocKind::device_passthrough);
+  h.alloc(0x2000, big + 1, big + 1, 1, AllocKind::device_passthrough);
+  h.end();
+  auto ha = analyze_one(h, "sitedrops-big.gh");
+  EXPECT_EQ(ha.traces[0]->sites[1].max_live_bytes, static_cast<std::int64_t>(big + 1));
+  EXPECT_EQ(ha.traces[0]->sites[1].live_bytes, static_cast<std::int64_t>(big + 1));
 }
 
 TEST(Model, OomSection) {
