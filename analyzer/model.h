@@ -278,10 +278,15 @@ class Model {
   DeviceState& dev(int device);
   // Inline (several times per event), the rare paths out of line.
   std::uint16_t dev_index(int device) {
-    for (std::size_t i = 0; i < dev_ids_.size(); ++i)
-      if (dev_ids_[i] == device) return static_cast<std::uint16_t>(i);
-    return new_dev(device);
+    if (std::int64_t{device} == last_dev_id_) return last_dev_index_;  // nearly every event: one device
+    std::size_t i = 0;
+    while (i < dev_ids_.size() && dev_ids_[i] != device) ++i;
+    const std::uint16_t di = i < dev_ids_.size() ? static_cast<std::uint16_t>(i) : new_dev(device);
+    last_dev_id_ = device, last_dev_index_ = di;
+    return di;
   }
+  std::int64_t last_dev_id_ = INT64_MIN;  // no int's value: none yet
+  std::uint16_t last_dev_index_ = 0;
   std::uint16_t new_dev(int device);  // dev_index of a device not seen before
   Site& site(std::uint32_t stack) { return stack < sites.size() ? sites[stack] : site_grow(stack); }
   Site& site_grow(std::uint32_t stack);
@@ -411,7 +416,30 @@ class Model {
   std::vector<std::unique_ptr<std::uint64_t[]>> seg_bits_;
   std::uint64_t bits_bytes_ = 0;
   bool bits_off_ = false;  // a damaged trace (or a test): every edge in edges_ from now on
-  detail::FlatMap<std::uint64_t> thread_last_;  // tid -> seq of its last allocation
+  // tid -> seq of its last allocation, looked up at every alloc and release: a direct-mapped
+  // table (tid & 63; key tid + 1, 0 empty) in front of a hash map for the tids whose entry
+  // another tid holds. Entries are never removed, so a tid is always where it was first put.
+  struct ThreadLast {
+    std::uint64_t key = 0, seq = 0;
+  };
+  static constexpr std::size_t kThreadSlots = 64;  // power of two
+  std::array<ThreadLast, kThreadSlots> thread_slots_{};
+  detail::FlatMap<std::uint64_t> thread_last_;
+  std::uint64_t& thread_last(std::uint32_t tid) {
+    auto& t = thread_slots_[tid & (kThreadSlots - 1)];
+    const std::uint64_t key = std::uint64_t{tid} + 1;
+    if (t.key == key) return t.seq;
+    if (t.key == 0) {
+      t.key = key;
+      return t.seq;
+    }
+    return thread_last_.get(tid);
+  }
+  const std::uint64_t* find_thread_last(std::uint32_t tid) const {
+    const auto& t = thread_slots_[tid & (kThreadSlots - 1)];
+    if (t.key == std::uint64_t{tid} + 1) return &t.seq;
+    return t.key == 0 ? nullptr : thread_last_.find(tid);
+  }
   // What a release takes off its site (live bytes and count, temporaries), applied a few
   // releases later: the site is known only from the live entry that the release itself has
   // just loaded, too late to prefetch, and its line missed the cache at 5-6 % of the replay's

@@ -151,7 +151,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
     flush_site_drops();
     if (st.live_bytes > st.max_live_bytes) st.max_live_bytes = st.live_bytes;
   }
-  thread_last_.get(a.tid) = e->seq;
+  thread_last(a.tid) = e->seq;
 
   auto s = static_cast<std::int64_t>(size);
   if (table_kind(a.kind)) {
@@ -219,7 +219,7 @@ void Model::release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes) 
     auto s = static_cast<std::int64_t>(e.size);
     // The site's share, queued (model.h: SiteDrop). site() resolves the index, not the line
     // (and may grow sites: called before sites.data() is read).
-    const auto* last = thread_last_.find(e.tid);
+    const auto* last = find_thread_last(e.tid);
     const Site& st = site(e.stack);
     const SiteDrop drop{e.requested, e.size, static_cast<std::uint32_t>(&st - sites.data()), last && *last == e.seq};
     if (e.requested < kSiteDropMax) {

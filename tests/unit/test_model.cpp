@@ -263,6 +263,19 @@ TEST(Model, Temporaries) {
   EXPECT_EQ(s[2].alloc_allocated, 1024u);
   EXPECT_EQ(s[1].temporary_bytes, 10u);
   EXPECT_EQ(s[1].temporary_allocated, 512u);
+
+  // Threads whose ids share a slot of Model's direct-mapped table (tid & 63): each keeps
+  // its own latest allocation (the later ones in the hash map behind it).
+  TraceBuilder c;
+  for (std::uint32_t tid : {5u, 69u, 133u}) c.alloc(0x1000 * tid, 10, 512, 1, AllocKind::device_passthrough, 0, tid);
+  for (std::uint32_t tid : {5u, 69u, 133u}) c.free(0x1000 * tid, AllocKind::device_passthrough, tid);  // temporaries
+  c.alloc(0x9000, 10, 512, 2, AllocKind::device_passthrough, 0, 69);
+  c.alloc(0xa000, 10, 512, 2, AllocKind::device_passthrough, 0, 69);
+  c.free(0x9000, AllocKind::device_passthrough, 69);  // not: 69 allocated since
+  c.end();
+  auto ca = analyze_one(c, "temp-tids.gh");
+  EXPECT_EQ(ca.traces[0]->sites[1].temporaries, 3u);
+  EXPECT_EQ(ca.traces[0]->sites[2].temporaries, 0u);
 }
 
 // A free's share of its site (live bytes and count, temporaries) is applied a few releases
