@@ -143,7 +143,10 @@ void Model::on_alloc(const format::AllocRecord& a) {
   // they are, by less than 2^52, and no sum below wraps around while they are small. Outside
   // that range (a damaged trace's sizes) the queue is applied first, as it is when the live
   // bytes read above the site's maximum, so the maximum is the same as without a queue.
-  if (a.requested >= kSiteDropMax || st.live_bytes >= kSiteLiveMax || st.live_bytes <= -kSiteLiveMax)
+  // (live bytes in [-kSiteLiveMax, kSiteLiveMax) and requested < kSiteDropMax: no flush; one
+  // test of the bits above each range, the live bytes offset to start at 0.)
+  const auto live_off = static_cast<std::uint64_t>(st.live_bytes) + static_cast<std::uint64_t>(kSiteLiveMax);
+  if ((live_off / (2 * static_cast<std::uint64_t>(kSiteLiveMax))) | (a.requested / kSiteDropMax))
     flush_site_drops();  // does not move sites: st stays valid
   st.allocs++, st.alloc_bytes += a.requested, st.alloc_allocated += size;
   st.live_bytes += static_cast<std::int64_t>(a.requested), st.live_count++;

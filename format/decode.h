@@ -323,16 +323,30 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
 // length, a bad kind) and for every other type; else `out` is what decode_event gives for
 // every field (padding aside).
 inline constexpr std::size_t kBatchRead = 56;
+namespace detail {
+// Payload length by type byte for decode_batch_event's three types; a length no frame has
+// (above kMaxPayload) for every other type.
+struct BatchPayloads {
+  std::uint32_t len[256];
+  constexpr BatchPayloads() : len() {
+    for (auto& x : len) x = ~std::uint32_t{0};
+    len[static_cast<std::uint8_t>(RecordType::alloc)] = kAllocPayload;
+    len[static_cast<std::uint8_t>(RecordType::free)] = kFreePayload;
+    len[static_cast<std::uint8_t>(RecordType::free_completed)] = kFreeCompletedPayload;
+  }
+  constexpr std::uint32_t operator[](std::uint8_t t) const { return len[t]; }
+};
+inline constexpr BatchPayloads kBatchPayload{};
+static_assert(~std::uint32_t{0} > kMaxPayload);
+}  // namespace detail
 inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint32_t len, EventRecord& out) {
   static_assert(sizeof(AllocRecord) <= kBatchRead && kAllocPayload <= kBatchRead &&
                 offsetof(FreeCompletedRecord, ts) == 0 && offsetof(FreeCompletedRecord, device) == 8 &&
                 offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(FreeCompletedRecord, size) == 24,
                 "decode_batch_event's layout assumptions");
-  const unsigned i = static_cast<unsigned>(t) - static_cast<unsigned>(RecordType::alloc);  // 0, 1, 2: the three
-  constexpr std::uint32_t kLen[4] = {kAllocPayload, kFreePayload, kFreeCompletedPayload, 0};
-  const bool fc = i == 2;
+  const bool fc = t == static_cast<std::uint8_t>(RecordType::free_completed);
   // Bitwise, not short-circuit: one branch (the caller's, on the result), taken only on damage.
-  const bool ok = (i < 3) & (len == kLen[i & 3]) & (fc | valid_kind(q[14]));
+  const bool ok = (len == detail::kBatchPayload[t]) & (fc | valid_kind(q[14]));
   auto* dst = reinterpret_cast<unsigned char*>(&out.alloc);
   std::memcpy(dst, q, sizeof(AllocRecord));  // alloc and free: the payload is the struct (above)
   // free_completed: ts (0) and device (8) are where its struct has them; ptr and size are
