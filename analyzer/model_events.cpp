@@ -140,11 +140,11 @@ void Model::on_alloc(const format::AllocRecord& a) {
             static_cast<std::uint8_t>(a.flags & ~kPending)};
   auto& st = site(a.stack);
   // Queued drops (model.h: SiteDrop) may hold this site's: its live bytes read at least what
-  // they are, by less than 2^52, and no sum below wraps around while they are small. Outside
-  // that range (a damaged trace's sizes) the queue is applied first, as it is when the live
-  // bytes read above the site's maximum, so the maximum is the same as without a queue.
-  // (live bytes in [-kSiteLiveMax, kSiteLiveMax) and requested < kSiteDropMax: no flush; one
-  // test of the bits above each range, the live bytes offset to start at 0.)
+  // they are, by less than 2^52, and no sum below wraps around while the live bytes stay in
+  // [-kSiteLiveMax, kSiteLiveMax) and requests below kSiteDropMax (one test: the bits above
+  // each range, the live bytes offset to start at 0). Outside (a damaged trace's sizes) the
+  // queue is applied first, as it is when the live bytes read above the site's maximum, so
+  // the maximum is the same as without a queue.
   const auto live_off = static_cast<std::uint64_t>(st.live_bytes) + static_cast<std::uint64_t>(kSiteLiveMax);
   if ((live_off / (2 * static_cast<std::uint64_t>(kSiteLiveMax))) | (a.requested / kSiteDropMax))
     flush_site_drops();  // does not move sites: st stays valid
