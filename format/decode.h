@@ -324,20 +324,20 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
 // every field (padding aside).
 inline constexpr std::size_t kBatchRead = 56;
 namespace detail {
-// Payload length by type byte for decode_batch_event's three types; a length no frame has
-// (above kMaxPayload) for every other type.
+// Payload length by type byte for decode_batch_event's three types; for every other type a
+// value no 32-bit length field equals (a u32 sentinel would match a hostile length field of
+// 0xFFFFFFFF, and the reader would step that far: the fuzzers found it).
 struct BatchPayloads {
-  std::uint32_t len[256];
+  std::uint64_t len[256];
   constexpr BatchPayloads() : len() {
-    for (auto& x : len) x = ~std::uint32_t{0};
+    for (auto& x : len) x = std::uint64_t{1} << 32;
     len[static_cast<std::uint8_t>(RecordType::alloc)] = kAllocPayload;
     len[static_cast<std::uint8_t>(RecordType::free)] = kFreePayload;
     len[static_cast<std::uint8_t>(RecordType::free_completed)] = kFreeCompletedPayload;
   }
-  constexpr std::uint32_t operator[](std::uint8_t t) const { return len[t]; }
+  constexpr std::uint64_t operator[](std::uint8_t t) const { return len[t]; }
 };
 inline constexpr BatchPayloads kBatchPayload{};
-static_assert(~std::uint32_t{0} > kMaxPayload);
 }  // namespace detail
 inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint32_t len, EventRecord& out) {
   static_assert(sizeof(AllocRecord) <= kBatchRead && kAllocPayload <= kBatchRead &&
@@ -346,7 +346,7 @@ inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint
                 "decode_batch_event's layout assumptions");
   const bool fc = t == static_cast<std::uint8_t>(RecordType::free_completed);
   // Bitwise, not short-circuit: one branch (the caller's, on the result), taken only on damage.
-  const bool ok = (len == detail::kBatchPayload[t]) & (fc | valid_kind(q[14]));
+  const bool ok = (std::uint64_t{len} == detail::kBatchPayload[t]) & (fc | valid_kind(q[14]));
   auto* dst = reinterpret_cast<unsigned char*>(&out.alloc);
   std::memcpy(dst, q, sizeof(AllocRecord));  // alloc and free: the payload is the struct (above)
   // free_completed: ts (0) and device (8) are where its struct has them; ptr and size are
