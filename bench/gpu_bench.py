@@ -295,7 +295,7 @@ def main():
     configs = [BASE] + [c for c in configs if c != BASE]
     if a.dry_run:
         print_plan(a, configs, jobs)
-        return
+        return 0
     os.makedirs(a.work, exist_ok=True)
     v = versions()
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
@@ -330,6 +330,10 @@ def main():
                      indent=1))
     print(json.dumps(doc["targets"], indent=1))
     print(f"written: {path}", flush=True)
+    failed = [x for x in records if "error" in x]
+    if failed:
+        print(f"{len(failed)} of {len(records)} runs failed (their errors are in the JSON)", flush=True)
+    return 1 if failed else 0
 
 
 def latency(a):
@@ -359,4 +363,4 @@ def latency(a):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
