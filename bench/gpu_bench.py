@@ -116,8 +116,6 @@ print(json.dumps(r), flush=True)
 """
 
 
-
-
 def command(cfg, job, warmup, steps, trace):
     """The command line of one run; a gpuheap configuration is `gpuheap run` around the job."""
     ghopts, _, jobargs = CONFIGS[cfg]
@@ -148,8 +146,10 @@ def run_one(a, r, job, cfg):
         rec["error"] = (err or out)[-1500:]
     else:
         rec.update(step_ms_median=j["step_ms_median"], step_ms_min=j["step_ms_min"], losses=j["losses"],
-                   torch_history_on=j.get("torch_history_on"), max_memory_reserved=j.get("max_memory_reserved"),
-                   record_memory_history_signature=j.get("record_memory_history_signature"))
+                   max_memory_reserved=j.get("max_memory_reserved"))
+        if CONFIGS[cfg][2]:  # torch's recorder: proof that it was on, and the signature that was called
+            rec.update(torch_history_on=j.get("torch_history_on"),
+                       record_memory_history_signature=j.get("record_memory_history_signature"))
     if tr and os.path.exists(tr):
         rec["trace_bytes"] = os.path.getsize(tr)
         if j is not None and r == 0 and cfg == "gpuheap_default":
@@ -193,10 +193,18 @@ def per_job(records, job, configs):
     for c in configs:
         ratio[c] = [by[(r, c)]["step_ms_median"] / by[(r, BASE)]["step_ms_median"] for r in rounds
                     if by.get((r, c), {}).get("step_ms_median") and by.get((r, BASE), {}).get("step_ms_median")]
+    def paired(c, d):  # c's step time over d's, round by round
+        return [by[(r, c)]["step_ms_median"] / by[(r, d)]["step_ms_median"] for r in rounds
+                if by.get((r, c), {}).get("step_ms_median") and by.get((r, d), {}).get("step_ms_median")]
+
+    vs_torch = {c: {d: spread(paired(c, d)) for d in configs if d.startswith("torch_history")}
+                for c in configs if c.startswith("gpuheap")}
     first = {c: next((by[(r, c)] for r in rounds if by.get((r, c), {}).get("losses")), None) for c in configs}
     base_losses = (first.get(BASE) or {}).get("losses")
     out = {"rounds": rounds, "step_ms_per_round": step, "ratio_per_round": ratio,
-           "ratio": {c: spread(v) for c, v in ratio.items()},
+           "ratio": {c: spread(v) for c, v in ratio.items()}, "vs_torch_history": vs_torch,
+           "gpuheap_default_over_torch_history_default_per_round": paired("gpuheap_default", "torch_history_default")
+           if {"gpuheap_default", "torch_history_default"} <= set(configs) else [],
            "step_ms": {c: spread([x for x in v if x is not None]) for c, v in step.items()},
            "losses_identical_vs_native": {c: (f["losses"] == base_losses) if f and base_losses else None
                                           for c, f in first.items() if c != BASE},
@@ -222,10 +230,8 @@ def targets(step):
             v = s["ratio_per_round"].get(cfg, [])
             t[f"{cfg} <= {limit}x native"] = {"median": statistics.median(v) if v else None, "verdict": verdict(v, limit)}
         # below torch's own recorder, per round (same round, same machine state)
-        g = s["ratio_per_round"].get("gpuheap_default", [])
-        h = s["ratio_per_round"].get("torch_history_default", [])
-        if len(g) == len(h) and g:
-            rel = [x / y for x, y in zip(g, h)]
+        rel = s["gpuheap_default_over_torch_history_default_per_round"]
+        if rel:
             t["gpuheap_default < torch_history_default"] = {"ratio": spread(rel), "verdict": verdict(rel, 1.0)}
         res[job] = t
     return res
