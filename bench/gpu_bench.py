@@ -1,14 +1,33 @@
-"""GPU benchmarks, side by side in one run (writes one JSON document):
+"""GPU benchmark: the training-step cost of gpuheap beside what a PyTorch user would pick instead
+(writes one JSON document).
 
-1. Training step time of the ~200-allocations/step model (tests/gpu/torch_job.py --model mlp):
-   native caching allocator; PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpuheap (pool on; native + Python
-   stacks, native stacks only, no stacks); NO_CACHING without gpuheap. Rounds interleave the configurations; the median over rounds of
-   each run's median step time is reported. Peak reserved: gpuheap pool vs torch's caching allocator.
-2. Allocation latency from C++: a ring of 64 live blocks of mixed sizes (512 B..4 MiB), each
-   iteration frees the oldest and allocates one, through c10::cuda::CUDACachingAllocator::raw_alloc/
-   raw_delete and through cudaMalloc/cudaFree, in the same process (natively and under gpuheap).
+1. Step time, side by side in one run. Each round runs every configuration once on each job,
+   as its own process, in an order rotated from round to round; each run reports its median
+   step time, and each configuration's ratio is taken against the native run of the same round
+   and job (so a slow stretch of the machine moves both). Reported per job and configuration:
+   the median of the per-round ratios, their min/max and quartiles.
+   Configurations:
+     native_caching         torch's caching allocator, nothing recording
+     torch_history_default  torch.cuda.memory._record_memory_history() with its defaults
+                            (C++ + Python stacks), turned on in-process (torch_job.py --torch-history)
+     torch_history_python   the same with stacks="python"
+     gpuheap_default        `gpuheap run` (framework pools off: PyTorch without its cache; native + Python stacks)
+     gpuheap_native_stacks  `gpuheap run` with GPUHEAP_PYTHON_STACKS=0 (run has no option for it)
+     gpuheap_no_stacks      `gpuheap run --no-stacks`
+     gpuheap_keep           `gpuheap run --framework-pools=keep` (torch's cache kept: gpuheap sees its segments)
+     native_again           (optional) a second native run per round: the machine's own noise floor
+     nocache_raw            (optional) PYTORCH_NO_CUDA_MEMORY_CACHING=1 without gpuheap
+   `gpuheap run` is the CLI itself (not a hand-made LD_PRELOAD), with -q --no-symbolize
+   --no-compress: the finishing step runs after the job has exited and cannot change its step
+   times, so it is skipped to keep rounds short.
+   Jobs: tests/gpu/torch_job.py --model mlp (12 x Linear 1024, AdamW, ~200 allocations/step) and
+   --model gpt2 (transformers' GPT2LMHeadModel from a config, no weights; AdamW).
+2. (--latency) Allocation latency from C++: a ring of 64 live blocks of mixed sizes (512 B..4 MiB),
+   each iteration frees the oldest and allocates one, through c10::cuda::CUDACachingAllocator::
+   raw_alloc/raw_delete and through cudaMalloc/cudaFree, in the same process (natively and under gpuheap).
 
-   python bench/gpu_bench.py --out bench/results/gpu-DATE.json
+   python bench/gpu_bench.py --out bench/results/            (named gpu-bench-DATE-COMMIT-CARD.json)
+   python bench/gpu_bench.py --dry-run                       (prints the plan of runs, runs nothing)
 """
 import argparse
 import datetime
@@ -17,10 +36,32 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 import gh  # noqa: E402
+
+JOB = os.path.join(ROOT, "tests", "gpu", "torch_job.py")
+JOBS = {"mlp": ["--model", "mlp"], "gpt2": ["--model", "gpt2"]}
+NC = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+# name -> (gpuheap run options, or None for no gpuheap; extra environment; extra torch_job.py arguments)
+CONFIGS = {
+    "native_caching": (None, {}, []),
+    "torch_history_default": (None, {}, ["--torch-history", "default"]),
+    "torch_history_python": (None, {}, ["--torch-history", "python"]),
+    "gpuheap_default": ([], {}, []),
+    "gpuheap_native_stacks": ([], {"GPUHEAP_PYTHON_STACKS": "0"}, []),
+    "gpuheap_no_stacks": (["--no-stacks"], {}, []),
+    "gpuheap_keep": (["--framework-pools=keep"], {}, []),
+    "native_again": (None, {}, []),
+    "nocache_raw": (None, NC, []),
+}
+DEFAULT_CONFIGS = ["native_caching", "torch_history_default", "torch_history_python", "gpuheap_default",
+                   "gpuheap_native_stacks", "gpuheap_no_stacks", "gpuheap_keep"]
+BASE = "native_caching"
+# issue 36's targets: (configuration, the most its median ratio may be)
+TARGETS = [("gpuheap_default", 1.03), ("gpuheap_no_stacks", 1.01)]
 
 LAT_SRC = r"""
 #include <torch/extension.h>
@@ -75,97 +116,257 @@ print(json.dumps(r), flush=True)
 """
 
 
-def step_configs():
-    nc = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    return [("native_caching", {}, None), ("nocache_raw", nc, None),
-            ("nocache_gpuheap_stacks", nc, {"GPUHEAP_STACKS": "1"}),
-            ("nocache_gpuheap_native_stacks", nc, {"GPUHEAP_STACKS": "1", "GPUHEAP_PYTHON_STACKS": "0"}),
-            ("nocache_gpuheap_nostacks", nc, {"GPUHEAP_STACKS": "0"})]
+def command(cfg, job, warmup, steps, trace):
+    """The command line of one run; a gpuheap configuration is `gpuheap run` around the job."""
+    ghopts, _, jobargs = CONFIGS[cfg]
+    cmd = [gh.PY, JOB, *JOBS[job], "--warmup", str(warmup), "--steps", str(steps), *jobargs]
+    if ghopts is None:
+        return cmd
+    return [gh.CLI, "run", "-q", "--no-symbolize", "--no-compress", "--force", "-o", trace, *ghopts, "--", *cmd]
+
+
+def round_plan(r, configs, jobs):
+    """(job, configuration) pairs of round r: the configurations rotated by r, the jobs' order
+    alternating, so that no configuration always runs first or right after another."""
+    k = r % len(configs)
+    order = configs[k:] + configs[:k]
+    return [(job, cfg) for job in (jobs if r % 2 == 0 else jobs[::-1]) for cfg in order]
+
+
+def run_one(a, r, job, cfg):
+    tr = os.path.join(a.work, f"{job}.{cfg}.{r}.trace") if CONFIGS[cfg][0] is not None else None
+    rec = {"round": r, "job": job, "config": cfg}
+    rc, out, err, dt = gh.run(command(cfg, job, a.warmup, a.steps, tr), env=CONFIGS[cfg][1], timeout=a.run_timeout)
+    rec.update(rc=rc, wall_s=round(dt, 2))
+    try:
+        j = gh.last_json(out) if rc == 0 else None
+    except ValueError:
+        j = None
+    if j is None:
+        rec["error"] = (err or out)[-1500:]
+    else:
+        rec.update(step_ms_median=j["step_ms_median"], step_ms_min=j["step_ms_min"], losses=j["losses"],
+                   max_memory_reserved=j.get("max_memory_reserved"))
+        if CONFIGS[cfg][2]:  # torch's recorder: proof that it was on, and the signature that was called
+            rec.update(torch_history_on=j.get("torch_history_on"),
+                       record_memory_history_signature=j.get("record_memory_history_signature"))
+    if tr and os.path.exists(tr):
+        rec["trace_bytes"] = os.path.getsize(tr)
+        if j is not None and r == 0 and cfg == "gpuheap_default":
+            try:
+                dev = gh.gpu_device(gh.summary_json(tr))
+                rec["allocs_per_step"] = dev["allocations"]["allocated"] / (a.warmup + a.steps)
+                rec["gpuheap_reserved_peak"] = dev["reserved_bytes"]["peak"]
+            except (RuntimeError, KeyError, ValueError) as e:
+                rec["summary_error"] = str(e)[-500:]
+        os.unlink(tr)
+    return rec
+
+
+def spread(vals):
+    """Median, min/max and quartiles of a list (None for an empty one)."""
+    if not vals:
+        return None
+    s = sorted(vals)
+    q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0]] * 3
+    return {"median": statistics.median(s), "min": s[0], "max": s[-1], "q1": q[0], "q3": q[2], "n": len(s)}
+
+
+def verdict(ratios, limit):
+    """A target is met or missed only where every round agrees; otherwise the machine's spread
+    is larger than the margin and the run cannot tell."""
+    if not ratios:
+        return "unknown"
+    if max(ratios) <= limit:
+        return "met"
+    if min(ratios) > limit:
+        return "missed"
+    return "unresolved: the rounds straddle the target"
+
+
+def per_job(records, job, configs):
+    """Per-round step times and ratios of one job against the same round's native run."""
+    by = {(x["round"], x["config"]): x for x in records if x["job"] == job}
+    rounds = sorted({x["round"] for x in records if x["job"] == job})
+    step = {c: [by[(r, c)].get("step_ms_median") for r in rounds if (r, c) in by] for c in configs}
+    ratio = {}
+    for c in configs:
+        ratio[c] = [by[(r, c)]["step_ms_median"] / by[(r, BASE)]["step_ms_median"] for r in rounds
+                    if by.get((r, c), {}).get("step_ms_median") and by.get((r, BASE), {}).get("step_ms_median")]
+    def paired(c, d):  # c's step time over d's, round by round
+        return [by[(r, c)]["step_ms_median"] / by[(r, d)]["step_ms_median"] for r in rounds
+                if by.get((r, c), {}).get("step_ms_median") and by.get((r, d), {}).get("step_ms_median")]
+
+    vs_torch = {c: {d: spread(paired(c, d)) for d in configs if d.startswith("torch_history")}
+                for c in configs if c.startswith("gpuheap")}
+    first = {c: next((by[(r, c)] for r in rounds if by.get((r, c), {}).get("losses")), None) for c in configs}
+    base_losses = (first.get(BASE) or {}).get("losses")
+    out = {"rounds": rounds, "step_ms_per_round": step, "ratio_per_round": ratio,
+           "ratio": {c: spread(v) for c, v in ratio.items()}, "vs_torch_history": vs_torch,
+           "gpuheap_default_over_torch_history_default_per_round": paired("gpuheap_default", "torch_history_default")
+           if {"gpuheap_default", "torch_history_default"} <= set(configs) else [],
+           "step_ms": {c: spread([x for x in v if x is not None]) for c, v in step.items()},
+           "losses_identical_vs_native": {c: (f["losses"] == base_losses) if f and base_losses else None
+                                          for c, f in first.items() if c != BASE},
+           "torch_history_on": {c: f.get("torch_history_on") for c, f in first.items()
+                                if f and CONFIGS[c][2]},
+           "trace_bytes_median": {c: statistics.median(v) for c in configs
+                                  if (v := [x["trace_bytes"] for x in records if x["job"] == job and
+                                            x["config"] == c and "trace_bytes" in x])},
+           "errors": [{k: x[k] for k in ("round", "config", "rc", "error")} for x in records
+                      if x["job"] == job and "error" in x]}
+    d = by.get((0, "gpuheap_default"), {})
+    out["gpuheap_allocs_per_step"] = d.get("allocs_per_step")
+    out["gpuheap_reserved_peak"] = d.get("gpuheap_reserved_peak")
+    out["torch_max_reserved"] = by.get((0, BASE), {}).get("max_memory_reserved")
+    return out
+
+
+def targets(step):
+    res = {}
+    for job, s in step.items():
+        t = {}
+        for cfg, limit in TARGETS:
+            v = s["ratio_per_round"].get(cfg, [])
+            t[f"{cfg} <= {limit}x native"] = {"median": statistics.median(v) if v else None, "verdict": verdict(v, limit)}
+        # below torch's own recorder, per round (same round, same machine state)
+        rel = s["gpuheap_default_over_torch_history_default_per_round"]
+        if rel:
+            t["gpuheap_default < torch_history_default"] = {"ratio": spread(rel), "verdict": verdict(rel, 1.0)}
+        res[job] = t
+    return res
+
+
+def versions():
+    v = {"commit": gh.commit()}
+    p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
+                       text=True)
+    v["gpu"] = p.stdout.strip()
+    p = subprocess.run([gh.PY, "-c", "import torch, transformers; print(torch.__version__, torch.version.cuda, "
+                        "transformers.__version__)"], capture_output=True, text=True)
+    v["torch_cuda_transformers"] = p.stdout.strip() or p.stderr.strip()[-300:]
+    return v
+
+
+def card(gpu):
+    for name in ("H100", "H200", "B200", "A100"):
+        if name in gpu:
+            return name.lower()
+    return "".join(ch for ch in gpu.split(",")[0].lower() if ch.isalnum()) or "unknown"
+
+
+def out_path(a, v, date):
+    if a.out.endswith("/") or os.path.isdir(a.out):
+        return os.path.join(a.out, f"gpu-bench-{date}-{v['commit']}-{card(v['gpu'])}.json")
+    return a.out
+
+
+def write(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def print_plan(a, configs, jobs):
+    for r in range(a.rounds):
+        for job, cfg in round_plan(r, configs, jobs):
+            env = " ".join(f"{k}={v}" for k, v in CONFIGS[cfg][1].items())
+            tr = os.path.join(a.work, f"{job}.{cfg}.{r}.trace") if CONFIGS[cfg][0] is not None else None
+            print(f"round {r} {job:5} {cfg:22} {env + ' ' if env else ''}{' '.join(command(cfg, job, a.warmup, a.steps, tr))}")
+    print(f"{a.rounds * len(configs) * len(jobs)} runs; ratios against {BASE} of the same round and job")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=200)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results") + "/",
+                    help="JSON file, or a directory (named gpu-bench-DATE-COMMIT-CARD.json there)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=150, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--jobs", default="mlp,gpt2")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"from: {','.join(CONFIGS)}")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no round that would end past this many seconds (the longest round so far as its "
+                         "estimate); 0: no limit")
+    ap.add_argument("--run-timeout", type=int, default=180)
+    ap.add_argument("--latency", action="store_true", help="also the C++ allocation-latency part")
     ap.add_argument("--work", default="/tmp/gpuheap-bench")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan of runs and exit")
     a = ap.parse_args()
+    jobs, configs = a.jobs.split(","), a.configs.split(",")
+    bad = [j for j in jobs if j not in JOBS] + [c for c in configs if c not in CONFIGS]
+    if bad or BASE not in configs or a.rounds < 1:
+        ap.error(f"unknown job/configuration {bad}, or {BASE} missing, or no rounds")
+    configs = [BASE] + [c for c in configs if c != BASE]
+    if a.dry_run:
+        print_plan(a, configs, jobs)
+        return 0
     os.makedirs(a.work, exist_ok=True)
-    job = os.path.join(ROOT, "tests", "gpu", "torch_job.py")
-    runs = {name: [] for name, _, _ in step_configs()}
-    extra = {}
+    v = versions()
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    path = out_path(a, v, date)
+    t0, longest, records, stopped = time.monotonic(), 0.0, [], None
     for r in range(a.rounds):
-        for name, env, ghv in step_configs():
-            tr = os.path.join(a.work, f"{name}.{r}.trace") if ghv is not None else None
-            rc, out, err, _ = gh.run([gh.PY, job, "--model", "mlp", "--warmup", "30", "--steps", str(a.steps)], env=env,
-                                     trace=tr, gpuheap=ghv, timeout=300)
-            if rc != 0:
-                raise SystemExit(f"{name}: exited {rc}: {err[-2000:]}")
-            j = gh.last_json(out)
-            runs[name].append(j["step_ms_median"])
-            if r == 0 and name == "native_caching":
-                extra["torch_max_reserved"] = j["max_memory_reserved"]
-                extra["losses_native"] = j["losses"]
-            if r == 0 and name == "nocache_gpuheap_stacks":
-                s = gh.summary_json(tr)
-                extra["gpuheap_pool_reserved_peak"] = gh.gpu_device(s)["reserved_bytes"]["peak"]
-                extra["gpuheap_allocs_per_step"] = gh.gpu_device(s)["allocations"]["allocated"] / (a.steps + 30)
-                extra["losses_gpuheap"] = j["losses"]
-            if tr and os.path.exists(tr):
-                os.unlink(tr)
-    med = {k: statistics.median(v) for k, v in runs.items()}
-    base = med["native_caching"]
-    step = {"rounds": a.rounds, "steps_timed": a.steps, "step_ms_per_round": runs, "step_ms_median": med,
-            "ratio_vs_native": {k: v / base for k, v in med.items()},
-            "ratio_vs_nocache_raw": {k: v / med["nocache_raw"] for k, v in med.items()},
-            "torch_max_reserved": extra.get("torch_max_reserved"),
-            "gpuheap_pool_reserved_peak": extra.get("gpuheap_pool_reserved_peak"),
-            "gpuheap_allocs_per_step": extra.get("gpuheap_allocs_per_step"),
-            "losses_identical": extra.get("losses_native") == extra.get("losses_gpuheap")}
+        if a.budget_s and time.monotonic() - t0 + longest > a.budget_s:
+            stopped = f"round {r} not started: {time.monotonic() - t0:.0f} s spent, the longest round took {longest:.0f} s"
+            print(stopped, flush=True)
+            break
+        tr0 = time.monotonic()
+        for job, cfg in round_plan(r, configs, jobs):
+            rec = run_one(a, r, job, cfg)
+            records.append(rec)
+            print(f"round {r} {job:5} {cfg:22} rc={rec['rc']} step_ms={rec.get('step_ms_median')} "
+                  f"wall={rec['wall_s']}s" + (f" ERROR {rec['error'][-300:]!r}" if "error" in rec else ""), flush=True)
+        longest = max(longest, time.monotonic() - tr0)
+        step = {job: per_job(records, job, configs) for job in jobs}
+        doc = {"schema": "gpuheap.gpu-bench/2", "date": date, "versions": v, "card": card(v["gpu"]),
+               "settings": {"rounds_planned": a.rounds, "rounds_done": r + 1, "steps_timed": a.steps,
+                            "warmup": a.warmup, "jobs": jobs, "configs": configs, "budget_s": a.budget_s,
+                            "gpuheap_run": "gpuheap run -q --no-symbolize --no-compress --force -o TRACE [opts] -- JOB",
+                            "seconds": round(time.monotonic() - t0, 1), "stopped": stopped},
+               "step_time": step, "targets": targets(step),
+               "runs": [{k: x for k, x in rec.items() if k != "losses"} for rec in records]}
+        write(path, doc)  # after every round: a run cut short keeps the rounds it finished
+    doc["settings"]["stopped"] = stopped
+    if a.latency:
+        doc["alloc_latency"] = latency(a)
+    write(path, doc)
+    print(json.dumps({job: {c: (s["ratio"][c] or {}).get("median") for c in configs} for job, s in step.items()},
+                     indent=1))
+    print(json.dumps(doc["targets"], indent=1))
+    print(f"written: {path}", flush=True)
+    failed = [x for x in records if "error" in x]
+    if failed:
+        print(f"{len(failed)} of {len(records)} runs failed (their errors are in the JSON)", flush=True)
+    return 1 if failed else 0
 
-    with open(a.out, "w") as f:  # the step-time part survives a latency run cut short
-        json.dump({"schema": "gpuheap.gpu-bench/1", "date": datetime.date.today().isoformat(), "step_time": step}, f,
-                  indent=1)
-    print(json.dumps({"step_ms_median": med, "ratio_vs_native": step["ratio_vs_native"]}), flush=True)
 
-    # allocation latency: build natively once (so no compiler runs under the preload), then time
+def latency(a):
+    """C++ allocation latency: build natively once (so no compiler runs under the preload), then time."""
     src = os.path.join(a.work, "lat.cpp")
     drv = os.path.join(a.work, "lat.py")
     bdir = os.path.join(a.work, "ext")
     os.makedirs(bdir, exist_ok=True)
-    open(src, "w").write(LAT_SRC)
-    open(drv, "w").write(LAT_DRIVER)
+    with open(src, "w") as f:
+        f.write(LAT_SRC)
+    with open(drv, "w") as f:
+        f.write(LAT_DRIVER)
     lat = {}
     for name, ghv, n_cuda in (("native", None, 20000), ("gpuheap_nostacks", {"GPUHEAP_STACKS": "0"}, 200000),
                               ("gpuheap_stacks", {"GPUHEAP_STACKS": "1"}, 200000)):
         tr = os.path.join(a.work, f"lat_{name}.trace") if ghv is not None else None
         rc, out, err, _ = gh.run([gh.PY, drv, src, bdir, "200000", str(n_cuda)], trace=tr, gpuheap=ghv, timeout=400)
+        if tr and os.path.exists(tr):
+            os.unlink(tr)
         if rc != 0:
             lat[name] = {"error": err[-2000:]}
             continue
         j = gh.last_json(out)
         lat[name] = {k: min(v) for k, v in j.items()}
         lat[name]["runs"] = j
-    doc = {"schema": "gpuheap.gpu-bench/1", "date": datetime.date.today().isoformat(),
-           "versions": _versions(), "step_time": step, "alloc_latency": lat}
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(json.dumps({"step_ms_median": med, "ratio_vs_native": step["ratio_vs_native"], "alloc_latency": {
-        k: {kk: vv for kk, vv in v.items() if kk != "runs"} for k, v in lat.items()},
-        "reserved": [step["torch_max_reserved"], step["gpuheap_pool_reserved_peak"]]}, indent=1))
-
-
-def _versions():
-    v = {}
-    v["commit"] = gh.commit()
-    p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
-                       text=True)
-    v["gpu"] = p.stdout.strip()
-    p = subprocess.run([gh.PY, "-c", "import torch; print(torch.__version__, torch.version.cuda)"], capture_output=True,
-                       text=True)
-    v["torch_cuda"] = p.stdout.strip()
-    return v
+    return lat
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

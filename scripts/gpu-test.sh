@@ -6,7 +6,8 @@
 #   GPUHEAP_BIN_DIR=dir   use gpuheap binaries from dir instead of build/ (no build then)
 #                         (a COMMIT file there names the commit recorded in the results)
 #   PYTHON=python3        the Python that has torch, cupy, jax, torchvision
-#   --bench               also run bench/gpu_bench.py (step time, allocation latency) afterwards
+#   --bench               also run bench/gpu_bench.py --latency afterwards (step time beside torch's memory
+#                         history, in rounds; allocation latency)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bench=0; only=""
@@ -33,6 +34,6 @@ out=${GPU_TEST_OUT:-bench/results/gpu-test-$day.json}
 "$PY" tests/gpu/run_all.py --out "$out" ${only:+--only "$only"} ${GPU_TEST_WORK:+--work "$GPU_TEST_WORK"}
 rc=$?
 if [ "$bench" = 1 ]; then
-  "$PY" bench/gpu_bench.py --out "${GPU_BENCH_OUT:-bench/results/gpu-bench-$day.json}" || rc=1
+  "$PY" bench/gpu_bench.py --latency --out "${GPU_BENCH_OUT:-bench/results/}" || rc=1
 fi
 exit $rc

@@ -1,21 +1,28 @@
 """A deterministic PyTorch training job (random weights, fixed seed) printing one JSON line:
 losses (exact, as float.hex), torch's own memory statistics and step times.
 
-  python torch_job.py --model gpt|cnn|mlp --steps N [--warmup W] [--oom] [--nvtx] [--phase-peaks]
+  python torch_job.py --model gpt|gpt2|cnn|mlp --steps N [--warmup W] [--oom] [--nvtx] [--phase-peaks]
+                      [--torch-history default|python]
 
 --nvtx wraps each step in NVTX ranges (torch.cuda.nvtx.range_push/pop): "step", and inside it
 "forward", "backward", "optimizer_step" (what gpuheap records as phases). --phase-peaks resets
 torch's peak statistics at the start of each of the three and reports the largest peak of
 each over the steps (requested_bytes.all.peak and max_memory_allocated), without changing what
-is allocated.
+is allocated. --torch-history turns on PyTorch's own allocator recorder before the model is
+built, as a user would: `default` calls torch.cuda.memory._record_memory_history() with its
+defaults (C++ and Python stacks on every allocation and free), `python` passes stacks="python"
+(the benchmark's "what users would pick instead").
 
 Models: gpt — a small GPT-style decoder (token + position embeddings, causal self-attention written
-out with matmuls so the backward is deterministic, MLP, LayerNorm, AdamW); cnn — torchvision's
+out with matmuls so the backward is deterministic, MLP, LayerNorm, AdamW); gpt2 — transformers'
+GPT2LMHeadModel from a GPT2Config (no weights: 4 layers, n_embd 512, 8 heads, vocab 8192,
+batch 8 x 256 tokens, the library's default attention and dropout, AdamW); cnn — torchvision's
 resnet18 (10 classes, 64x64 inputs, SGD with momentum); mlp — 12 blocks of Linear(1024) +
 LayerNorm + GELU with AdamW, batch 64 (about 200 allocations per step: the benchmark model).
 The allocator is chosen by the environment (PYTORCH_NO_CUDA_MEMORY_CACHING, PYTORCH_CUDA_ALLOC_CONF).
 """
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -86,6 +93,17 @@ def make(model, gen):
             batch = data[i % len(data)]
             logits = net(batch[:, :-1])
             return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+    elif model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(vocab_size=8192, n_positions=256, n_embd=512, n_layer=4, n_head=8)
+        net = GPT2LMHeadModel(cfg).to(dev)
+        net.train()
+        opt = torch.optim.AdamW(net.parameters(), lr=3e-4)
+        data = [torch.randint(0, 8192, (8, 256), generator=gen).to(dev) for _ in range(4)]
+
+        def step(i):
+            ids = data[i % len(data)]
+            return net(input_ids=ids, labels=ids).loss
     elif model == "cnn":
         import torchvision
         net = torchvision.models.resnet18(num_classes=10).to(dev)
@@ -108,9 +126,16 @@ def make(model, gen):
     return net, opt, step
 
 
+def _history_on():
+    """Whether torch's recorder is on at the end (proof that --torch-history took), None where
+    this torch has no query for it."""
+    f = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    return bool(f()) if f else None
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["gpt", "cnn", "mlp"], default="gpt")
+    ap.add_argument("--model", choices=["gpt", "gpt2", "cnn", "mlp"], default="gpt")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=0, help="untimed steps before the timed ones")
     ap.add_argument("--seed", type=int, default=1234)
@@ -119,9 +144,15 @@ def main():
                     help="torch's peaks per phase (reset at the start of each), largest over the steps")
     ap.add_argument("--snapshot", default=None,
                     help="record the caching allocator's history and write torch.cuda.memory._dump_snapshot here")
+    ap.add_argument("--torch-history", choices=["default", "python"], default=None,
+                    help="torch.cuda.memory._record_memory_history() with its defaults, or with stacks='python'")
     a = ap.parse_args()
+    if a.snapshot and a.torch_history:
+        ap.error("--snapshot and --torch-history both set the recorder: give one")
     if a.snapshot:
         torch.cuda.memory._record_memory_history(max_entries=10_000_000)
+    if a.torch_history:
+        torch.cuda.memory._record_memory_history(**({"stacks": "python"} if a.torch_history == "python" else {}))
 
     torch.manual_seed(a.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)  # resnet18: adaptive_avg_pool2d backward has none
@@ -191,6 +222,9 @@ def main():
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
         "phase_peaks": phase_peaks,
+        "torch_history": a.torch_history,
+        "torch_history_on": _history_on(),
+        "record_memory_history_signature": str(inspect.signature(torch.cuda.memory._record_memory_history)),
     }
     print(json.dumps(res), flush=True)
 
