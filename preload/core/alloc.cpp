@@ -227,8 +227,10 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
   auto rc = call();
   if (rc == 0 && *ptr)
     pa.commit(*ptr, size, driver_size(*ptr, size), 0);
-  else if (rc != 0)
+  else if (is_out_of_memory(int(rc), std::is_same_v<decltype(rc), cudaError_t>))
     record_oom(st, dev, st ? AllocKind::device_pooled : AllocKind::device_passthrough, api, size, 0, stack);
+  else if (rc != 0)  // no device, an old driver, a sticky fault: not for the OOM report
+    report_not_oom(api, int(rc), std::is_same_v<decltype(rc), cudaError_t>);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 //                          whose work is still pending) must not let the block be reused
 //                          by other streams before that work is done.
 //   prog_freematrix order_ptsz   the same on per-thread default streams of two threads.
+//   prog_freematrix no_gpu  allocations where CUDA cannot be used at all (no device, old driver).
 // FREE: cudaFree cudaFreeAsync cudaFreeAsync_legacy cudaFreeAsync_ptsz cuMemFree
 //       cuMemFree_entry cuMemFreeAsync cuMemFreeAsync_ptsz cuMemFreeAsync_ptds0 cudaFreeHost
 #include <cuda.h>
@@ -223,11 +224,27 @@ int order(bool per_thread) {
   return 0;
 }
 
+// Allocations on a machine where CUDA cannot be used (SIMCUDA_DEVICE_COUNT=0,
+// SIMCUDA_DRIVER_VERSION older than the runtime): each answer and the latched error.
+int no_gpu() {
+  void* p = nullptr;
+  show("cudaMalloc", "-", "alloc", cudaMalloc(&p, 4096));
+  show("cudaMalloc", "-", "alloc_again", cudaMalloc(&p, 1u << 20));
+  show("cudaMallocManaged", "-", "alloc", cudaMallocManaged(&p, 4096, cudaMemAttachGlobal));
+  show("cudaMallocAsync", "-", "alloc", cudaMallocAsync(&p, 4096, nullptr));
+  auto mem_alloc = reinterpret_cast<MemAlloc>(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  CUdeviceptr d = 0;
+  show("cuMemAlloc", "-", "alloc", mem_alloc ? mem_alloc(&d, 4096) : -1);
+  show("none", "cudaFree", "free_null", cudaFree(nullptr));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* f = argc > 1 ? argv[1] : "cudaFreeAsync";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash shows how far the answers matched
+  if (!std::strcmp(f, "no_gpu")) return no_gpu();
   if (cudaFree(nullptr) != cudaSuccess) return 3;
   if (!std::strcmp(f, "order")) return order(false);
   if (!std::strcmp(f, "order_ptsz")) return order(true);

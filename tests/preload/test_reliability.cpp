@@ -688,6 +688,39 @@ TEST(Reliability, StreamOrderedFreeOfPoolMemoryWaitsForItsStream) {
   }
 }
 
+// Issue 33: an allocation that fails for another reason than memory (no device, a driver
+// older than the runtime) is passed through as it is: same answers, no OOM report ("CUDA out
+// of memory ... on device -1"), no OOM record, at most one line naming the error.
+TEST(Reliability, NonOomErrorsAreNotReportedAsOutOfMemory) {
+  struct Case {
+    const char* env;
+    const char* name;  // the error's name, as the line must say it
+  } cases[] = {{"SIMCUDA_DEVICE_COUNT=0", "cudaErrorNoDevice"},
+               {"SIMCUDA_DRIVER_VERSION=12000", "cudaErrorInsufficientDriver"}};
+  for (const Case& c : cases)
+    for (const char* pool : {"GPUHEAP_POOL=1", "GPUHEAP_POOL=0"}) {
+      ProgResult base = run("prog_freematrix", {"no_gpu"}, {c.env}, false);
+      ProgResult r = run("prog_freematrix", {"no_gpu"}, {c.env, pool});
+      EXPECT_EQ(base.status, 0) << c.env;
+      EXPECT_NE(base.out.find("rc=" + std::string(std::strstr(c.name, "NoDevice") ? "100" : "35")), std::string::npos)
+          << c.env << ": " << base.out;
+      EXPECT_EQ(r.status, base.status) << c.env << " " << pool;
+      EXPECT_TRUE(r.out == base.out) << c.env << " " << pool << first_differences(base.out, r.out);
+      EXPECT_EQ(r.err.find("out of memory"), std::string::npos) << c.env << " " << pool << ": " << r.err;
+      EXPECT_LE(count_of(r.err, "gpuheap:"), 1) << c.env << " " << pool << ": " << r.err;
+      if (count_of(r.err, "gpuheap:") == 1)
+        EXPECT_NE(r.err.find(c.name), std::string::npos) << c.env << " " << pool << ": " << r.err;
+      std::uint64_t ooms = 0;
+      for (const std::string& t : r.traces) ooms += scan(t).ooms;
+      EXPECT_EQ(ooms, 0u) << c.env << " " << pool;
+      std::printf("[figure] %s %s: answers %s the runtime's, %llu OOM records, stderr: %s\n", c.env, pool,
+                  r.out == base.out ? "equal" : "DIFFER FROM", static_cast<unsigned long long>(ooms),
+                  r.err.empty() ? "(nothing)" : r.err.substr(0, r.err.find('\n')).c_str());
+      remove_tree(r.dir);
+      remove_tree(base.dir);
+    }
+}
+
 // ---------------------------------------------------------------- multi-device
 
 TEST(Reliability, TwoDevicesPerDevicePoolsAndCrossDeviceFree) {
