@@ -660,6 +660,19 @@ void free_matrix(const std::string& pool) {
     expect_readable(s, f);
     EXPECT_TRUE(s.has_end) << f;
     EXPECT_EQ(s.ooms, 0u) << f;
+    // The trace agrees with the answers: one free record per free the runtime accepted.
+    int ok_frees = 0, ok_allocs = 0;
+    std::size_t at = 0;
+    for (std::size_t e; (e = base.out.find('\n', at)) != std::string::npos; at = e + 1) {
+      std::string line = base.out.substr(at, e - at);
+      bool ok = line.find(" rc=0 ") != std::string::npos;
+      bool is_free = line.find(" free_") != std::string::npos || line.find(" cleanup_") != std::string::npos;
+      if (ok && is_free && line.find("free_null") == std::string::npos) ++ok_frees;
+      if (ok && line.find(" alloc_") != std::string::npos) ++ok_allocs;
+    }
+    EXPECT_EQ(s.all_allocs(), static_cast<std::uint64_t>(ok_allocs)) << f << " (GPUHEAP_POOL=" << pool << ")";
+    EXPECT_EQ(s.all_frees() - s.failed_frees, static_cast<std::uint64_t>(ok_frees))
+        << f << " (GPUHEAP_POOL=" << pool << "): free records that succeeded";
     remove_tree(r.dir);
     remove_tree(base.dir);
   }
