@@ -140,12 +140,13 @@ namespace {
 struct FreeHookArg {
   int device;
   std::uint32_t stack;
+  std::uint64_t stream;
 };
 
 // Runs under the pool lock, after the block was validated and before it can be reused.
 void record_pooled_free(void* arg, const PoolBlock& b) noexcept {
   auto* a = static_cast<FreeHookArg*>(arg);
-  record_free(AllocKind::device_pooled, a->device, addr(b.ptr), b.size, block_flags(b), 0, a->stack);
+  record_free(AllocKind::device_pooled, a->device, addr(b.ptr), b.size, block_flags(b), a->stream, a->stack);
 }
 
 // GPUHEAP_RELEASE_THRESHOLD: once the unused cache of a pool exceeds it, fully free segments
@@ -157,20 +158,23 @@ void apply_release_threshold(ContextState* st) noexcept {
 
 enum class PoolFree { freed, not_ours, invalid };
 
+// Frees ptr into the pool of s if it is a live block there.
+PoolFree free_in(ContextState* s, const void* ptr, std::uint32_t stack, std::uint64_t stream) noexcept {
+  FreeHookArg arg{s->device, stack, stream};
+  if (s->pool.deallocate(const_cast<void*>(ptr), nullptr, record_pooled_free, &arg)) {
+    apply_release_threshold(s);
+    return PoolFree::freed;
+  }
+  return s->pool.contains(ptr) ? PoolFree::invalid : PoolFree::not_ours;
+}
+
 // Frees a pooled block wherever it lives: look the block up by pointer, not by the current
 // device (a block may be freed while another device is current).
 PoolFree pooled_free(const void* ptr) noexcept {
   if (contexts().size() == 0) return PoolFree::not_ours;
   ContextState* cur = current_state();
   std::uint32_t stack = free_stack();
-  auto try_state = [&](ContextState* s) {
-    FreeHookArg arg{s->device, stack};
-    if (s->pool.deallocate(const_cast<void*>(ptr), nullptr, record_pooled_free, &arg)) {
-      apply_release_threshold(s);
-      return PoolFree::freed;
-    }
-    return s->pool.contains(ptr) ? PoolFree::invalid : PoolFree::not_ours;
-  };
+  auto try_state = [&](ContextState* s) { return free_in(s, ptr, stack, 0); };
   if (cur) {
     PoolFree r = try_state(cur);
     if (r != PoolFree::not_ours) return r;
@@ -223,8 +227,10 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
   auto rc = call();
   if (rc == 0 && *ptr)
     pa.commit(*ptr, size, driver_size(*ptr, size), 0);
-  else if (rc != 0)
+  else if (is_out_of_memory(int(rc), std::is_same_v<decltype(rc), cudaError_t>))
     record_oom(st, dev, st ? AllocKind::device_pooled : AllocKind::device_passthrough, api, size, 0, stack);
+  else if (rc != 0)  // no device, an old driver, a sticky fault: not for the OOM report
+    report_not_oom(api, int(rc), std::is_same_v<decltype(rc), cudaError_t>);
   return rc;
 }
 
@@ -334,6 +340,81 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
   }
   note_free(AllocKind::device_passthrough, p, 0);
   return real_free(dptr);
+}
+
+// ---- cudaFreeAsync / cuMemFreeAsync (and _ptsz) ----
+//
+// Memory from cudaMalloc may be freed with cudaFreeAsync (CUDA Programming Guide,
+// Stream-Ordered Memory Allocator), so a pool block can arrive here. The driver must never
+// see it: a segment base would free the whole segment under its other live blocks, an
+// interior block would fail where the runtime succeeds. It goes back to the pool, whose
+// fences (recorded on every stream the pool knows, after the free) keep it from other
+// streams until the work queued on `stream` before the free is done.
+
+namespace {
+
+// The state whose pool holds ptr (a live block or not), retired ones included; or null.
+ContextState* pool_owner(const void* ptr) noexcept {
+  if (contexts().size() == 0) return nullptr;
+  return contexts().for_each_including_retired([&](ContextState* s) { return s->pool.contains(ptr); });
+}
+
+// "During stream capture, this function results in the creation of a free node and must
+// therefore be passed the address of a graph allocation" (CUDA Runtime API, cudaFreeAsync):
+// pool memory is none, so the caller answers as for any pointer that is not one.
+bool capturing(CUstream s, bool per_thread) noexcept {
+  auto is_capturing = real<Fn::cuStreamIsCapturing>();
+  if (per_thread && !s) s = CU_STREAM_PER_THREAD;
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing && s && s != CU_STREAM_LEGACY && is_capturing(s, &cs) == CUDA_SUCCESS &&
+         cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// The pool part of a stream-ordered free of pool memory (owner holds ptr). False: not a
+// block the runtime would free (interior, freed already, a capturing stream), recorded so.
+bool pooled_free_async(ContextState* owner, const void* ptr, CUstream s, bool per_thread) noexcept {
+  if (!capturing(s, per_thread)) {
+    note_free_stream(owner->ctx, s, per_thread);  // before the free: it may seal a fence at once
+    if (free_in(owner, ptr, free_stack(), addr(s)) == PoolFree::freed) return true;
+  }
+  record_free(AllocKind::device_pooled, owner->device, addr(ptr), 0, format::kFlagFailed, addr(s), free_stack());
+  return false;
+}
+
+}  // namespace
+
+cudaError_t rt_free_async(void* ptr, cudaStream_t stream, bool per_thread) noexcept {
+  HookScope scope;
+  auto real_free = per_thread ? real<Fn::cudaFreeAsync_ptsz>() : real<Fn::cudaFreeAsync>();
+  if (!real_free) return cudaErrorInitializationError;
+  ContextState* owner = ptr && scope.active() ? pool_owner(ptr) : nullptr;
+  auto s = reinterpret_cast<CUstream>(stream);
+  if (!owner) {
+    if (ptr && scope.active()) note_free(AllocKind::async, ptr, addr(s));
+    return real_free(ptr, stream);
+  }
+  if (pooled_free_async(owner, ptr, s, per_thread)) return cudaSuccess;
+  // Not a block the runtime would free: its answer, latched for cudaGetLastError (rt_free).
+  return real_free(&g_never_device_memory, stream);
+}
+
+CUresult drv_mem_free_async(CUdeviceptr dptr, CUstream s, bool per_thread) noexcept {
+  HookScope scope;
+  auto real_free = per_thread ? real<Fn::cuMemFreeAsync_ptsz>() : real<Fn::cuMemFreeAsync>();
+  if (!real_free) return CUDA_ERROR_NOT_INITIALIZED;
+  void* p = reinterpret_cast<void*>(dptr);
+  ContextState* owner = p && scope.active() ? pool_owner(p) : nullptr;
+  if (!owner) {
+    if (p && scope.active()) note_free(AllocKind::async, p, addr(s));
+    return real_free(dptr, s);
+  }
+  // The driver checks the stream (and, for the default streams, the current context) before
+  // the pointer: a free of an address it never handed out gives exactly its answer for
+  // this stream, CUDA_ERROR_INVALID_VALUE when only the pointer is wrong.
+  const CUdeviceptr never = addr(&g_never_device_memory);
+  CUresult probe = real_free(never, s);
+  if (probe != CUDA_ERROR_INVALID_VALUE) return probe;
+  return pooled_free_async(owner, p, s, per_thread) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 // ---- memory info: bytes cached in the pool and not in use are free for the program ----

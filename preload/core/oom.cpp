@@ -5,6 +5,8 @@
 // Rate-limited: the first few in full, then one line per 10 s with a count.
 #include "preload/core/oom.h"
 
+#include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <libunwind.h>
 #include <stdarg.h>
@@ -144,6 +146,52 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
   const char* path = recorder_path();
   if (path && *path) o.line("gpuheap:   live allocation sites with source lines: gpuheap summary %s", path);
   o.flush();
+}
+
+namespace {
+
+struct ErrorName {
+  int code;
+  const char* runtime;
+  const char* driver;
+};
+// The errors an allocation meets when the GPU cannot be used at all (driver_types.h, cuda.h).
+constexpr ErrorName kErrorNames[] = {
+    {1, "cudaErrorInvalidValue", "CUDA_ERROR_INVALID_VALUE"},
+    {3, "cudaErrorInitializationError", "CUDA_ERROR_NOT_INITIALIZED"},
+    {4, "cudaErrorCudartUnloading", "CUDA_ERROR_DEINITIALIZED"},
+    {34, "cudaErrorStubLibrary", "CUDA_ERROR_STUB_LIBRARY"},
+    {35, "cudaErrorInsufficientDriver", nullptr},
+    {46, "cudaErrorDevicesUnavailable", "CUDA_ERROR_DEVICE_UNAVAILABLE"},
+    {100, "cudaErrorNoDevice", "CUDA_ERROR_NO_DEVICE"},
+    {101, "cudaErrorInvalidDevice", "CUDA_ERROR_INVALID_DEVICE"},
+    {201, "cudaErrorDeviceUninitialized", "CUDA_ERROR_INVALID_CONTEXT"},
+    {700, "cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS"},
+    {709, "cudaErrorContextIsDestroyed", "CUDA_ERROR_CONTEXT_IS_DESTROYED"},
+    {803, "cudaErrorSystemDriverMismatch", "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {804, "cudaErrorCompatNotSupportedOnDevice", "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+    {999, "cudaErrorUnknown", "CUDA_ERROR_UNKNOWN"},
+};
+
+std::atomic<bool> g_not_oom_named{false};
+
+}  // namespace
+
+bool is_out_of_memory(int code, bool runtime) noexcept {
+  return code == (runtime ? int(cudaErrorMemoryAllocation) : int(CUDA_ERROR_OUT_OF_MEMORY));
+}
+
+void report_not_oom(const char* api, int code, bool runtime) noexcept {
+  if (g_not_oom_named.exchange(true, std::memory_order_relaxed)) return;
+  const char* name = nullptr;
+  for (const ErrorName& e : kErrorNames)
+    if (e.code == code) name = runtime ? e.runtime : e.driver;
+  char line[256];
+  int n = snprintf(line, sizeof line,
+                   "gpuheap: %s returned %s %d%s%s%s, not an out-of-memory error: passed to the program "
+                   "unchanged (named once)\n",
+                   api, runtime ? "cudaError" : "CUresult", code, name ? " (" : "", name ? name : "", name ? ")" : "");
+  if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
 }
 
 }  // namespace detail

@@ -20,5 +20,12 @@ struct LiveSite {
 void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
                 std::uint64_t held, const LiveSite* sites, int nsites) noexcept;
 
+// A failed allocation whose error is not out-of-memory (no device, a driver older than the
+// runtime, an initialization error, the sticky error of an earlier fault): no OOM report and
+// no OOM record; the first one in the process is named on one stderr line. runtime: `code`
+// is a cudaError_t, else a CUresult.
+void report_not_oom(const char* api, int code, bool runtime) noexcept;
+bool is_out_of_memory(int code, bool runtime) noexcept;
+
 }  // namespace detail
 }  // namespace gpuheap

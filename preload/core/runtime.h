@@ -43,6 +43,12 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept;
 cudaError_t rt_free(void* ptr) noexcept;
 CUresult drv_mem_alloc(CUdeviceptr* ptr, std::size_t size) noexcept;
 CUresult drv_mem_free(CUdeviceptr ptr) noexcept;
+// Stream-ordered frees (cudaFreeAsync, cuMemFreeAsync; per_thread: their _ptsz variants,
+// where stream 0 is the calling thread's default stream). Pool memory goes back to the pool
+// (reusable by other streams once the work queued on `stream` before the free is done);
+// anything else is recorded and passed on.
+cudaError_t rt_free_async(void* ptr, cudaStream_t stream, bool per_thread) noexcept;
+CUresult drv_mem_free_async(CUdeviceptr ptr, CUstream stream, bool per_thread) noexcept;
 cudaError_t rt_mem_get_info(std::size_t* free, std::size_t* total) noexcept;
 CUresult drv_mem_get_info(std::size_t* free, std::size_t* total) noexcept;
 

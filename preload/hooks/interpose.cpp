@@ -96,12 +96,10 @@ GPUHEAP_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t n, cudaStream_t
   note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
   return cudaError_t(pass_alloc<Fn::cudaMallocAsync_ptsz>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
-GPUHEAP_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
-  return cudaError_t(pass_free<Fn::cudaFreeAsync>(AllocKind::async, p, u64(s), p, s));
-}
+GPUHEAP_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return rt_free_async(p, s, false); }
 GPUHEAP_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
   note_per_thread_streams();  // only code built with per-thread default streams calls _ptsz
-  return cudaError_t(pass_free<Fn::cudaFreeAsync_ptsz>(AllocKind::async, p, u64(s), p, s));
+  return rt_free_async(p, s, true);
 }
 GPUHEAP_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t m, cudaStream_t s) {
   return cudaError_t(pass_alloc<Fn::cudaMallocFromPoolAsync>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
@@ -206,12 +204,8 @@ GPUHEAP_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) {
 GPUHEAP_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t n, CUstream s) {
   return CUresult(pass_alloc<Fn::cuMemAllocAsync_ptsz>(AllocKind::async, on_stream(s), p, n, u64(s), n, s));
 }
-GPUHEAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-  return CUresult(pass_free<Fn::cuMemFreeAsync>(AllocKind::async, vp(p), u64(s), p, s));
-}
-GPUHEAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
-  return CUresult(pass_free<Fn::cuMemFreeAsync_ptsz>(AllocKind::async, vp(p), u64(s), p, s));
-}
+GPUHEAP_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return drv_mem_free_async(p, s, false); }
+GPUHEAP_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return drv_mem_free_async(p, s, true); }
 GPUHEAP_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, CUmemoryPool m, CUstream s) {
   return CUresult(pass_alloc<Fn::cuMemAllocFromPoolAsync>(AllocKind::async, in_pool(m), p, n, u64(s), n, m, s));
 }

@@ -69,6 +69,16 @@ void note_per_thread_streams() noexcept { g_per_thread_seen.store(true, std::mem
 bool per_thread_streams_seen() noexcept { return g_per_thread_seen.load(std::memory_order_relaxed); }
 bool strict_fences() noexcept { return settings().strict_fences; }
 
+void note_free_stream(CUcontext ctx, CUstream s, bool per_thread) noexcept {
+  // Per-thread default streams are not ordered with each other: events on the legacy
+  // stream (which waits for every blocking stream) are needed from now on.
+  if (s == CU_STREAM_PER_THREAD || (per_thread && !s)) return note_per_thread_streams();
+  if (!s || s == CU_STREAM_LEGACY) return;  // the legacy stream: fences cover it already
+  // A stream gpuheap did not see created: fenced from now on like the others (removed at
+  // its cudaStreamDestroy; recording on a stream destroyed behind our back just fails).
+  if (!stream_registry().ctx_of(s)) stream_registry().add(ctx, s);
+}
+
 StreamRegistry& stream_registry() noexcept {
   static StreamRegistry* r = new StreamRegistry;  // leaked: usable from exit handlers
   return *r;

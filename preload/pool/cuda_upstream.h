@@ -38,6 +38,10 @@ StreamRegistry& stream_registry() noexcept;
 // then even a context without created streams needs event fences.
 void note_per_thread_streams() noexcept;
 bool per_thread_streams_seen() noexcept;
+// A stream-ordered free into the pool of ctx on stream s (per_thread: through a _ptsz
+// entry point): from now on the pool's fences cover s, so the block is reused by other
+// streams only after the work queued on s before the free.
+void note_free_stream(CUcontext ctx, CUstream s, bool per_thread) noexcept;
 // GPUHEAP_STRICT_FENCES (read at load): always fence with events, even for
 // legacy-stream-only programs.
 bool strict_fences() noexcept;

@@ -611,6 +611,129 @@ TEST(Reliability, MisuseConcurrentFreeOfOnePointer) {
   EXPECT_EQ(s.frees[idx(AllocKind::device_pooled)], 400u + 16u);  // + integrity()'s 16
 }
 
+// ---------------------------------------------------------------- every free entry point
+
+// The first lines where `out` differs from `base`, for the failure message.
+std::string first_differences(const std::string& base, const std::string& out) {
+  std::string msg;
+  std::size_t i = 0, j = 0;
+  for (int shown = 0; shown < 8 && (i < base.size() || j < out.size());) {
+    std::size_t ie = base.find('\n', i), je = out.find('\n', j);
+    std::string a = base.substr(i, ie == std::string::npos ? std::string::npos : ie - i);
+    std::string b = out.substr(j, je == std::string::npos ? std::string::npos : je - j);
+    if (a != b) msg += "\n  runtime: " + a + "\n  gpuheap: " + b, ++shown;
+    if (ie == std::string::npos || je == std::string::npos) break;
+    i = ie + 1, j = je + 1;
+  }
+  return msg;
+}
+
+int count_of(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Issue 33: every allocation API x every free API (cudaFree, cudaFreeAsync, cuMemFree,
+// cuMemFreeAsync, their _ptsz variants, through symbols, cudaGetDriverEntryPoint and
+// cuGetProcAddress), with valid, interior, doubly freed, null and foreign pointers: each
+// return code and cudaPeekAtLastError/cudaGetLastError after it equals the runtime's
+// without gpuheap, and the blocks beside a freed one keep their data.
+void free_matrix(const std::string& pool) {
+  const char* frees[] = {"cudaFree",        "cudaFreeAsync",  "cudaFreeAsync_legacy", "cudaFreeAsync_ptsz",
+                         "cuMemFree",       "cuMemFree_entry", "cuMemFreeAsync",      "cuMemFreeAsync_ptsz",
+                         "cuMemFreeAsync_ptds0", "cudaFreeHost"};
+  int calls = 0, differing = 0;
+  for (const char* f : frees) {
+    ProgResult base = run("prog_freematrix", {f}, {}, false);
+    ProgResult r = run("prog_freematrix", {f}, {"GPUHEAP_POOL=" + pool});
+    EXPECT_EQ(base.status, 0) << f << ": " << base.out << base.err;
+    EXPECT_EQ(count_of(base.out, "BROKEN"), 0) << f << ": " << base.out;
+    EXPECT_EQ(r.status, base.status) << f << " (GPUHEAP_POOL=" << pool << "): " << r.err.substr(0, 2000);
+    EXPECT_TRUE(r.out == base.out) << f << " (GPUHEAP_POOL=" << pool << ") answered differently from the runtime:"
+                               << first_differences(base.out, r.out);
+    calls += count_of(base.out, " rc=");
+    differing += r.out != base.out;
+    Scan s;
+    if (r.traces.size() == 1) s = scan(r.traces[0]);
+    EXPECT_EQ(r.traces.size(), 1u) << f;
+    expect_readable(s, f);
+    EXPECT_TRUE(s.has_end) << f;
+    EXPECT_EQ(s.ooms, 0u) << f;
+    // The trace agrees with the answers: one free record per free the runtime accepted.
+    int ok_frees = 0, ok_allocs = 0;
+    std::size_t at = 0;
+    for (std::size_t e; (e = base.out.find('\n', at)) != std::string::npos; at = e + 1) {
+      std::string line = base.out.substr(at, e - at);
+      bool ok = line.find(" rc=0 ") != std::string::npos;
+      bool is_free = line.find(" free_") != std::string::npos || line.find(" cleanup_") != std::string::npos;
+      if (ok && is_free && line.find("free_null") == std::string::npos) ++ok_frees;
+      if (ok && line.find(" alloc_") != std::string::npos) ++ok_allocs;
+    }
+    EXPECT_EQ(s.all_allocs(), static_cast<std::uint64_t>(ok_allocs)) << f << " (GPUHEAP_POOL=" << pool << ")";
+    EXPECT_EQ(s.all_frees() - s.failed_frees, static_cast<std::uint64_t>(ok_frees))
+        << f << " (GPUHEAP_POOL=" << pool << "): free records that succeeded";
+    remove_tree(r.dir);
+    remove_tree(base.dir);
+  }
+  EXPECT_GE(calls, 31 * 10);
+  std::printf("[figure] free matrix (GPUHEAP_POOL=%s): %d calls in %zu free APIs x 8 allocation APIs + "
+              "foreign pointers, %d APIs answered differently from the runtime\n",
+              pool.c_str(), calls, sizeof frees / sizeof *frees, differing);
+}
+
+TEST(Reliability, FreeMatrixMatchesRuntimePoolOn) { free_matrix("1"); }
+TEST(Reliability, FreeMatrixMatchesRuntimePoolOff) { free_matrix("0"); }
+
+// A stream-ordered free of pool memory with work still pending on its stream: the block is
+// reused only after that work (a created non-blocking stream; another thread's per-thread
+// default stream in a program that creates no stream).
+TEST(Reliability, StreamOrderedFreeOfPoolMemoryWaitsForItsStream) {
+  for (const char* c : {"order", "order_ptsz"}) {
+    ProgResult base = run("prog_freematrix", {c}, {}, false);
+    ProgResult r = run("prog_freematrix", {c});
+    EXPECT_EQ(base.status, 0) << c << ": " << base.out << base.err;
+    EXPECT_NE(base.out.find("order q ok"), std::string::npos) << c << ": " << base.out;
+    EXPECT_EQ(r.status, 0) << c << ": " << r.err;
+    EXPECT_TRUE(r.out == base.out) << c << first_differences(base.out, r.out);
+    remove_tree(r.dir);
+    remove_tree(base.dir);
+  }
+}
+
+// Issue 33: an allocation that fails for another reason than memory (no device, a driver
+// older than the runtime) is passed through as it is: same answers, no OOM report ("CUDA out
+// of memory ... on device -1"), no OOM record, at most one line naming the error.
+TEST(Reliability, NonOomErrorsAreNotReportedAsOutOfMemory) {
+  struct Case {
+    const char* env;
+    const char* name;  // the error's name, as the line must say it
+  } cases[] = {{"SIMCUDA_DEVICE_COUNT=0", "cudaErrorNoDevice"},
+               {"SIMCUDA_DRIVER_VERSION=12000", "cudaErrorInsufficientDriver"}};
+  for (const Case& c : cases)
+    for (const char* pool : {"GPUHEAP_POOL=1", "GPUHEAP_POOL=0"}) {
+      ProgResult base = run("prog_freematrix", {"no_gpu"}, {c.env}, false);
+      ProgResult r = run("prog_freematrix", {"no_gpu"}, {c.env, pool});
+      EXPECT_EQ(base.status, 0) << c.env;
+      EXPECT_NE(base.out.find("rc=" + std::string(std::strstr(c.name, "NoDevice") ? "100" : "35")), std::string::npos)
+          << c.env << ": " << base.out;
+      EXPECT_EQ(r.status, base.status) << c.env << " " << pool;
+      EXPECT_TRUE(r.out == base.out) << c.env << " " << pool << first_differences(base.out, r.out);
+      EXPECT_EQ(r.err.find("out of memory"), std::string::npos) << c.env << " " << pool << ": " << r.err;
+      EXPECT_LE(count_of(r.err, "gpuheap:"), 1) << c.env << " " << pool << ": " << r.err;
+      if (count_of(r.err, "gpuheap:") == 1)
+        EXPECT_NE(r.err.find(c.name), std::string::npos) << c.env << " " << pool << ": " << r.err;
+      std::uint64_t ooms = 0;
+      for (const std::string& t : r.traces) ooms += scan(t).ooms;
+      EXPECT_EQ(ooms, 0u) << c.env << " " << pool;
+      std::printf("[figure] %s %s: answers %s the runtime's, %llu OOM records, stderr: %s\n", c.env, pool,
+                  r.out == base.out ? "equal" : "DIFFER FROM", static_cast<unsigned long long>(ooms),
+                  r.err.empty() ? "(nothing)" : r.err.substr(0, r.err.find('\n')).c_str());
+      remove_tree(r.dir);
+      remove_tree(base.dir);
+    }
+}
+
 // ---------------------------------------------------------------- multi-device
 
 TEST(Reliability, TwoDevicesPerDevicePoolsAndCrossDeviceFree) {

@@ -31,6 +31,21 @@ size_t parse_bytes(const char* s) {
   return static_cast<size_t>(v * mult);
 }
 
+}  // namespace
+
+int driver_version() {
+  static const int v = [] {
+    const char* e = std::getenv("SIMCUDA_DRIVER_VERSION");
+    if (e == nullptr || *e == '\0') return kDriverVersion;
+    char* end = nullptr;
+    long n = std::strtol(e, &end, 10);
+    return end != e && *end == '\0' && n >= 1000 && n <= kDriverVersion ? static_cast<int>(n) : kDriverVersion;
+  }();
+  return v;
+}
+
+namespace {
+
 State* make_state() {
   auto* s = new State();
   int count = 1;
@@ -134,7 +149,7 @@ SIM_API CUresult cuInit(unsigned int flags) {
 
 SIM_API CUresult cuDriverGetVersion(int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *version = kDriverVersion;
+  *version = driver_version();
   return CUDA_SUCCESS;
 }
 

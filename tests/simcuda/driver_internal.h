@@ -27,6 +27,9 @@
 namespace gpuheap::detail::sim {
 
 constexpr int kDriverVersion = 13000;
+// The version the driver reports: kDriverVersion, or SIMCUDA_DRIVER_VERSION (1000..13000),
+// for a driver older than the runtime.
+int driver_version();
 constexpr size_t kAllocAlign = 512;              // accounting granularity of every allocation
 constexpr size_t kVmmGranularity = size_t{2} << 20;  // cuMemGetAllocationGranularity
 

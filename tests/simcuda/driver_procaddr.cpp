@@ -140,7 +140,7 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
   constexpr cuuint64_t kValid = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   // "If the specified CUDA version is greater than the driver version, the API will return
   // CUDA_ERROR_INVALID_VALUE."
-  if ((flags & ~kValid) != 0 || version > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~kValid) != 0 || version > driver_version()) return CUDA_ERROR_INVALID_VALUE;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   const Entry* best = nullptr;
   bool known = false;
