@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (see
-# ../shared/notes/gpu-machine.md): the CLI with the libraries it needs beyond glibc and
+# Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (the lent H100 and
+# H200 hosts: Ubuntu 24.04 with the CUDA toolkit and PyTorch, but no libunwind and no zstd): the CLI with the libraries it needs beyond glibc and
 # libstdc++ (spdlog, fmt, libdw, libelf, libzstd: `gpuheap run` compresses its traces at exit;
 # RUNPATH $ORIGIN, for the CLI alone), libgpuheap.so
 # with its bundled libunwind, and a COMMIT file naming the build's commit for bench/results.
