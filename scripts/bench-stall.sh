@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does writeback stall a traced program? (docs/reliability.md, open issue 4.) Runs
+# Does writeback stall a traced program? (docs/reliability.md, "Known limits".) Runs
 # build/bench/bench_stall (THREADS threads timing every cudaMalloc+cudaFree pair) under
 # libgpuheap.so on the simulated runtime, stacks on, in three configurations, ROUNDS times
 # interleaved:
