@@ -83,9 +83,9 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
     // once the batches before it are: those holding views into the reader's buffer must be
     // fed before the next read.
     // One prefetch stage only: a second one half a window later (reading the live entry to
-    // prefetch what it points at) stalled on that entry, which had not arrived 8 or 16
-    // records after its prefetch (perf: a quarter of the replay's samples), and cost ~30
-    // instructions a record; without it the replay was no slower (bench/results 2026-12-05).
+    // prefetch what it points at) stalled on that entry, which had often not arrived 8 or 16
+    // records after its prefetch, and cost instructions on every record; without it the
+    // replay was no slower.
     constexpr std::size_t kBatch = 16;
     std::vector<format::EventRecord> batches(2 * kBatch);
     format::EventRecord* ahead = batches.data();

@@ -1,6 +1,6 @@
 // An open-addressing hash map for u64 keys (linear probing, backward-shift deletion).
 // The replay does several lookups per event; std::unordered_map's node allocation and
-// pointer chasing would dominate the 20 M events/s budget.
+// pointer chasing would dominate the replay's time per event.
 #pragma once
 
 #include <sys/mman.h>
@@ -19,7 +19,7 @@ namespace detail {
 // A prefetch of p's cache line that the compiler cannot delete. GCC 12 (-O1 and up) deems a
 // function of loads and __builtin_prefetch free of side effects and deletes the calls to it
 // wherever it sees the body (it did so to FlatMap::prefetch and Model::prefetch, so the replay
-// ran unprefetched: 9bcdc28, 7b9b195); an asm volatile statement is never deleted, so the
+// once ran unprefetched); an asm volatile statement is never deleted, so the
 // functions around it can be inlined. The address goes in a register ("r"), not as a memory
 // operand: `*p` of a pointer that may be null would let the compiler assume it is not. (An
 // address operand, "p" with %a0, saves a lea but clang 14's assembler rejects it.)
@@ -116,7 +116,7 @@ class FlatMap {
   //
   // prefetch_line, not __builtin_prefetch: GCC 12 kept this out of line for 64-byte slots
   // (two prefetches), found it free of side effects and deleted every call, so the live map
-  // was never prefetched (7b9b195). always_inline now only for speed (a call per record).
+  // was never prefetched. always_inline now only for speed (a call per record).
   // FlatMapPrefetch.WholeLineSlotsArePrefetched (tests/unit/test_model_edges.cpp) checks
   // the machine code.
   __attribute__((always_inline)) void prefetch(std::uint64_t k, bool value = true) const {

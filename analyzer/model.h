@@ -442,8 +442,8 @@ class Model {
   }
   // What a release takes off its site (live bytes and count, temporaries), applied a few
   // releases later: the site is known only from the live entry that the release itself has
-  // just loaded, too late to prefetch, and its line missed the cache at 5-6 % of the replay's
-  // samples. A release queues its drop and prefetches the line; the drop is applied when
+  // just loaded, too late to prefetch, and its line was one of the replay's costliest cache
+  // misses. A release queues its drop and prefetches the line; the drop is applied when
   // kSiteDrops later ones have been queued, or before anything reads the sites
   // (flush_site_drops: every record that feed(const format::Record&) takes, window edges,
   // finish, and an alloc whose site's live bytes exceed its maximum, the one reader on the
@@ -497,8 +497,8 @@ class Model {
   // That hit test reads the segment, never what follows.
   // A hint also holds, for prefetch() alone, where its segment starts and its bitmap (with
   // the bytes it covers; 0 without one), as when the hint was set: prefetch() then finds the
-  // bitmap word without loading the segment (a dependent load that missed the cache, 6 % of
-  // the replay's samples), and only prefetches the segment's line. A hint is forgotten
+  // bitmap word without loading the segment (a dependent load that often missed the cache),
+  // and only prefetches the segment's line. A hint is forgotten
   // whenever its slot's segment or bitmap changes (seg_hints_forget), so these stay true;
   // nothing but prefetches reads them.
   struct SegHint {

@@ -1,8 +1,8 @@
 // Model's per-event path: alloc, free and free_completed, the block-edge bitmaps they keep,
 // and the replay loop's batches (feed_batch) with their prefetches. One translation unit so
 // that feed_batch can take it all inline (flatten): out of line, the handlers and their
-// helpers cost ~75 instructions a record in calls, spills and reloads (callgrind, 500
-// k-record trace: 524 -> 448 with the rest of 91c1b2a). Out of line, in model.cpp and
+// helpers cost a sixth of the replay's instructions in calls, spills and reloads (the
+// commit that made it so gives the figures). Out of line, in model.cpp and
 // model_edges.cpp: a new device, a table's growth (FlatMap::rehash is noinline), the edges_
 // hash map's path (segments over 32 MiB or beyond the bitmaps' budget, blocks a bitmap cannot
 // hold) and a damaged trace's repairs. model.cpp feeds every other record, and these ones
@@ -359,11 +359,11 @@ __attribute__((flatten)) void Model::feed_batch(const format::EventRecord* e, st
 __attribute__((noinline)) void Model::feed_rest(const format::EventRecord& e) { feed(e); }
 
 // Inlined into feed_batch: the prefetches are prefetch_line's asm statements, which GCC
-// cannot delete as it deleted __builtin_prefetch calls in a function of loads (9bcdc28).
+// cannot delete as it deleted __builtin_prefetch calls in a function of loads (flat_map.h).
 // Without a branch on the record's type (but on the edges_ path, which few traces take):
 // alloc, free and free_completed come in an order no predictor learns, and the switch here
 // mispredicted about a third of the records (format::decode_batch_event says the same of
-// the decoding; this and that took ~8 % off the replay's time). Whether a site is an
+// the decoding; both measurably shortened the replay). Whether a site is an
 // alloc's is computed, not branched on; a free's bitmap prefetch, which it does not need, is
 // the line its free_completed will.
 void Model::prefetch(const format::EventRecord& e) const {

@@ -2,7 +2,7 @@
 // every one. Run by scripts/bench-stall.sh under libgpuheap.so on the simulated runtime, with
 // and without a process dirtying the page cache beside it, to measure whether the trace
 // sink's stores into its shared file mapping stall the program under writeback
-// (docs/reliability.md, open issue 4). Prints one JSON object.
+// (docs/reliability.md, "Known limits"). Prints one JSON object.
 //   bench_stall [THREADS=4] [SECONDS=10] [BYTES=4096] [RATE=0]
 // RATE > 0: each thread issues at most RATE pairs per second (paced on an absolute clock, so a
 // stall is followed by a catch-up burst, as in a training loop that fell behind); 0: flat out.

@@ -4,7 +4,7 @@
 #                                           (RUNPATH $ORIGIN); `gpuheap run` looks in
 #                                           ../lib/gpuheap relative to its own executable
 #   PREFIX/include/gpuheap.h                the C API (preload/gpuheap.h)
-#   PREFIX/share/doc/gpuheap/               README.md, docs/*.md
+#   PREFIX/share/doc/gpuheap/               README.md, LICENSE, docs/*.md
 #   PREFIX/share/gpuheap/python/            the pytest plugin (pytest_gpuheap.py, pyproject.toml)
 # The simulated CUDA runtime (tests/simcuda) is a test tool and is not installed.
 # The preload's directory is fixed (not CMAKE_INSTALL_LIBDIR) because run.cpp finds it by
@@ -26,7 +26,8 @@ endif()
 # OPTIONAL: a tree without the C API yet installs without it.
 install(FILES ${CMAKE_SOURCE_DIR}/preload/gpuheap.h DESTINATION include OPTIONAL)
 file(GLOB _gpuheap_docs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
-install(FILES ${CMAKE_SOURCE_DIR}/README.md ${_gpuheap_docs} DESTINATION share/doc/gpuheap)
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/LICENSE ${_gpuheap_docs}
+        DESTINATION share/doc/gpuheap)
 install(FILES ${CMAKE_SOURCE_DIR}/python/pytest_gpuheap/pytest_gpuheap.py
               ${CMAKE_SOURCE_DIR}/python/pytest_gpuheap/pyproject.toml
               ${CMAKE_SOURCE_DIR}/python/pytest_gpuheap/README.md

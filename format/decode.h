@@ -254,8 +254,8 @@ inline T load(const unsigned char* p) {
 }
 // An alloc / free payload is, byte for byte, the in-memory AllocRecord / FreeRecord
 // (little-endian, asserted in trace.h; fields at the wire's offsets, kind a byte), so
-// decode_event copies it whole (a few vector moves) instead of field by field: ~10
-// instructions a record of the replay's hot path. A layout change must fail here, not
+// decode_event copies it whole (a few vector moves) instead of field by field, which saves
+// instructions on every record of the replay's hot path. A layout change must fail here, not
 // decode garbage.
 static_assert(sizeof(AllocKind) == 1 && offsetof(AllocRecord, tid) == 8 && offsetof(AllocRecord, device) == 12 &&
               offsetof(AllocRecord, kind) == 14 && offsetof(AllocRecord, flags) == 15 &&

@@ -12,6 +12,7 @@
 #     binary and BASELINE: the noise-free figure where the machine is shared
 #   NOTE="...": free text stored in the result (e.g. that other jobs shared the machine)
 EVENTS=${EVENTS:-10000000}
+# shellcheck source=scripts/bench-common.sh
 . "$(dirname "$0")/bench-common.sh"
 out="bench/results/analyzer-$(date +%Y-%m-%d)-$commit.json"
 plain="$tdir/analyzer-$EVENTS.trace"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared preamble of the scripts/bench-*.sh throughput scripts: source it, don't run it.
 # Reads BUILD_DIR=build RUNS=3 CPU=1 (core to pin to) KEEP_TRACES=dir (keep generated traces
 # there, reused when present). Sets gh, gen (binaries), commit, dirty, tdir (scratch dir),
@@ -9,8 +10,12 @@ RUNS=${RUNS:-3}
 CPU=${CPU:-1}
 gh="$BUILD_DIR/gpuheap"
 gen="$BUILD_DIR/gpuheap_gen_trace"
-[ -x "$gh" ] && [ -x "$gen" ] || { echo "$(basename "$0"): build first (scripts/setup.sh): $gh, $gen" >&2; exit 2; }
+if [ ! -x "$gh" ] || [ ! -x "$gen" ]; then
+  echo "$(basename "$0"): build first (scripts/setup.sh): $gh, $gen" >&2; exit 2
+fi
+# shellcheck disable=SC2034  # commit and dirty are read by the scripts that source this file
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# shellcheck disable=SC2034  # (as above)
 dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo true || echo false)
 if [ -n "${KEEP_TRACES:-}" ]; then tdir=$KEEP_TRACES; mkdir -p "$tdir"; else tdir=$(mktemp -d); trap 'rm -rf "$tdir"' EXIT; fi
 pin=(); command -v taskset >/dev/null && pin=(taskset -c "$CPU")

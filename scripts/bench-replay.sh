@@ -10,6 +10,7 @@
 EVENTS=${EVENTS:-2000000}
 CG_EVENTS=${CG_EVENTS:-500000}
 POLICIES=${POLICIES:-gpuheap torch none}
+# shellcheck source=scripts/bench-common.sh
 . "$(dirname "$0")/bench-common.sh"
 out="bench/results/replay-$(date +%Y-%m-%d)-$commit.json"
 trace="$tdir/replay-$EVENTS.trace"

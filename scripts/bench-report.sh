@@ -14,7 +14,7 @@ RUNS=${RUNS:-3}
 CPU=${CPU:-1}
 gh="$BUILD_DIR/gpuheap"
 gen="$BUILD_DIR/gpuheap_gen_trace"
-[ -x "$gh" ] && [ -x "$gen" ] || { echo "bench-report: build first (scripts/setup.sh): $gh, $gen" >&2; exit 2; }
+if [ ! -x "$gh" ] || [ ! -x "$gen" ]; then echo "bench-report: build first (scripts/setup.sh): $gh, $gen" >&2; exit 2; fi
 browser=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$browser" ] || { echo "bench-report: no chromium (scripts/setup.sh installs it)" >&2; exit 2; }
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

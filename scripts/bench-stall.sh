@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does writeback stall a traced program? (docs/reliability.md, open issue 4.) Runs
+# Does writeback stall a traced program? (docs/reliability.md, "Known limits".) Runs
 # build/bench/bench_stall (THREADS threads timing every cudaMalloc+cudaFree pair) under
 # libgpuheap.so on the simulated runtime, stacks on, in three configurations, ROUNDS times
 # interleaved:
@@ -53,7 +53,7 @@ measure() {  # name trace_dir round
   env LD_LIBRARY_PATH="$PWD/build/simcuda" LD_PRELOAD="$PWD/build/libgpuheap.so" GPUHEAP_QUIET=1 \
       GPUHEAP_OUTPUT="$2/stall.%p.trace" GPUHEAP_STACKS=1 build/bench/bench_stall "$threads" "$secs" 4096 "$rate" > "$out"
   local trace
-  trace=$(ls -t "$2"/stall.*.trace | head -1)
+  trace=$(find "$2" -maxdepth 1 -name 'stall.*.trace' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
   python3 - "$out" "$dirty" "$(stat -c %s "$trace")" <<'PY'
 import json, sys
 p, dirty, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -8,7 +8,7 @@
 #   GEN=build/gpuheap_gen_trace  EXTRA="more traces"  KEEP=dir (keep/reuse generated traces)
 #   ONLY=replay (only the replay commands)  ONLY=analyzer (only the others)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 old=${1:?usage: compare-outputs.sh OLD_BINARY [NEW_BINARY]}
 new=${2:-build/gpuheap}
 gen=${GEN:-build/gpuheap_gen_trace}
@@ -16,8 +16,8 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 tdir=${KEEP:-$work/traces}; mkdir -p "$tdir"
 if [ -x "$gen" ]; then
   for spec in "1 20000" "2 200000" "7 1000000" "3 50000 --no-end" "5 300000 --zstd"; do
-    set -- $spec; f="$tdir/gen-s$1-n$2${3:+$3}.trace"; [ "${3:-}" = --zstd ] && f="$f.zst"
-    [ -s "$f" ] || "$gen" "$f" "$2" --seed "$1" ${3:+$3} 2>/dev/null
+    read -r seed n opt <<<"$spec"; f="$tdir/gen-s$seed-n$n$opt.trace"; [ "$opt" = --zstd ] && f="$f.zst"
+    [ -s "$f" ] || "$gen" "$f" "$n" --seed "$seed" ${opt:+"$opt"} 2>/dev/null
   done
 fi
 # The simcuda programs the preload tests run, recorded under the preload (as the tests do).
@@ -36,7 +36,7 @@ if [ -f build/libgpuheap.so ] && [ -d build/tests/preload ]; then
   done
 fi
 # Damaged inputs: cut mid-record, a zeroed stretch, empty, not a trace at all.
-src=$(ls "$tdir"/gen-s1-*.trace 2>/dev/null | head -1)
+src=$(find "$tdir" -maxdepth 1 -name 'gen-s1-*.trace' | sort | head -1)
 if [ -n "$src" ] && [ ! -f "$tdir/bad-cut.trace" ]; then
   head -c 100003 "$src" > "$tdir/bad-cut.trace"
   cp "$src" "$tdir/bad-zeroed.trace"; dd if=/dev/zero of="$tdir/bad-zeroed.trace" bs=1 seek=50000 count=300 conv=notrunc 2>/dev/null

@@ -56,6 +56,6 @@ for t in $targets; do
   # -fork mode prints no final stats; its last status line carries the total count.
   n=$(grep -E '^stat::number_of_executed_units' "$run/fuzz.log" | awk '{print $2}' || true)
   [ -n "$n" ] || n=$(grep -oE '^#[0-9]+' "$run/fuzz.log" | tail -1 | tr -d '#' || true)
-  echo "fuzz: $t ok: ${n:-?} executions in ${tsecs} s, $(ls "$run/artifacts" | wc -l) artifacts"
+  echo "fuzz: $t ok: ${n:-?} executions in ${tsecs} s, $(find "$run/artifacts" -mindepth 1 -maxdepth 1 | wc -l) artifacts"
 done
 exit $status

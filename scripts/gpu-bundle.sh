@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (see
-# ../shared/notes/gpu-machine.md): the CLI with the libraries it needs beyond glibc and
+# Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (the lent H100 and
+# H200 hosts: Ubuntu 24.04 with the CUDA toolkit and PyTorch, but no libunwind and no zstd): the CLI with the libraries it needs beyond glibc and
 # libstdc++ (spdlog, fmt, libdw, libelf, libzstd: `gpuheap run` compresses its traces at exit;
 # RUNPATH $ORIGIN, for the CLI alone), libgpuheap.so
 # with its bundled libunwind, and a COMMIT file naming the build's commit for bench/results.
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 out=${1:-.carry/bin}
 command -v patchelf >/dev/null || { echo "gpu-bundle: patchelf is needed (apt-get install patchelf)" >&2; exit 2; }
-test -x "$BUILD_DIR/gpuheap" && test -f "$BUILD_DIR/libgpuheap.so" || { echo "gpu-bundle: build first (scripts/setup.sh)" >&2; exit 2; }
+if [ ! -x "$BUILD_DIR/gpuheap" ] || [ ! -f "$BUILD_DIR/libgpuheap.so" ]; then echo "gpu-bundle: build first (scripts/setup.sh)" >&2; exit 2; fi
 rm -rf "$out"; mkdir -p "$out"
 cp "$BUILD_DIR/gpuheap" "$BUILD_DIR/libgpuheap.so" "$out/"
 cp -L "$BUILD_DIR"/libunwind*.so* "$out/"
@@ -22,10 +22,10 @@ for lib in $(ldd "$BUILD_DIR/gpuheap" | awk '/libspdlog|libfmt|libdw|libelf|libz
 if command -v zstd >/dev/null; then
   cp -L "$(command -v zstd)" "$out/"
   for lib in $(ldd "$(command -v zstd)" | awk '/libzstd|liblzma|liblz4/ {print $3}'); do cp -L "$lib" "$out/"; done
-  patchelf --set-rpath '$ORIGIN' "$out/zstd"
+  patchelf --set-rpath "\$ORIGIN" "$out/zstd"
 fi
-patchelf --set-rpath '$ORIGIN' "$out/gpuheap"
-for f in "$out"/libspdlog* "$out"/libfmt* "$out"/libdw* "$out"/libelf*; do patchelf --set-rpath '$ORIGIN' "$f"; done
+patchelf --set-rpath "\$ORIGIN" "$out/gpuheap"
+for f in "$out"/libspdlog* "$out"/libfmt* "$out"/libdw* "$out"/libelf*; do patchelf --set-rpath "\$ORIGIN" "$f"; done
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD || commit="$commit-dirty"
 echo "$commit" > "$out/COMMIT"

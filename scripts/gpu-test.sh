@@ -9,7 +9,7 @@
 #   --bench               also run bench/gpu_bench.py --latency afterwards (step time beside torch's memory
 #                         history, in rounds; allocation latency)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 bench=0; only=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,7 +26,8 @@ if [ ! -x "$bin/gpuheap" ] || [ ! -f "$bin/libgpuheap.so" ]; then
   [ -n "${GPUHEAP_BIN_DIR:-}" ] && { echo "gpu-test: no gpuheap binaries in $bin" >&2; exit 2; }
   scripts/setup.sh || exit 2
 fi
-export GPUHEAP_BIN_DIR=$(cd "$bin" && pwd)
+GPUHEAP_BIN_DIR=$(cd "$bin" && pwd) || exit 2
+export GPUHEAP_BIN_DIR
 PY=${PYTHON:-python3}
 day=$(date +%F)
 mkdir -p bench/results

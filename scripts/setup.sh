@@ -25,7 +25,10 @@ if [ ! -f "$CUDA_ROOT/include/cuda.h" ]; then
   exit 2
 fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_ROOT="$CUDA_ROOT" ${CMAKE_ARGS:-} >/dev/null
+  read -r -a cmake_args <<<"${CMAKE_ARGS:-}"  # a list of options, split on blanks
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDA_ROOT="$CUDA_ROOT" "${cmake_args[@]}" >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" 2>&1 | grep -E "error|warning: unused|FAILED|Error" || true
-test -x "$BUILD_DIR/gpuheap" && test -f "$BUILD_DIR/libgpuheap.so" || { echo "setup: build failed" >&2; cmake --build "$BUILD_DIR" -j1 2>&1 | tail -40; exit 1; }
+if [ ! -x "$BUILD_DIR/gpuheap" ] || [ ! -f "$BUILD_DIR/libgpuheap.so" ]; then
+  echo "setup: build failed" >&2; cmake --build "$BUILD_DIR" -j1 2>&1 | tail -40; exit 1
+fi

@@ -1,6 +1,7 @@
 // The real CUDA entry points behind our interposers, and how we find them.
 //
-// A hooked function can be reached three ways (see ../shared/notes/interposition.md):
+// A hooked function can be reached three ways (CUDA C++ Programming Guide, "Driver Entry
+// Point Access"; static cudart takes the third for every driver function):
 // by symbol (dynamic libcudart, as PyTorch uses), through dlsym(handle, name), and through
 // cuGetProcAddress / cudaGetDriverEntryPoint (static cudart, CuPy, JAX, NCCL, PyTorch's
 // expandable segments). Each route hands us the real pointer it resolved, which we keep

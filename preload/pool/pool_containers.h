@@ -89,7 +89,7 @@ class PtrMap {
 
 // The pool's lock. Critical sections are tens of ns, so under contention a waiter that
 // sleeps at once (std::mutex) pays a futex round trip per operation: on a 16-core host,
-// 16 threads sharing one pool ran ~10x slower than with a short spin first. Drepper's
+// 16 threads sharing one pool ran many times slower than with a short spin first. Drepper's
 // three-state futex mutex ("Futexes Are Tricky", mutex3) plus a bounded spin.
 class SpinFutexMutex {
  public:

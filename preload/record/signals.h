@@ -1,7 +1,7 @@
 // Fatal-signal handlers: close the trace, then let the program die (or go on) exactly as it
 // would have without gpuheap. Every signal whose default action terminates the process
 // (signal(7) "Term"/"Core") is covered except SIGKILL and the real-time signals, in two
-// classes (signals.cpp has the list; docs/reliability.md "Round 2 (preload)" the reasons):
+// classes (signals.cpp has the list; docs/reliability.md "Signals" the reasons):
 //
 //  - chained: SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM. Installed at start
 //    (signals_install); a program's own handler is chained to and ours kept in front of it:

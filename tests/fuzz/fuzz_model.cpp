@@ -1,6 +1,6 @@
 // libFuzzer target for the trace reader and the model (the replay of events): arbitrary
 // bytes as a trace file through analyze(), without the reports, so it runs at thousands of
-// inputs per second (the long runs counted in docs/reliability.md use this target).
+// inputs per second (the long runs counted in docs/dev/reliability-history.md use this target).
 // Findings: anything but an InputError escaping, a sanitizer report, a hang (-timeout) or
 // memory beyond -rss_limit_mb.
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Allocation patterns with known numbers, run under the preload on simcuda by test_golden.cpp.
 // Each mode prints "line NAME N" for the source line of every allocation site the test names
 // (the __LINE__ of the call, on the same line), so file:line expectations follow this file.
+// clang-format is off from the includes on: it would move each call to a line of its own.
 //   golden_prog pooled   3 x 1000 B + 3 MiB, free one 1000 B, then 2000 B; free all
 //   golden_prog kinds    async, managed, host pinned and VMM allocations
 //   golden_prog sites    temporaries, many small allocations, one peak allocation, a leak
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+// clang-format off
 #define CHECK(c)                                                                  \
   do {                                                                            \
     if (!(c)) {                                                                   \

@@ -13,14 +13,15 @@ for f in bin/gpuheap lib/gpuheap/libgpuheap.so share/doc/gpuheap/README.md share
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
 if [ -f "$src/preload/gpuheap.h" ]; then [ -f "$prefix/include/gpuheap.h" ] || fail "include/gpuheap.h not installed"; fi
-[ ! -e "$prefix/bin/simcuda" ] && [ -z "$(find "$prefix" -name 'libcudart*' -o -name 'libcuda.so*')" ] \
-  || fail "simcuda was installed"
+if [ -e "$prefix/bin/simcuda" ] || [ -n "$(find "$prefix" -name 'libcudart*' -o -name 'libcuda.so*')" ]; then
+  fail "simcuda was installed"
+fi
 # Bundled runtime libraries travel with the preload and are found through RUNPATH $ORIGIN.
 for f in "$build"/libunwind*.so*; do
   [ -e "$f" ] || continue
   [ -e "$prefix/lib/gpuheap/$(basename "$f")" ] || fail "bundled $(basename "$f") not installed"
 done
-readelf -d "$prefix/lib/gpuheap/libgpuheap.so" | grep -E 'R(UN)?PATH' | grep -q '\$ORIGIN' \
+readelf -d "$prefix/lib/gpuheap/libgpuheap.so" | grep -E 'R(UN)?PATH' | grep -qF "\$ORIGIN" \
   || fail "libgpuheap.so has no RUNPATH \$ORIGIN"
 if readelf -d "$prefix/bin/gpuheap" | grep -E 'R(UN)?PATH' | grep -q "$build"; then
   fail "installed gpuheap still has the build tree in its RUNPATH"
@@ -29,14 +30,15 @@ fi
 
 # DESTDIR staging (packaging) puts the same files under DESTDIR/PREFIX.
 DESTDIR=$tmp/stage "$cmake" --install "$build" --prefix /opt/gpuheap >/dev/null || fail "DESTDIR install"
-[ -x "$tmp/stage/opt/gpuheap/bin/gpuheap" ] && [ -f "$tmp/stage/opt/gpuheap/lib/gpuheap/libgpuheap.so" ] \
-  || fail "DESTDIR install misses bin/gpuheap or lib/gpuheap/libgpuheap.so"
+if [ ! -x "$tmp/stage/opt/gpuheap/bin/gpuheap" ] || [ ! -f "$tmp/stage/opt/gpuheap/lib/gpuheap/libgpuheap.so" ]; then
+  fail "DESTDIR install misses bin/gpuheap or lib/gpuheap/libgpuheap.so"
+fi
 
 # The installed CLI finds its preload (no build tree on any path) and traces a simcuda program.
 trace=$tmp/mini.trace
 LD_LIBRARY_PATH=$build/simcuda "$prefix/bin/gpuheap" run -o "$trace" -- "$prog" 3 2 64 \
   >"$tmp/run.out" 2>"$tmp/run.err" || { cat "$tmp/run.err"; fail "installed gpuheap run"; }
-t=$(ls "$tmp"/mini.trace* | head -1)
+t=$(find "$tmp" -maxdepth 1 -name 'mini.trace*' | sort | head -1)
 [ -n "$t" ] || fail "no trace written"
 "$prefix/bin/gpuheap" summary "$t" >"$tmp/summary.txt" || { cat "$tmp/summary.txt"; fail "installed gpuheap summary"; }
 grep -q "Peak memory consumers" "$tmp/summary.txt" || { cat "$tmp/summary.txt"; fail "summary has no peak consumers"; }

@@ -2,7 +2,7 @@
 // the simulated CUDA runtime through load, SIGKILL, crashes, odd exits, API misuse, disk
 // trouble, fork, dlopen and several devices. Whatever the job does must end exactly as it
 // ends without gpuheap (compared by running both), and the trace must always decode.
-// Figures are printed as "[figure] ..." lines; docs/reliability.md collects them.
+// Figures are printed as "[figure] ..." lines; docs/reliability.md quotes the current ones.
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -534,7 +534,7 @@ TEST(Reliability, EveryTerminatingSignalClosesTheTrace) {
     end_case({mode.c_str(), 0, 128 + sig, 1, 100, nullptr});
   }
 }
-// Real-time signals are the program's own (docs/reliability.md, Round 2): gpuheap does not
+// Real-time signals are the program's own (docs/reliability.md, "Signals"): gpuheap does not
 // touch them; a stray one still kills with its own status, the trace then has no `end`.
 TEST(Reliability, RealTimeSignalsAreLeftAlone) {
   std::string mode = "raise=" + std::to_string(SIGRTMIN + 1);

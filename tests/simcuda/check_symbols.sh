@@ -17,7 +17,7 @@ err() { echo "FAIL: $*"; fail=1; }
 
 # ---- runtime ----
 readelf -dW "$rt" | grep -q 'SONAME.*\[libcudart.so.13\]' || err "libcudart SONAME"
-readelf -dW "$rt" | grep -q 'RUNPATH.*\[\$ORIGIN\]' || err "libcudart RUNPATH \$ORIGIN"
+readelf -dW "$rt" | grep 'RUNPATH' | grep -qF "[\$ORIGIN]" || err "libcudart RUNPATH \$ORIGIN"
 readelf -dW "$rt" | grep -q 'NEEDED.*libcuda\.so' && err "libcudart must dlopen libcuda, not link it"
 # Defined dynamic symbols: "name@@version" in readelf --dyn-syms (skip the version-node symbol).
 mapfile -t rt_syms < <(readelf --dyn-syms -W "$rt" | awk '$7 != "UND" && $4 == "FUNC" {print $8}')

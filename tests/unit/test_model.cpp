@@ -303,7 +303,7 @@ TEST(Model, SiteMaximumExactWithQueuedDrops) {
   EXPECT_EQ(s[2].live_count, 2);
 
   // A damaged trace's sizes, where a queued drop would let the live bytes wrap around past
-  // the maximum: the queue is applied first, as if there were none (review of 812174d).
+  // the maximum: the queue is applied first, as if there were none (found in review).
   TraceBuilder h;
   const std::uint64_t big = std::uint64_t{1} << 62;
   h.alloc(0x1000, big, big, 1, AllocKind::device_passthrough);

@@ -206,7 +206,7 @@ TEST(ModelEdges, SharedEndBoundary) {
 
 // FlatMap::prefetch on a map of 64-byte slots (the live map's) must leave prefetch
 // instructions in the caller: GCC 12 once deleted the calls (flat_map.h says why), and the
-// replay then ran without its live-map prefetches. Since 91c1b2a the prefetches are asm
+// replay then ran without its live-map prefetches. Now the prefetches are asm
 // statements, which the compiler cannot delete; the test still checks that both lines of
 // a whole-line slot (the slot and the next) are prefetched. Reads a caller's machine code (x86).
 namespace {
