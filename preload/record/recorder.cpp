@@ -364,6 +364,10 @@ void recorder_stop(format::EndReason reason) noexcept {
   pthread_mutex_unlock(&g_ctl_mu);
 }
 
+void recorder_end_at_exit() noexcept { sink_emergency_flush(true, format::EndReason::exit); }
+bool recorder_end_before_exec() noexcept { return sink_end_before_exec(); }
+void recorder_resume_after_exec() noexcept { sink_resume_after_exec(); }
+
 void recorder_flush() noexcept { sink_flush(); }
 
 const char* recorder_path() noexcept { return g_have_file.load() ? sink_path() : ""; }
