@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -181,6 +182,54 @@ bool env_true(const char* name) {
   return text && detail::parse_bool(text, &v) && v;
 }
 
+// Signals a supervisor, a batch scheduler, `Popen.terminate()` or a terminal sends to `run`
+// go on to the program, as timeout(1) and nsys do: run then waits for it, finishes its
+// traces and exits with its status. One that the kernel sent to the terminal's foreground
+// process group (^C, ^\, a hangup: si_code SI_KERNEL) already reached the program when it
+// is in our group, and is not sent a second time (a second SIGINT would interrupt a Python
+// program's KeyboardInterrupt handling). A signal ignored when run started (nohup's SIGHUP)
+// stays ignored, for the program too.
+constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
+volatile sig_atomic_t g_child = 0;
+
+void forward_signal(int sig, siginfo_t* info, void*) {
+  int saved = errno;
+  pid_t child = g_child;
+  bool group_got_it = info && info->si_code == SI_KERNEL && ::getpgid(child) == ::getpgrp();
+  if (child > 0 && !group_got_it) ::kill(child, sig);
+  errno = saved;
+}
+
+struct Forwarding {
+  struct sigaction old[std::size(kForwarded)] {};
+  sigset_t blocked {}, prev {};
+  // Installed (and the signals blocked) before fork: none arrives before the child's pid is
+  // known; the child restores all, then execs.
+  void install() {
+    ::sigemptyset(&blocked);
+    for (int s : kForwarded) ::sigaddset(&blocked, s);
+    ::sigprocmask(SIG_BLOCK, &blocked, &prev);
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) {
+      ::sigaction(kForwarded[i], nullptr, &old[i]);
+      if (old[i].sa_handler == SIG_IGN) continue;
+      struct sigaction fw {};
+      fw.sa_sigaction = forward_signal;
+      fw.sa_flags = SA_SIGINFO | SA_RESTART;
+      ::sigfillset(&fw.sa_mask);
+      ::sigaction(kForwarded[i], &fw, nullptr);
+    }
+  }
+  void started(pid_t child) {
+    g_child = child;
+    ::sigprocmask(SIG_SETMASK, &prev, nullptr);
+  }
+  void restore() {
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
+    ::sigprocmask(SIG_SETMASK, &prev, nullptr);
+    g_child = 0;
+  }
+};
+
 void prepend_env(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);
   std::string v = value;
@@ -263,17 +312,17 @@ int run_traced(const RunOptions& opt) {
                  set.empty() ? "nothing, already set by you " : set.c_str());
   }
 
-  // Like system(): the child gets ^C; gpuheap waits and still reports the trace paths.
-  struct sigaction ign {}, old_int {}, old_quit {};
-  ign.sa_handler = SIG_IGN;
-  ::sigemptyset(&ign.sa_mask);
-  ::sigaction(SIGINT, &ign, &old_int);
-  ::sigaction(SIGQUIT, &ign, &old_quit);
+  // The program gets ^C and what is sent to run (Forwarding); run waits and still reports
+  // the trace paths.
+  Forwarding fw;
+  fw.install();
   pid_t pid = ::fork();
-  if (pid < 0) throw InputError(fmt::format("run: fork failed: {}", std::strerror(errno)));
+  if (pid < 0) {
+    fw.restore();
+    throw InputError(fmt::format("run: fork failed: {}", std::strerror(errno)));
+  }
   if (pid == 0) {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGQUIT, &old_quit, nullptr);
+    fw.restore();
     std::vector<char*> argv;
     for (const auto& a : opt.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -281,11 +330,11 @@ int run_traced(const RunOptions& opt) {
     std::fprintf(stderr, "gpuheap: cannot execute %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(errno == ENOENT ? 127 : 126);
   }
+  fw.started(pid);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGQUIT, &old_quit, nullptr);
+  fw.restore();
 
   // Lines are trace paths, or "!PID MESSAGE" for a process whose tracing failed
   // (preload/record/recorder.cpp). The list is read through a descriptor opened inside our

@@ -123,3 +123,152 @@ TEST(Ends, PythonOsExit) {
   EXPECT_EQ(c.status, 0) << c.out;
 }
 
+// ---------------------------------------------------------------- signals sent to `run`
+
+namespace {
+
+// Starts `gpuheap run --simulate -o s.trace prog_lifecycle sleep DIR [EXTRA]` in DIR, its
+// output in DIR/run.out; on_tty: in a session of its own on the pty slave `tty` (its
+// controlling terminal, run and the program in its foreground process group).
+pid_t start_run(const std::string& dir, const std::string& extra, const char* tty = nullptr) {
+  std::vector<std::string> args = {kBuild + "/gpuheap", "run", "--simulate", "-o", "s.trace", kLife, "sleep", dir};
+  if (!extra.empty()) args.push_back(extra);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "GPUHEAP_", 8) != 0 && std::strncmp(*e, "LD_PRELOAD=", 11) != 0) env.push_back(*e);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string out = dir + "/run.out";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (tty) {
+      setsid();
+      int t = open(tty, O_RDWR);  // a session leader's first terminal: its controlling one
+      if (t < 0 || ioctl(t, TIOCSCTTY, 0) != 0) _exit(120);
+      dup2(t, 0);
+    }
+    rlimit core{0, 0};
+    setrlimit(RLIMIT_CORE, &core);  // SIGQUIT's default action: no core file
+    int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || chdir(dir.c_str()) != 0) _exit(121);
+    dup2(fd, 1), dup2(fd, 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The program's pid once it wrote DIR/ready (after its allocations), or 0 after 20 s.
+pid_t wait_ready(const std::string& dir) {
+  for (int i = 0; i < 2000; ++i) {
+    std::ifstream in(dir + "/ready");
+    long pid = 0;
+    if (in >> pid && pid > 0) return static_cast<pid_t>(pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// run's exit status (128+N when a signal killed it), -1 if it has not ended within 30 s.
+int wait_status(pid_t pid) {
+  for (int i = 0; i < 3000; ++i) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Whether the process is gone; a leftover (the run that did not forward) is killed.
+bool ended(pid_t pid) {
+  for (int i = 0; i < 200 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (kill(pid, 0) != 0) return true;
+  kill(pid, SIGKILL);
+  return false;
+}
+
+}  // namespace
+
+// SIGTERM to run (Popen.terminate(), a supervisor): the program gets it (its handler writes
+// got-TERM and exits 0), run waits, finishes the trace, prints its path and exits 0. Before:
+// run died with 143 at once, printed nothing, and left the program running, orphaned.
+TEST(Ends, SigtermToRunReachesTheProgram) {
+  std::string dir = make_dir();
+  pid_t run_pid = start_run(dir, "");
+  pid_t prog = wait_ready(dir);
+  ASSERT_GT(prog, 0) << read_all(dir + "/run.out");
+  ASSERT_EQ(kill(run_pid, SIGTERM), 0);
+  int st = wait_status(run_pid);
+  std::string out = read_all(dir + "/run.out");
+  EXPECT_TRUE(ended(prog)) << "the program outlived gpuheap run";
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(exists(dir + "/got-TERM")) << out;
+  EXPECT_NE(out.find("gpuheap: trace written to " + dir + "/s.trace.zst\n"), std::string::npos) << out;
+  CmdRun c = run_cmd(kBuild + "/gpuheap check --max-reserved 1G " + dir + "/s.trace.zst 2>&1");
+  EXPECT_EQ(c.status, 0) << c.out;
+}
+
+// Each forwarded signal, to a program that leaves it at its default action: the program dies
+// of it (the preload's handler writes `end` first), run reports 128+N as a shell would, after
+// finishing the trace and printing its path.
+TEST(Ends, EachForwardedSignalKillsTheProgramAndRunReportsIt) {
+  for (int sig : {SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2}) {
+    SCOPED_TRACE(strsignal(sig));
+    struct sigaction now {};
+    sigaction(sig, nullptr, &now);
+    if (now.sa_handler == SIG_IGN) continue;  // ignored here, so for run too: nothing to forward
+    std::string dir = make_dir();
+    pid_t run_pid = start_run(dir, "default");
+    pid_t prog = wait_ready(dir);
+    ASSERT_GT(prog, 0) << read_all(dir + "/run.out");
+    ASSERT_EQ(kill(run_pid, sig), 0);
+    int st = wait_status(run_pid);
+    std::string out = read_all(dir + "/run.out");
+    EXPECT_TRUE(ended(prog));
+    EXPECT_EQ(st, 128 + sig) << out;
+    EXPECT_NE(out.find("gpuheap: trace written to " + dir + "/s.trace.zst\n"), std::string::npos) << out;
+    CmdRun c = run_cmd(kBuild + "/gpuheap check --max-reserved 1G " + dir + "/s.trace.zst 2>&1");
+    EXPECT_EQ(c.status, 0) << c.out;
+  }
+}
+
+// ^C on a terminal goes to its whole foreground process group, the program included: run
+// does not send it a second one (the program counts exactly one SIGINT), and reports as usual.
+TEST(Ends, TerminalInterruptReachesTheProgramOnce) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  std::string tty = ptsname(master);
+  std::string dir = make_dir();
+  pid_t run_pid = start_run(dir, "", tty.c_str());
+  pid_t prog = wait_ready(dir);
+  ASSERT_GT(prog, 0) << read_all(dir + "/run.out");
+  ASSERT_EQ(write(master, "\x03", 1), 1);  // VINTR: the line discipline signals the group
+  int st = wait_status(run_pid);
+  std::string out = read_all(dir + "/run.out");
+  close(master);
+  EXPECT_TRUE(ended(prog));
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(exists(dir + "/ints=1")) << out;
+  EXPECT_FALSE(exists(dir + "/ints=2")) << "the program got ^C twice";
+  EXPECT_NE(out.find("gpuheap: trace written to " + dir + "/s.trace.zst\n"), std::string::npos) << out;
+}
+
