@@ -22,6 +22,7 @@
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
 #include "analyzer/reader.h"
+#include "analyzer/text_safe.h"
 #include "preload/core/options.h"
 #include "preload/record/outpath.h"
 
@@ -55,6 +56,20 @@ bool holds_events(const std::string& path) {
   } catch (const std::exception&) {
     return true;
   }
+}
+
+// One line of the path list as the preload wrote it (outpath.h append_to_path_file): `\n` a
+// newline, `\\` a backslash; any other backslash is kept (a line of an older preload, which
+// wrote paths as they were).
+std::string path_list_entry(const std::string& line) {
+  std::string out;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\'))
+      out += line[++i] == 'n' ? '\n' : '\\';
+    else
+      out += line[i];
+  }
+  return out;
 }
 
 // `run`'s own status when the command exited 0 but a traced process could not write its
@@ -163,12 +178,27 @@ void check_fixed_output(const std::string& name, const RunOptions& opt) {
     throw InputError(fmt::format("run: cannot remove {}: {}", name, std::strerror(errno)));
 }
 
-// A path as one shell word: quoted when it holds anything but [A-Za-z0-9_./+,:@%=-].
+// A path as one shell word: quoted when it holds anything but [A-Za-z0-9_./+,:@%=-]; with a
+// control character (a newline), as $'...' so that the line stays one line.
 std::string shell_word(const std::string& p) {
   bool plain = !p.empty();
   for (char c : p)
     if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_./+,:@%=-", c)) plain = false;
   if (plain) return p;
+  bool control = false;
+  for (char c : p) control |= static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  if (control) {  // bash's $'...': the line stays one line, the word the same path
+    std::string out = "$'";
+    for (char c : p) {
+      auto u = static_cast<unsigned char>(c);
+      if (c == '\\' || c == '\'') out += '\\', out += c;
+      else if (c == '\n') out += "\\n";
+      else if (c == '\t') out += "\\t";
+      else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+      else out += c;
+    }
+    return out + "'";
+  }
   std::string out = "'";
   for (char c : p) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
@@ -349,15 +379,16 @@ int run_traced(const RunOptions& opt) {
   }
   list.remove();
   std::set<std::string> seen;
-  std::vector<std::string> failures, written;
+  std::vector<std::string> failures, written, gone;
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t nl = text.find('\n', at);
     if (nl == std::string::npos) break;  // a line is whole or was never written
-    std::string line = text.substr(at, nl - at);
+    std::string line = path_list_entry(text.substr(at, nl - at));
     at = nl + 1;
     if (line.empty() || !seen.insert(line).second) continue;
     if (line[0] == '!') failures.push_back(line.substr(1));
+    else if (!exists_as_file(line)) gone.push_back(line);  // removed while the program ran
     else if (holds_events(line)) written.push_back(line);
   }
   // Symbolized and compressed once the program is gone (analyzer/run_finish.h).
@@ -367,7 +398,7 @@ int run_traced(const RunOptions& opt) {
   if (!quiet && !finished.empty()) {
     std::string words;
     for (const auto& p : finished) {
-      std::fprintf(stderr, "gpuheap: trace written to %s\n", p.c_str());
+      std::fprintf(stderr, "gpuheap: trace written to %s\n", text_safe(p).c_str());
       words += " " + shell_word(p);
     }
     std::fprintf(stderr, "Now run: gpuheap summary%s\n", words.c_str());
@@ -375,17 +406,23 @@ int run_traced(const RunOptions& opt) {
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   // Last, so they are what a CI log ends with: a trace that could not be written must not
   // pass as a job that made no GPU allocation.
+  const char* level = opt.allow_no_trace ? "warning" : "error";
   for (const auto& f : failures) {
     std::size_t sp = f.find(' ');
-    std::fprintf(stderr, "gpuheap: %s: tracing failed in process %s: %s\n", opt.allow_no_trace ? "warning" : "error",
-                 f.substr(0, sp).c_str(), sp == std::string::npos ? "" : f.substr(sp + 1).c_str());
+    std::fprintf(stderr, "gpuheap: %s: tracing failed in process %s: %s\n", level, text_safe(f.substr(0, sp)).c_str(),
+                 sp == std::string::npos ? "" : text_safe(f.substr(sp + 1)).c_str());
   }
-  if (!failures.empty() && !opt.allow_no_trace && rc == 0) {
+  // A trace its process created and announced, gone now (its directory removed while the
+  // program ran): not written, as far as the user is concerned (docs/cli.md: exit 3).
+  for (const auto& g : gone)
+    std::fprintf(stderr, "gpuheap: %s: trace %s was removed before the command ended\n", level,
+                 text_safe(g).c_str());
+  std::size_t lost = failures.size() + gone.size();
+  if (lost && !opt.allow_no_trace && rc == 0) {
     std::fprintf(stderr,
                  "gpuheap: error: %zu process%s could not write %s trace; exit status %d "
                  "(--allow-no-trace: the command's own status)\n",
-                 failures.size(), failures.size() == 1 ? "" : "es", failures.size() == 1 ? "its" : "their",
-                 kExitNoTrace);
+                 lost, lost == 1 ? "" : "es", lost == 1 ? "its" : "their", kExitNoTrace);
     return kExitNoTrace;
   }
   return rc;

@@ -576,7 +576,7 @@ void sink_warn_once(const char* msg) noexcept {
   // Async-signal-safe (a crash handler may get here): plain copies and one write(2).
   char line[4400];
   std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: ");
-  n = append_cstr(line, sizeof line - 1, n, msg);
+  n = append_escaped(line, sizeof line - 1, n, msg);  // the paths in it may hold a newline
   line[n++] = '\n';
   write_stderr(line, n);  // never a SIGPIPE for the program (stderr_line.h)
   if (SinkFailureFn fn = g_failure_fn.load()) fn(msg);

@@ -272,3 +272,46 @@ TEST(Ends, TerminalInterruptReachesTheProgramOnce) {
   EXPECT_NE(out.find("gpuheap: trace written to " + dir + "/s.trace.zst\n"), std::string::npos) << out;
 }
 
+// ---------------------------------------------------------------- the path list
+
+// The directory the traces go to removed while the program runs: the trace run was told about
+// is gone, and run says so and exits 3 (docs/cli.md); before, it exited 0 and said nothing.
+TEST(Ends, TraceDirectoryRemovedMidRunIsAFailure) {
+  std::string dir = make_dir();
+  ASSERT_EQ(::mkdir((dir + "/out").c_str(), 0700), 0);
+  CmdRun r = run_in(dir, "-o out/t.trace -- sh -c '" + kProgs + "/prog_files cuda && rm -r out'");
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("gpuheap: error: trace " + dir + "/out/t.trace was removed before the command ended\n"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("trace written to"), std::string::npos) << r.out;
+  // The command's own failure keeps its status.
+  r = run_in(dir, "-o gone/t.trace -- sh -c 'mkdir gone && " + kProgs + "/prog_files cuda; rm -r gone; exit 7'");
+  EXPECT_EQ(r.status, 7) << r.out;
+}
+
+// A program whose name holds a newline names its trace so (%n): the preload's messages and
+// run's lines keep it escaped (one line each), and run still finds, finishes and names the
+// trace. Before, the path list's line broke in two, neither half existed, and run named no
+// trace (exit 0, the trace left raw).
+TEST(Ends, ProgramNameWithANewline) {
+  std::string dir = make_dir();
+  std::string prog = dir + "/two\nlines";
+  ASSERT_EQ(std::system(("cp " + kProgs + "/prog_files '" + prog + "'").c_str()), 0);
+  CmdRun r = run_in(dir, "'" + prog + "' cuda");
+  EXPECT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> files = traces_in(dir);
+  ASSERT_EQ(files.size(), 1u) << r.out;
+  EXPECT_EQ(files[0].substr(files[0].size() - 4), ".zst") << files[0];
+  std::string shown = dir + "/gpuheap.two\\nlines.";
+  EXPECT_NE(r.out.find("gpuheap: tracing to " + shown), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpuheap: trace written to " + shown), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Now run: gpuheap summary $'" + shown), std::string::npos) << r.out;
+  EXPECT_EQ(count(r.out, "\n"), count(r.out, "gpuheap:") + count(r.out, "Now run:")) << "a line broke:\n" << r.out;
+  CmdRun c = run_cmd(kBuild + "/gpuheap check --max-reserved 1G '" + files[0] + "' 2>&1");
+  EXPECT_EQ(c.status, 0) << c.out;
+  // The preload's warnings too: one line, the newline written \n.
+  ProgRun w = run("prog_files", {"cuda"}, {"GPUHEAP_OUTPUT=" + dir + "/no\nsuch/t.trace"});
+  EXPECT_EQ(w.status, 0) << w.err;
+  EXPECT_EQ(w.err.rfind("gpuheap: cannot create trace file " + dir + "/no\\nsuch/t.trace: ", 0), 0u) << w.err;
+  EXPECT_EQ(count(w.err, "\n"), 1) << w.err;
+}
