@@ -10,6 +10,9 @@
 //                            fd of /dev/null), which fails; prints "exec failed: ENOENT" (or the
 //                            errno's number), then 100 more allocation/free pairs, frees all,
 //                            returns 0
+//   prog_lifecycle exec_fail_threads   4 threads make 20000 allocation/free pairs each while
+//                            the main thread tries 50 execs of a missing file; prints
+//                            "failed execs: 50", returns 0
 //   prog_lifecycle vfork     a vfork child _exit(0)s, another execs /bin/true, a third fails
 //                            to exec and _exit(9)s; then 100 more pairs in the parent, return 0
 //   prog_lifecycle sleep DIR [default]   writes its pid to DIR/ready, sleeps up to 20 s;
@@ -27,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 extern char** environ;
 
@@ -125,6 +130,20 @@ int main(int argc, char** argv) {
     if (err == ENOENT) std::printf("exec failed: ENOENT\n");
     else std::printf("exec failed: %d\n", err);
     pairs(100);
+    for (void* q : p) cudaFree(q);
+    return 0;
+  }
+  if (std::strcmp(mode, "exec_fail_threads") == 0) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t) ts.emplace_back([] { pairs(20000); });
+    int failed = 0;
+    for (int k = 0; k < 50; ++k) {
+      char* args[] = {const_cast<char*>("x"), nullptr};
+      failed += execv("/nonexistent/gpuheap-no-such-program", args) == -1 && errno == ENOENT;
+      usleep(1000);
+    }
+    for (auto& t : ts) t.join();
+    std::printf("failed execs: %d\n", failed);
     for (void* q : p) cudaFree(q);
     return 0;
   }

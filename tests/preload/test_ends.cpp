@@ -106,6 +106,12 @@ TEST(Ends, FailedExecKeepsTracingInTheSameFile) {
   }
 }
 
+// Failed execs while other threads allocate: their appends wait for the exec and go on in
+// the same file (across several 4 MiB windows), none lost, one `end`, at exit.
+TEST(Ends, FailedExecsWhileOtherThreadsAllocate) {
+  expect_finished("exec_fail_threads", 0, 3 + 4 * 20000, "exit");
+}
+
 // vfork children share the parent's memory: their _exit and exec (failed or not) must not
 // end the parent's trace, which goes on and ends at the parent's exit.
 TEST(Ends, VforkChildrenLeaveTheParentsTraceAlone) { expect_finished("vfork", 0, 103, "exit"); }
