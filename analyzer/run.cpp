@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "analyzer/commands.h"
 #include "analyzer/error.h"
 #include "analyzer/reader.h"
+#include "analyzer/text_safe.h"
 #include "preload/core/options.h"
 #include "preload/record/outpath.h"
 
@@ -54,6 +56,20 @@ bool holds_events(const std::string& path) {
   } catch (const std::exception&) {
     return true;
   }
+}
+
+// One line of the path list as the preload wrote it (outpath.h append_to_path_file): `\n` a
+// newline, `\\` a backslash; any other backslash is kept (a line of an older preload, which
+// wrote paths as they were).
+std::string path_list_entry(const std::string& line) {
+  std::string out;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\'))
+      out += line[++i] == 'n' ? '\n' : '\\';
+    else
+      out += line[i];
+  }
+  return out;
 }
 
 // `run`'s own status when the command exited 0 but a traced process could not write its
@@ -162,12 +178,27 @@ void check_fixed_output(const std::string& name, const RunOptions& opt) {
     throw InputError(fmt::format("run: cannot remove {}: {}", name, std::strerror(errno)));
 }
 
-// A path as one shell word: quoted when it holds anything but [A-Za-z0-9_./+,:@%=-].
+// A path as one shell word: quoted when it holds anything but [A-Za-z0-9_./+,:@%=-]; with a
+// control character (a newline), as $'...' so that the line stays one line.
 std::string shell_word(const std::string& p) {
   bool plain = !p.empty();
   for (char c : p)
     if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_./+,:@%=-", c)) plain = false;
   if (plain) return p;
+  bool control = false;
+  for (char c : p) control |= static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  if (control) {  // bash's $'...': the line stays one line, the word the same path
+    std::string out = "$'";
+    for (char c : p) {
+      auto u = static_cast<unsigned char>(c);
+      if (c == '\\' || c == '\'') out += '\\', out += c;
+      else if (c == '\n') out += "\\n";
+      else if (c == '\t') out += "\\t";
+      else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+      else out += c;
+    }
+    return out + "'";
+  }
   std::string out = "'";
   for (char c : p) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
@@ -180,6 +211,54 @@ bool env_true(const char* name) {
   bool v = false;
   return text && detail::parse_bool(text, &v) && v;
 }
+
+// Signals a supervisor, a batch scheduler, `Popen.terminate()` or a terminal sends to `run`
+// go on to the program, as timeout(1) and nsys do: run then waits for it, finishes its
+// traces and exits with its status. One that the kernel sent to the terminal's foreground
+// process group (^C, ^\, a hangup: si_code SI_KERNEL) already reached the program when it
+// is in our group, and is not sent a second time (a second SIGINT would interrupt a Python
+// program's KeyboardInterrupt handling). A signal ignored when run started (nohup's SIGHUP)
+// stays ignored, for the program too.
+constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2};
+volatile sig_atomic_t g_child = 0;
+
+void forward_signal(int sig, siginfo_t* info, void*) {
+  int saved = errno;
+  pid_t child = g_child;
+  bool group_got_it = info && info->si_code == SI_KERNEL && ::getpgid(child) == ::getpgrp();
+  if (child > 0 && !group_got_it) ::kill(child, sig);
+  errno = saved;
+}
+
+struct Forwarding {
+  struct sigaction old[std::size(kForwarded)] {};
+  sigset_t blocked {}, prev {};
+  // Installed (and the signals blocked) before fork: none arrives before the child's pid is
+  // known; the child restores all, then execs.
+  void install() {
+    ::sigemptyset(&blocked);
+    for (int s : kForwarded) ::sigaddset(&blocked, s);
+    ::sigprocmask(SIG_BLOCK, &blocked, &prev);
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) {
+      ::sigaction(kForwarded[i], nullptr, &old[i]);
+      if (old[i].sa_handler == SIG_IGN) continue;
+      struct sigaction fw {};
+      fw.sa_sigaction = forward_signal;
+      fw.sa_flags = SA_SIGINFO | SA_RESTART;
+      ::sigfillset(&fw.sa_mask);
+      ::sigaction(kForwarded[i], &fw, nullptr);
+    }
+  }
+  void started(pid_t child) {
+    g_child = child;
+    ::sigprocmask(SIG_SETMASK, &prev, nullptr);
+  }
+  void restore() {
+    for (std::size_t i = 0; i < std::size(kForwarded); ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
+    ::sigprocmask(SIG_SETMASK, &prev, nullptr);
+    g_child = 0;
+  }
+};
 
 void prepend_env(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);
@@ -263,17 +342,17 @@ int run_traced(const RunOptions& opt) {
                  set.empty() ? "nothing, already set by you " : set.c_str());
   }
 
-  // Like system(): the child gets ^C; gpuheap waits and still reports the trace paths.
-  struct sigaction ign {}, old_int {}, old_quit {};
-  ign.sa_handler = SIG_IGN;
-  ::sigemptyset(&ign.sa_mask);
-  ::sigaction(SIGINT, &ign, &old_int);
-  ::sigaction(SIGQUIT, &ign, &old_quit);
+  // The program gets ^C and what is sent to run (Forwarding); run waits and still reports
+  // the trace paths.
+  Forwarding fw;
+  fw.install();
   pid_t pid = ::fork();
-  if (pid < 0) throw InputError(fmt::format("run: fork failed: {}", std::strerror(errno)));
+  if (pid < 0) {
+    fw.restore();
+    throw InputError(fmt::format("run: fork failed: {}", std::strerror(errno)));
+  }
   if (pid == 0) {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGQUIT, &old_quit, nullptr);
+    fw.restore();
     std::vector<char*> argv;
     for (const auto& a : opt.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -281,11 +360,11 @@ int run_traced(const RunOptions& opt) {
     std::fprintf(stderr, "gpuheap: cannot execute %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(errno == ENOENT ? 127 : 126);
   }
+  fw.started(pid);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGQUIT, &old_quit, nullptr);
+  fw.restore();
 
   // Lines are trace paths, or "!PID MESSAGE" for a process whose tracing failed
   // (preload/record/recorder.cpp). The list is read through a descriptor opened inside our
@@ -300,15 +379,16 @@ int run_traced(const RunOptions& opt) {
   }
   list.remove();
   std::set<std::string> seen;
-  std::vector<std::string> failures, written;
+  std::vector<std::string> failures, written, gone;
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t nl = text.find('\n', at);
     if (nl == std::string::npos) break;  // a line is whole or was never written
-    std::string line = text.substr(at, nl - at);
+    std::string line = path_list_entry(text.substr(at, nl - at));
     at = nl + 1;
     if (line.empty() || !seen.insert(line).second) continue;
     if (line[0] == '!') failures.push_back(line.substr(1));
+    else if (!exists_as_file(line)) gone.push_back(line);  // removed while the program ran
     else if (holds_events(line)) written.push_back(line);
   }
   // Symbolized and compressed once the program is gone (analyzer/run_finish.h).
@@ -318,7 +398,7 @@ int run_traced(const RunOptions& opt) {
   if (!quiet && !finished.empty()) {
     std::string words;
     for (const auto& p : finished) {
-      std::fprintf(stderr, "gpuheap: trace written to %s\n", p.c_str());
+      std::fprintf(stderr, "gpuheap: trace written to %s\n", text_safe(p).c_str());
       words += " " + shell_word(p);
     }
     std::fprintf(stderr, "Now run: gpuheap summary%s\n", words.c_str());
@@ -326,17 +406,23 @@ int run_traced(const RunOptions& opt) {
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   // Last, so they are what a CI log ends with: a trace that could not be written must not
   // pass as a job that made no GPU allocation.
+  const char* level = opt.allow_no_trace ? "warning" : "error";
   for (const auto& f : failures) {
     std::size_t sp = f.find(' ');
-    std::fprintf(stderr, "gpuheap: %s: tracing failed in process %s: %s\n", opt.allow_no_trace ? "warning" : "error",
-                 f.substr(0, sp).c_str(), sp == std::string::npos ? "" : f.substr(sp + 1).c_str());
+    std::fprintf(stderr, "gpuheap: %s: tracing failed in process %s: %s\n", level, text_safe(f.substr(0, sp)).c_str(),
+                 sp == std::string::npos ? "" : text_safe(f.substr(sp + 1)).c_str());
   }
-  if (!failures.empty() && !opt.allow_no_trace && rc == 0) {
+  // A trace its process created and announced, gone now (its directory removed while the
+  // program ran): not written, as far as the user is concerned (docs/cli.md: exit 3).
+  for (const auto& g : gone)
+    std::fprintf(stderr, "gpuheap: %s: trace %s was removed before the command ended\n", level,
+                 text_safe(g).c_str());
+  std::size_t lost = failures.size() + gone.size();
+  if (lost && !opt.allow_no_trace && rc == 0) {
     std::fprintf(stderr,
                  "gpuheap: error: %zu process%s could not write %s trace; exit status %d "
                  "(--allow-no-trace: the command's own status)\n",
-                 failures.size(), failures.size() == 1 ? "" : "es", failures.size() == 1 ? "its" : "their",
-                 kExitNoTrace);
+                 lost, lost == 1 ? "" : "es", lost == 1 ? "its" : "their", kExitNoTrace);
     return kExitNoTrace;
   }
   return rc;

@@ -36,5 +36,29 @@ inline void write_stderr(const void* buf, std::size_t n) noexcept {
   errno = saved;
 }
 
+// Copies `s` into buf from `at` on as text that stays one line: backslash as `\\`, newline,
+// tab and carriage return as `\n` `\t` `\r`, the other control bytes and DEL as `\xHH` (the
+// analyzer's text_safe() writes them alike), so that a path holding a newline cannot start
+// a line of its own on stderr. Stops before an escape that would not fit whole; buf is
+// NUL-terminated. Returns the new end. Async-signal-safe (a crash handler's warning).
+inline std::size_t append_escaped(char* buf, std::size_t cap, std::size_t at, const char* s) noexcept {
+  static const char kHex[] = "0123456789abcdef";
+  for (; *s; ++s) {
+    unsigned char c = static_cast<unsigned char>(*s);
+    char esc[4];
+    std::size_t n = 0;
+    if (c == '\\') esc[0] = '\\', esc[1] = '\\', n = 2;
+    else if (c == '\n') esc[0] = '\\', esc[1] = 'n', n = 2;
+    else if (c == '\t') esc[0] = '\\', esc[1] = 't', n = 2;
+    else if (c == '\r') esc[0] = '\\', esc[1] = 'r', n = 2;
+    else if (c < 0x20 || c == 0x7f) esc[0] = '\\', esc[1] = 'x', esc[2] = kHex[c >> 4], esc[3] = kHex[c & 15], n = 4;
+    else esc[0] = static_cast<char>(c), n = 1;
+    if (at + n + 1 > cap) break;
+    for (std::size_t i = 0; i < n; ++i) buf[at++] = esc[i];
+  }
+  if (at < cap) buf[at] = '\0';
+  return at;
+}
+
 }  // namespace detail
 }  // namespace gpuheap

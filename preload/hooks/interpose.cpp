@@ -1,10 +1,13 @@
 // Every extern "C" interposer of libgpuheap.so lives here, each a few lines over the
-// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
+// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map),
+// and the ends that are not exit(): _exit, _Exit and the exec family (ends.h).
 #include <dlfcn.h>
+#include <stdarg.h>
 
 #include <cstring>
 
 #include "preload/pool/cuda_upstream.h"
+#include "preload/hooks/ends.h"
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
@@ -13,6 +16,8 @@
 
 using namespace gpuheap::detail;
 using gpuheap::format::AllocKind;
+
+extern char** environ;
 
 #undef cuGetProcAddress  // cuda.h maps it to _v2; we define both exact names
 
@@ -305,6 +310,56 @@ GPUHEAP_EXPORT CUresult cuGetProcAddress(const char* sym, void** fn, int ver, cu
 // ---- dlsym: respects the caller's handle (RTLD_NEXT relative to the caller) ----
 GPUHEAP_EXPORT void* dlsym(void* handle, const char* name) {
   return hooked_dlsym(handle, name, __builtin_return_address(0));
+}
+
+// ---- ends that are not exit(): the trace gets its `end` before the image goes (ends.h) ----
+// execv, execvp and the execl* forms go to execve/execvpe with the same arguments, as the C
+// library's own do (each calls its internal execve, which no interposer sees).
+GPUHEAP_EXPORT void _exit(int status) { end_then_exit(status); }
+GPUHEAP_EXPORT void _Exit(int status) { end_then_exit(status); }
+GPUHEAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+  ExecScope scope;
+  return libc_execve(path, argv, envp);
+}
+GPUHEAP_EXPORT int execv(const char* path, char* const argv[]) {
+  ExecScope scope;
+  return libc_execve(path, argv, environ);
+}
+GPUHEAP_EXPORT int execvp(const char* file, char* const argv[]) {
+  ExecScope scope;
+  return libc_execvpe(file, argv, environ);
+}
+GPUHEAP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  ExecScope scope;
+  return libc_execvpe(file, argv, envp);
+}
+GPUHEAP_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+  ExecScope scope;
+  return libc_fexecve(fd, argv, envp);
+}
+GPUHEAP_EXPORT int execl(const char* path, const char* arg, ...) {
+  ExecScope scope;
+  va_list ap;
+  va_start(ap, arg);
+  int rc = exec_list(path, /*search=*/false, /*with_env=*/false, arg, ap);
+  va_end(ap);
+  return rc;
+}
+GPUHEAP_EXPORT int execlp(const char* file, const char* arg, ...) {
+  ExecScope scope;
+  va_list ap;
+  va_start(ap, arg);
+  int rc = exec_list(file, /*search=*/true, /*with_env=*/false, arg, ap);
+  va_end(ap);
+  return rc;
+}
+GPUHEAP_EXPORT int execle(const char* path, const char* arg, ...) {
+  ExecScope scope;
+  va_list ap;
+  va_start(ap, arg);
+  int rc = exec_list(path, /*search=*/false, /*with_env=*/true, arg, ap);
+  va_end(ap);
+  return rc;
 }
 
 // ---- the gpuheap_* C API ----

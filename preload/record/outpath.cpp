@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace gpuheap {
 namespace detail {
@@ -123,14 +124,16 @@ const char* special_file_kind(const char* path) noexcept {
 bool append_to_path_file(const char* path_file, const char* a, const char* b) noexcept {
   if (!path_file || !*path_file) return false;
   char line[4400];
-  std::size_t la = strlen(a), lb = strlen(b);
-  if (la + lb + 1 > sizeof line) return false;  // a cut line would name another file
-  // A line written with its length, not a C string: no terminator is needed.
-  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
-  memcpy(line, a, la);
-  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
-  memcpy(line + la, b, lb);
-  line[la + lb] = '\n';
+  std::size_t n = 0;
+  for (const char* part : {a, b}) {
+    for (const char* c = part; *c; ++c) {
+      bool esc = *c == '\\' || *c == '\n';
+      if (n + (esc ? 2 : 1) + 1 > sizeof line) return false;  // a cut line would name another file
+      if (esc) line[n++] = '\\';
+      line[n++] = *c == '\n' ? 'n' : *c;
+    }
+  }
+  line[n++] = '\n';
   int fd = open(path_file, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
@@ -139,9 +142,9 @@ bool append_to_path_file(const char* path_file, const char* a, const char* b) no
   // sink checks its windows the same way (sink.cpp). getrlimit is one system call.
   rlimit rl{};
   if (ok && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      static_cast<std::uint64_t>(st.st_size) + la + lb + 1 > rl.rlim_cur)
+      static_cast<std::uint64_t>(st.st_size) + n > rl.rlim_cur)
     ok = false;
-  ok = ok && write(fd, line, la + lb + 1) == static_cast<ssize_t>(la + lb + 1);
+  ok = ok && write(fd, line, n) == static_cast<ssize_t>(n);
   close(fd);
   return ok;
 }

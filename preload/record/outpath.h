@@ -55,7 +55,9 @@ const char* special_file_kind(const char* path) noexcept;
 
 // Appends the line "<a><b>\n" to GPUHEAP_PATH_FILE (`gpuheap run`'s list of trace paths and
 // tracing failures, analyzer/run.cpp) in one O_APPEND write, so concurrent processes' lines
-// stay whole. The list is never created here and never followed through a symlink: opened
+// stay whole. A newline in a or b is written `\n` and a backslash `\\` (a program whose name
+// holds a newline names its trace so, through %n): a line is one entry whatever the path
+// holds, and a path without either reads as before. The list is never created here and never followed through a symlink: opened
 // O_WRONLY|O_APPEND|O_NOFOLLOW|O_NONBLOCK (a FIFO planted there cannot block us) without
 // O_CREAT, and written only if it is a regular file with one link owned by our effective
 // uid. `gpuheap run` creates it in a private 0700 directory and removes both when its

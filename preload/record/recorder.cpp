@@ -147,13 +147,15 @@ void prepare_open_locked() {
 }
 
 void announce_path(const char* path) {
-  char line[4200];
+  char line[4200];  // a path with many escapes is cut: hooks run on the user's (small) stacks
   if (!g_cfg.quiet) {
-    int n = snprintf(line, sizeof line, "gpuheap: tracing to %s\n", path);
-    if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
+    std::size_t n = append_escaped(line, sizeof line - 1, 0, "gpuheap: tracing to ");
+    n = append_escaped(line, sizeof line - 1, n, path);  // one line, whatever the path holds
+    line[n++] = '\n';
+    write_stderr(line, n);
   }
-  // `gpuheap run` learns every traced process's file from this list (one line each;
-  // never created or followed here: outpath.h).
+  // `gpuheap run` learns every traced process's file from this list (one line each, a
+  // newline in the path written `\n`; never created or followed here: outpath.h).
   append_to_path_file(g_cfg.path_file, "", path);
 }
 
@@ -363,6 +365,10 @@ void recorder_stop(format::EndReason reason) noexcept {
   else if (s == SinkState::active || s == SinkState::failed) sink_close(reason);
   pthread_mutex_unlock(&g_ctl_mu);
 }
+
+void recorder_end_at_exit() noexcept { sink_emergency_flush(true, format::EndReason::exit); }
+bool recorder_end_before_exec() noexcept { return sink_end_before_exec(); }
+void recorder_resume_after_exec() noexcept { sink_resume_after_exec(); }
 
 void recorder_flush() noexcept { sink_flush(); }
 

@@ -13,8 +13,9 @@
 //    first records are `process` (pid, clocks and command line as at start) and the
 //    modules loaded by then; devices are announced with ensure_device() before the first
 //    event naming them; modules loaded later are written before the first stack using them.
-//  - At exit (atexit), on fatal signals (every signal whose default action terminates the
-//    process, signals.h) and on stop, an `end` record closes the file.
+//  - At exit (atexit), at _exit/_Exit, before an exec, on fatal signals (every signal whose
+//    default action terminates the process, signals.h) and on stop, an `end` record closes
+//    the file.
 //  - After fork, the child either opens its own file at its own first event (pattern
 //    re-expanded with the new pid) or stops tracing; it never writes into the parent's file.
 #pragma once
@@ -51,6 +52,17 @@ bool recorder_start(const Settings& settings) noexcept;
 bool recorder_active() noexcept;  // tracing, whether or not the file exists yet
 // Flush and write `end`; further records are dropped. Called from the atexit handler.
 void recorder_stop(format::EndReason reason) noexcept;
+// _exit/_Exit (hooks/interpose.cpp): `end` (reason exit) written and the file cut after it,
+// as a fatal signal's handler does. Async-signal-safe (bounded try-lock, no allocation):
+// _exit may be called from a signal handler. Nothing in a vfork child, whose memory is its
+// parent's, nor in a forked child that has not opened its own file.
+void recorder_end_at_exit() noexcept;
+// exec*: `end` (reason stopped) written before the image is replaced; true when it was
+// (then the sink's lock stays held until the exec returns). A failed exec calls
+// recorder_resume_after_exec(), which erases that `end` so tracing goes on in the same
+// file. Nothing in a vfork child.
+bool recorder_end_before_exec() noexcept;
+void recorder_resume_after_exec() noexcept;
 // Returns when everything recorded so far is in the file (tests, gpuheap_flush): an append
 // in progress on another thread is waited for.
 void recorder_flush() noexcept;

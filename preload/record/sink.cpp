@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +64,14 @@ struct Sink {
   // x86-64, but 16/64 KiB on some aarch64 kernels, where a 4 KiB-aligned window offset is
   // EINVAL). kWindowBytes is a multiple of every page size Linux uses.
   std::uint64_t page = 4096;
+  // The process that opened this file (sink_open), by the kernel's pid: a vfork child shares
+  // this memory with its parent but has its own pid, and must never end the parent's trace.
+  std::atomic<long> owner{0};  // read without the lock by the ending paths
+  std::uint64_t exec_mark = 0;  // g.off before the `end` written for an exec (sink_end_before_exec)
+  // The background thread is allocating and mapping the next window outside the lock: an
+  // fallocate landing after the cut that follows `end` would leave zeros past it.
+  std::atomic<bool> preparing{false};
+  std::uint64_t cuts = 0;  // files cut for an exec: a window prepared before one is stale
 };
 
 constinit Sink g;
@@ -94,6 +103,8 @@ void init_cond() noexcept {
 }
 
 void lock() noexcept { pthread_mutex_lock(&g.mu), t_holds = true; }
+// The pid as the kernel has it (no cache can hold the parent's in a vfork child).
+long kernel_pid() noexcept { return syscall(SYS_getpid); }
 void unlock() noexcept { t_holds = false, pthread_mutex_unlock(&g.mu); }
 
 SinkState state() noexcept { return static_cast<SinkState>(g_state.load(std::memory_order_acquire)); }
@@ -261,6 +272,17 @@ bool append_locked(const void* rec, std::size_t n) noexcept {
   return true;
 }
 
+// Before the file is cut after `end` by a process about to go (_exit, a fatal signal, an
+// exec), mu held: the background thread's window in preparation must be allocated first, or
+// its fallocate could land after the cut. Bounded (the thread may be starved); nanosleep and
+// atomics only, async-signal-safe.
+void wait_for_preparation() noexcept {
+  for (int i = 0; i < 200 && g.preparing.load(); ++i) {
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+}
+
 // Background thread: keeps the next window prepared (so appends rarely make a system
 // call) and re-arms the fatal-signal handlers every flush interval (signals.h). It is
 // never needed for a record to reach the file: appends copy straight into the file's pages.
@@ -273,11 +295,18 @@ void* thread_main(void*) {
     if (!backoff && !g.next.base && g.cur.base && state() == SinkState::active) {
       std::uint64_t start = g.cur.end;
       int fd = g.fd;
+      std::uint64_t cuts = g.cuts;
+      g.preparing.store(true);
       unlock();
       Window w;
-      int err = map_window(fd, start, true, &w);
+      int err = map_window(fd, start, false, &w);
+      g.preparing.store(false);  // allocated: a cut from now on stays (populating cannot undo it)
+      // Populated here, not inside map_window: a process ending meanwhile waits for the
+      // allocation only (wait_for_preparation). Past a cut, populating fails with EFAULT
+      // instead of a SIGBUS (madvise(2)).
+      if (!err) madvise(w.base, w.end - w.start, MADV_POPULATE_WRITE);
       lock();
-      if (!err && !g.next.base && g.cur.end == start && state() == SinkState::active) {
+      if (!err && !g.next.base && g.cur.end == start && g.cuts == cuts && state() == SinkState::active) {
         g.next = w, ++g.windows;
         continue;
       }
@@ -349,6 +378,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0) close(g.fd);
   g.fd = fd;
+  g.owner = kernel_pid();
   append_cstr(g.path, sizeof g.path, 0, path);
   long page = sysconf(_SC_PAGESIZE);
   if (page > 0 && kWindowBytes % static_cast<std::uint64_t>(page) == 0) g.page = static_cast<std::uint64_t>(page);
@@ -427,9 +457,12 @@ void sink_close(format::EndReason reason) noexcept {
   unlock();
 }
 
-void sink_emergency_flush(bool write_end) noexcept {
+void sink_emergency_flush(bool write_end, format::EndReason reason) noexcept {
   // Everything appended is already in the file; what is left is `end` and the file size.
   if (!write_end || t_holds) return;  // interrupted ourselves mid-append
+  // A vfork child shares the parent's memory, this sink included: its _exit or crash is not
+  // the end of the parent's trace.
+  if (g.owner != kernel_pid()) return;
   bool locked = false;
   for (int i = 0; i < 100 && !locked; ++i) {  // up to ~100 ms: the holder may be preempted
     locked = pthread_mutex_trylock(&g.mu) == 0;
@@ -441,15 +474,62 @@ void sink_emergency_flush(bool write_end) noexcept {
   if (!locked) return;
   if (state() == SinkState::active) {
     unsigned char buf[format::kMaxEventRecordSize];
-    format::EndRecord end{now_ns(), format::EndReason::signal, g.records};
+    format::EndRecord end{now_ns(), reason, g.records};
     std::size_t n = format::encode(buf, sizeof buf, end);
     append_locked(buf, n);
     if (state() == SinkState::active) set_state(SinkState::stopped);
     // Nothing is appended after `stopped`, so the unused tail can go (ftruncate is
     // async-signal-safe; the mappings stay, nobody touches them again).
+    wait_for_preparation();
     if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
   }
   pthread_mutex_unlock(&g.mu);
+}
+
+bool sink_end_before_exec() noexcept {
+  if (t_holds || state() != SinkState::active || g.owner != kernel_pid()) return false;
+  lock();
+  std::uint64_t mark = g.off;
+  unsigned char buf[format::kMaxEventRecordSize];
+  std::size_t n = format::encode(buf, sizeof buf, format::EndRecord{now_ns(), format::EndReason::stopped, g.records});
+  if (state() != SinkState::active || !append_locked(buf, n)) {  // a failure was warned about
+    unlock();
+    return false;
+  }
+  g.exec_mark = mark;
+  // The file ends with `end`, as after a clean close. The state stays `active` and the lock
+  // held: other threads' appends wait (the exec ends them; a failed one lets them in, after
+  // sink_resume_after_exec), a fatal signal's handler finds the lock taken and `end` written.
+  wait_for_preparation();
+  ++g.cuts;
+  if (ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* readers stop at `end` anyway */ }
+  return true;
+}
+
+void sink_resume_after_exec() noexcept {
+  // Still holding the lock from sink_end_before_exec. The file is cut right after `end`:
+  // map it again from the page holding `end` (allocating space past the cut anew), then
+  // erase `end`, type byte first, so appends go on where it was.
+  std::uint64_t end_at = g.off, mark = g.exec_mark;
+  unmap(&g.cur), unmap(&g.next);
+  if (g.zeroed_upto > end_at) g.zeroed_upto = end_at;  // the cut dropped what lay past it
+  int err = map_window(g.fd, mark & ~(g.page - 1), true, &g.cur);
+  if (err) {
+    fail_locked(err);  // the file keeps `end`: a complete trace of what came before the exec
+    unlock();
+    return;
+  }
+  ++g.windows;
+  // A window shrunk to a page near a full disk may end inside `end`: its bytes past the
+  // window are the next frame's to overwrite (a zero type byte before them reads as the end).
+  unsigned char* at = g.cur.base + (mark - g.cur.start);
+  std::uint64_t upto = end_at < g.cur.end ? end_at : g.cur.end;
+  at[0] = 0;
+  asm volatile("" ::: "memory");
+  std::memset(at + 1, 0, upto - mark - 1);
+  g.off = mark;
+  --g.records;
+  unlock();
 }
 
 void sink_fork_prepare() noexcept { lock(); }
@@ -469,6 +549,7 @@ void sink_fork_child() noexcept {
   unmap(&g.cur), unmap(&g.next);
   if (g.fd >= 0) close(g.fd);
   g.fd = -1;
+  g.owner = 0;
   g.path[0] = '\0';
   g.off = 0;
   g.thread_running = false, g.exit_thread = false;
@@ -495,7 +576,7 @@ void sink_warn_once(const char* msg) noexcept {
   // Async-signal-safe (a crash handler may get here): plain copies and one write(2).
   char line[4400];
   std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: ");
-  n = append_cstr(line, sizeof line - 1, n, msg);
+  n = append_escaped(line, sizeof line - 1, n, msg);  // the paths in it may hold a newline
   line[n++] = '\n';
   write_stderr(line, n);  // never a SIGPIPE for the program (stderr_line.h)
   if (SinkFailureFn fn = g_failure_fn.load()) fn(msg);

@@ -67,9 +67,17 @@ void sink_flush() noexcept;  // waits for an append in progress; appended = in t
 // Appends `end`, stops the background thread, truncates the file to its end, closes it.
 void sink_close(format::EndReason reason) noexcept;
 // Signal-handler path: try-locks only (bounded wait), no allocation. With write_end,
-// appends `end` (EndReason::signal), stops accepting and truncates the file to its end;
-// without, nothing is left to do (appended records are in the file already).
-void sink_emergency_flush(bool write_end) noexcept;
+// appends `end` (`reason`), stops accepting and truncates the file to its end; without,
+// nothing is left to do (appended records are in the file already). Also the path of
+// _exit/_Exit, which may be called from a signal handler or a vfork child. Does nothing in
+// a process that did not open this file (a vfork child shares the parent's memory).
+void sink_emergency_flush(bool write_end, format::EndReason reason = format::EndReason::signal) noexcept;
+// Before an exec replaces the image: appends `end` (EndReason::stopped) and cuts the file
+// after it, keeping the sink's lock (true; false: nothing done, not this process's file or
+// not active). Whoever got true calls sink_resume_after_exec() if the exec returns (it
+// failed): `end` is erased and tracing goes on in the same file, as if no exec was tried.
+bool sink_end_before_exec() noexcept;
+void sink_resume_after_exec() noexcept;
 
 // Fork handlers (ForkRank::sink, fork.h: the innermost lock held across fork()).
 void sink_fork_prepare() noexcept;

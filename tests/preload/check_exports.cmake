@@ -1,5 +1,6 @@
-# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, gpuheap_* and
-# InitializeInjectionNvtx2, or lacks one of the public C API (preload/gpuheap.h).
+# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, gpuheap_*,
+# InitializeInjectionNvtx2 and exactly the ends that are not exit() (_exit, _Exit and the exec
+# family: hooks/ends.h), or lacks one of the public C API (preload/gpuheap.h) or of those ends.
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")
@@ -12,7 +13,7 @@ foreach(line ${lines})
   if(sym STREQUAL "")
     continue()
   endif()
-  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|InitializeInjectionNvtx2$)")
+  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|InitializeInjectionNvtx2$|_exit$|_Exit$|execve$|execv$|execvp$|execvpe$|fexecve$|execl$|execlp$|execle$)")
     list(APPEND bad ${sym})
   else()
     math(EXPR count "${count}+1")
@@ -26,7 +27,7 @@ if(count LESS 40)
 endif()
 set(required gpuheap_api_version gpuheap_version gpuheap_active gpuheap_trace_path gpuheap_flush
     gpuheap_empty_cache gpuheap_mark gpuheap_push gpuheap_pop gpuheap_stats gpuheap_reset_peak
-    InitializeInjectionNvtx2)
+    InitializeInjectionNvtx2 _exit _Exit execve execv execvp execvpe fexecve execl execlp execle)
 foreach(sym ${required})
   if(NOT out MATCHES " T ${sym}\n")
     message(FATAL_ERROR "${sym} is not exported")

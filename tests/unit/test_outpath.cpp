@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "preload/core/stderr_line.h"
 #include "preload/record/outpath.h"
 
 using gpuheap::detail::absolute_output_pattern;
@@ -197,4 +198,28 @@ TEST(Outpath, AbsolutePatternKeepsTheDirectoryLiteral) {
   EXPECT_EQ(absolute_output_pattern("x", "relative", out, sizeof out), -1);
   EXPECT_EQ(absolute_output_pattern("x.trace", "/very/long/dir", out, 8), -1);
   EXPECT_STREQ(out, "");
+}
+
+// The path list stays one entry a line whatever a path holds (issue 33): a newline is
+// written \n and a backslash \\ (gpuheap run decodes both); a line that would not fit whole is
+// not written at all. Escaped, the preload's messages stay one line too (append_escaped).
+TEST(Outpath, PathListEscapesNewlinesAndBackslashes) {
+  TempDir d;
+  std::string list = d.path + "/paths";
+  int fd = open(list.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_TRUE(gpuheap::detail::append_to_path_file(list.c_str(), "", "/t/two\nlines\\x.trace"));
+  ASSERT_TRUE(gpuheap::detail::append_to_path_file(list.c_str(), "!12 ", "plain"));
+  EXPECT_FALSE(gpuheap::detail::append_to_path_file(list.c_str(), "", std::string(2200, '\n').c_str()));
+  char buf[256] = {};
+  fd = open(list.c_str(), O_RDONLY);
+  ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+  close(fd);
+  EXPECT_STREQ(buf, "/t/two\\nlines\\\\x.trace\n!12 plain\n");
+  char line[32];
+  std::size_t n = gpuheap::detail::append_escaped(line, sizeof line, 0, "a\nb\\c\x1b\t");
+  EXPECT_EQ(std::string(line, n), "a\\nb\\\\c\\x1b\\t");
+  n = gpuheap::detail::append_escaped(line, 6, 0, "abcd\n");  // "\n" does not fit whole: cut before it
+  EXPECT_EQ(std::string(line, n), "abcd");
 }
