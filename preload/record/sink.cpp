@@ -14,6 +14,7 @@
 
 #include <atomic>
 
+#include "preload/core/fds.h"
 #include "preload/core/stderr_line.h"
 #include "preload/record/recorder.h"
 #include "preload/record/signals.h"
@@ -51,6 +52,7 @@ struct Sink {
   std::uint64_t off = 0;        // file offset where the next record goes (= bytes in file)
   std::uint64_t flush_ns = 20'000'000;
   int fd = -1;
+  FileId id;  // the trace file behind fd (fds.h): the program may close fd and reuse its number
   char path[4096] = {};
   bool thread_running = false, exit_thread = false;
   pthread_t thread{};
@@ -102,6 +104,25 @@ void set_state(SinkState s) noexcept { g_state.store(static_cast<int>(s), std::m
 // the opening records are written.
 bool accepting(SinkState s) noexcept { return s == SinkState::active || (s == SinkState::opening && t_opener); }
 
+// The trace file's descriptor, checked before every use (mapping a window, ftruncate, close):
+// the program may have closed it (closerange(3, ~0U), a daemon library closing every fd) and
+// may have opened its own file at the same number; gpuheap must never write, truncate or
+// close that file. Windows already mapped stay valid without the descriptor, so records keep
+// going into the trace; for the next window the file is reopened by its path (O_NOFOLLOW,
+// and only if it is still the same file). -1: the trace file cannot be reached any more.
+// mu held (or the only thread: fork child, signal path with mu try-locked).
+int own_fd_locked() noexcept {
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) return g.fd;
+  g.fd = -1;  // not ours any more: forgotten, never closed
+  if (!g.id.known || !g.path[0]) return -1;
+  int fd = fd_above_stdio(open(g.path, O_RDWR | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  if (fd >= 0 && !fd_is(fd, g.id)) {  // renamed, replaced: another file now has the name
+    close(fd);
+    fd = -1;
+  }
+  return g.fd = fd;
+}
+
 // Gives [start, start+len) disk blocks. fallocate(2) itself, not posix_fallocate: where the
 // filesystem lacks it (NFSv3, some FUSE) glibc's posix_fallocate emulates it by writing a
 // zero byte into each block, and the appender and the background thread may reserve the same
@@ -135,7 +156,8 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
 // Allocates and maps the file range starting at `start`: kWindowBytes, less where
 // RLIMIT_FSIZE or a full disk leave less (halved down to a page, so the trace uses the
 // space there is). Space is allocated before it is mapped: a store into a mapped page
-// that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno.
+// that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno
+// (EBADF: fd is no longer the trace file).
 //
 // RLIMIT_FSIZE is read here, for every window: a program may lower it while it runs
 // (setrlimit), and an fallocate past the current limit is answered with SIGXFSZ, whose
@@ -149,6 +171,9 @@ int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
     if (start + g.page > limit) return EFBIG;
     if (limit - start < len) len = (limit - start) & ~(g.page - 1);
   }
+  // Checked again right before the descriptor is used: the background thread maps without
+  // the lock (own_fd_locked checked it under the lock).
+  if (!fd_is(fd, g.id)) return EBADF;
   for (;;) {
     int rc = reserve_space(fd, start, len);
     if (rc == 0) break;
@@ -199,16 +224,17 @@ void unmap(Window* w) noexcept {
 
 // Gives up on this file: the data written so far stays, the unused allocated tail goes,
 // later appends are dropped. The fd stays open until sink_close (the background thread may
-// be allocating with it). mu held.
-void fail_locked(int err) noexcept {
+// be allocating with it). mu held. `why` replaces the errno's text.
+void fail_locked(int err, const char* why = nullptr) noexcept {
   set_state(SinkState::failed);
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
+  int fd = own_fd_locked();
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
   // May run inside a signal handler (the end record of a crash): no snprintf, no strerror
   // (locale, malloc), and no strerrordesc_np (glibc >= 2.32 only).
   char msg[4300];
   char num[24];
-  const char* parts[] = {"writing trace ", g.path, " failed (", errno_text(err, num, sizeof num),
+  const char* parts[] = {"writing trace ", g.path, " failed (", why ? why : errno_text(err, num, sizeof num),
                          "); tracing stopped, the program continues"};
   std::size_t at = 0;
   for (const char* part : parts) at = append_cstr(msg, sizeof msg, at, part);
@@ -241,9 +267,10 @@ bool append_locked(const void* rec, std::size_t n) noexcept {
   if (g.off + n > g.cur.end) {
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
-      int err = map_window(g.fd, g.cur.end, false, &g.next);
+      int fd = own_fd_locked();
+      int err = fd < 0 ? EBADF : map_window(fd, g.cur.end, false, &g.next);
       if (err) {
-        fail_locked(err);
+        fail_locked(err, err == EBADF ? "its descriptor was closed by the program and the file is gone" : nullptr);
         return false;
       }
       ++g.inline_maps, ++g.windows;
@@ -272,7 +299,11 @@ void* thread_main(void*) {
   while (!g.exit_thread) {
     if (!backoff && !g.next.base && g.cur.base && state() == SinkState::active) {
       std::uint64_t start = g.cur.end;
-      int fd = g.fd;
+      int fd = own_fd_locked();
+      if (fd < 0) {  // the appender that needs the window reports it
+        backoff = true;
+        continue;
+      }
       unlock();
       Window w;
       int err = map_window(fd, start, true, &w);
@@ -283,7 +314,8 @@ void* thread_main(void*) {
       }
       unmap(&w);
       // Allocated after a failure or stop truncated the file: cut the tail again.
-      if (!err && state() != SinkState::active && g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) {
+      if (!err && state() != SinkState::active && (fd = own_fd_locked()) >= 0 &&
+          ftruncate(fd, static_cast<off_t>(g.off)) != 0) {
       }
       // On error the appender that needs the window meets it (and reports it) itself.
       backoff = err != 0;
@@ -347,8 +379,9 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0) close(g.fd);
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);  // the program's file now, if not ours
   g.fd = fd;
+  g.id = file_id(fd);
   append_cstr(g.path, sizeof g.path, 0, path);
   long page = sysconf(_SC_PAGESIZE);
   if (page > 0 && kWindowBytes % static_cast<std::uint64_t>(page) == 0) g.page = static_cast<std::uint64_t>(page);
@@ -418,10 +451,11 @@ void sink_close(format::EndReason reason) noexcept {
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
-  // The allocated but unused tail goes: the file ends with the last record.
-  if (g.fd >= 0) {
-    if (ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
-    close(g.fd);
+  // The allocated but unused tail goes: the file ends with the last record. Where the trace
+  // cannot be reached any more (own_fd_locked) the zero tail stays, read as the data's end.
+  if (int fd = own_fd_locked(); fd >= 0) {
+    if (ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    close(fd);
   }
   g.fd = -1;
   unlock();
@@ -447,7 +481,8 @@ void sink_emergency_flush(bool write_end) noexcept {
     if (state() == SinkState::active) set_state(SinkState::stopped);
     // Nothing is appended after `stopped`, so the unused tail can go (ftruncate is
     // async-signal-safe; the mappings stay, nobody touches them again).
-    if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    int fd = own_fd_locked();
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
   }
   pthread_mutex_unlock(&g.mu);
 }
@@ -467,8 +502,11 @@ void sink_fork_child() noexcept {
   t_holds = false, t_opener = false;
   // The windows were not inherited (MADV_DONTFORK); munmap covers a kernel that ignored it.
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0) close(g.fd);
+  // Only if still the parent's trace file: the number may be the program's file by now, which
+  // the child must keep (its write would fail with EBADF).
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);
   g.fd = -1;
+  g.id = FileId{};
   g.path[0] = '\0';
   g.off = 0;
   g.thread_running = false, g.exit_thread = false;

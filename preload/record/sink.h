@@ -17,6 +17,12 @@
 // Memory: at most two windows are mapped (8 MiB of page cache, counted in RSS); nothing
 // is buffered in the process. On an I/O error (disk full, RLIMIT_FSIZE, ...) the sink warns
 // once and fails: later appends are dropped and counted.
+//
+// The descriptor: never 0..2 (outpath.h), and checked to be the trace file still (device and
+// inode, core/fds.h) before each use. A program that closes it (closerange) keeps writing
+// its records through the mapped windows; the next window reopens the file by its path, or,
+// when the file is gone, tracing stops with one warning. The program's file at the old
+// number is never written, truncated or closed.
 #pragma once
 
 #include <cstddef>
