@@ -27,8 +27,12 @@ namespace gpuheap {
 namespace detail {
 namespace {
 
-// File windows are this long unless the disk or RLIMIT_FSIZE leaves less. A record (at most
-// kMaxPayload + frame header) always fits in the current window plus the next one.
+// File windows grow with the file: the first is kFirstWindowBytes, each later one as long
+// as the file before it, up to kWindowBytes (window_len). Disk space is allocated a window
+// at a time, the current one and the next: a process that records a few events holds
+// 128 KiB of disk, not 8 MiB (on a small filesystem or under a quota, times the ranks, the
+// job's own writes met ENOSPC). A record longer than the next window gets a longer one.
+constexpr std::uint64_t kFirstWindowBytes = 64u << 10;
 constexpr std::uint64_t kWindowBytes = 4u << 20;
 static_assert(kWindowBytes >= format::kMaxPayload + format::kFrameHeaderSize);
 
@@ -63,7 +67,7 @@ struct Sink {
   std::uint64_t zeroed_upto = 0;
   // mmap offsets and fallocate granularity: the kernel's page size, read at open (4 KiB on
   // x86-64, but 16/64 KiB on some aarch64 kernels, where a 4 KiB-aligned window offset is
-  // EINVAL). kWindowBytes is a multiple of every page size Linux uses.
+  // EINVAL). kFirstWindowBytes is a multiple of every page size Linux uses.
   std::uint64_t page = 4096;
 };
 
@@ -153,22 +157,34 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
   return rc;
 }
 
-// Allocates and maps the file range starting at `start`: kWindowBytes, less where
-// RLIMIT_FSIZE or a full disk leave less (halved down to a page, so the trace uses the
-// space there is). Space is allocated before it is mapped: a store into a mapped page
-// that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno
+// The length of the window at `start` (a multiple of the page size): as long as the file
+// before it, at least kFirstWindowBytes, at most kWindowBytes, and never shorter than
+// `min_len` (a record that does not fit the rest of the current window).
+std::uint64_t window_len(std::uint64_t start, std::uint64_t min_len) noexcept {
+  std::uint64_t len = start < kFirstWindowBytes ? kFirstWindowBytes : start < kWindowBytes ? start : kWindowBytes;
+  len = (len + g.page - 1) & ~(g.page - 1);
+  std::uint64_t need = (min_len + g.page - 1) & ~(g.page - 1);
+  return len < need ? need : len;
+}
+
+// Allocates and maps the file range starting at `start`: window_len, less where
+// RLIMIT_FSIZE or a full disk leave less (halved down to a page or min_len, so the trace
+// uses the space there is). Space is allocated before it is mapped: a store into a mapped
+// page that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno
 // (EBADF: fd is no longer the trace file).
 //
 // RLIMIT_FSIZE is read here, for every window: a program may lower it while it runs
 // (setrlimit), and an fallocate past the current limit is answered with SIGXFSZ, whose
 // default action kills the process.
-int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
-  std::uint64_t len = kWindowBytes;
+int map_window(int fd, std::uint64_t start, std::uint64_t min_len, bool populate, Window* w) noexcept {
+  std::uint64_t len = window_len(start, min_len);
+  std::uint64_t floor = (min_len + g.page - 1) & ~(g.page - 1);  // the record must fit
+  if (floor < g.page) floor = g.page;
   rlimit rl{};
   if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     std::uint64_t limit = rl.rlim_cur;
     // Checked here rather than left to the kernel, which would also send SIGXFSZ.
-    if (start + g.page > limit) return EFBIG;
+    if (start + floor > limit) return EFBIG;
     if (limit - start < len) len = (limit - start) & ~(g.page - 1);
   }
   // Checked again right before the descriptor is used: the background thread maps without
@@ -177,8 +193,9 @@ int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
   for (;;) {
     int rc = reserve_space(fd, start, len);
     if (rc == 0) break;
-    if ((rc != ENOSPC && rc != EFBIG) || len <= g.page) return rc;
+    if ((rc != ENOSPC && rc != EFBIG) || len <= floor) return rc;
     len = (len / 2) & ~(g.page - 1);
+    if (len < floor) len = floor;
   }
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (p == MAP_FAILED) return errno;
@@ -265,10 +282,12 @@ void rotate_locked() noexcept {
 bool append_locked(const void* rec, std::size_t n) noexcept {
   if (!accepting(state())) return false;
   if (g.off + n > g.cur.end) {
+    std::uint64_t beyond = g.off + n - g.cur.end;  // what goes into next
+    if (g.next.base && g.next.end - g.next.start < beyond) unmap(&g.next);  // a longer one, below
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
       int fd = own_fd_locked();
-      int err = fd < 0 ? EBADF : map_window(fd, g.cur.end, false, &g.next);
+      int err = fd < 0 ? EBADF : map_window(fd, g.cur.end, beyond, false, &g.next);
       if (err) {
         fail_locked(err, err == EBADF ? "its descriptor was closed by the program and the file is gone" : nullptr);
         return false;
@@ -306,7 +325,7 @@ void* thread_main(void*) {
       }
       unlock();
       Window w;
-      int err = map_window(fd, start, true, &w);
+      int err = map_window(fd, start, 0, true, &w);
       lock();
       if (!err && !g.next.base && g.cur.end == start && state() == SinkState::active) {
         g.next = w, ++g.windows;
@@ -391,7 +410,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   g.zeroed_upto = header_bytes;  // the header is written (write(2)) before any window
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
-  int err = map_window(fd, 0, true, &g.cur);
+  int err = map_window(fd, 0, 0, true, &g.cur);
   t_opener = true;
   set_state(SinkState::opening);
   if (err == 0) ++g.windows;

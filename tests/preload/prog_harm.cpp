@@ -16,6 +16,11 @@
 //                                  closes user.2 and writes "program stderr\n" to fd 2
 //                                  (closed natively: EBADF), 10 more pairs. DIR/result gets
 //                                  "fds=A,B,C stderr_write=RC/ERRNO".
+//   prog_harm disk DIR MIB         one cudaMalloc/cudaFree, waits 100 ms (the background
+//                                  thread prepares the next window), prints the trace's
+//                                  allocated bytes (trace_alloc=, st_blocks * 512), then
+//                                  writes an MIB MiB checkpoint to DIR/ckpt and fsyncs it:
+//                                  ckpt=ok, or ckpt=failed errno=E (exit status 1).
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -118,6 +123,31 @@ int stdio(const std::string& dir) {
   return 0;
 }
 
+int disk(const std::string& dir, long mib) {
+  if (!pairs(1)) return 3;
+  timespec ms100{0, 100'000'000};
+  nanosleep(&ms100, nullptr);
+  auto fn = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "gpuheap_trace_path"));
+  const char* trace = fn ? fn() : nullptr;
+  struct stat st {};
+  if (trace && *trace && stat(trace, &st) == 0)
+    std::printf("trace_alloc=%lld trace_size=%lld\n", static_cast<long long>(st.st_blocks) * 512,
+                static_cast<long long>(st.st_size));
+  else
+    std::printf("trace_alloc=none\n");
+  std::fflush(stdout);
+  int fd = open((dir + "/ckpt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::vector<unsigned char> block(1 << 20, 0x5a);
+  bool ok = fd >= 0;
+  for (long i = 0; ok && i < mib; ++i) ok = write_all(fd, block.data(), block.size());
+  ok = ok && fsync(fd) == 0;
+  int err = errno;
+  if (fd >= 0) close(fd);
+  if (ok) std::printf("ckpt=ok\n");
+  else std::printf("ckpt=failed errno=%d\n", err);
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,6 +155,7 @@ int main(int argc, char** argv) {
   std::string dir = argc > 2 ? argv[2] : ".";
   if (mode == "closefds" && argc > 4) return closefds(dir, std::atol(argv[3]), std::atol(argv[4]), argc > 5 && std::strcmp(argv[5], "unlink") == 0);
   if (mode == "stdio") return stdio(dir);
-  std::fprintf(stderr, "usage: prog_harm closefds DIR KIB N [unlink] | stdio DIR\n");
+  if (mode == "disk" && argc > 3) return disk(dir, std::atol(argv[3]));
+  std::fprintf(stderr, "usage: prog_harm closefds DIR KIB N | stdio DIR | disk DIR MIB\n");
   return 2;
 }
