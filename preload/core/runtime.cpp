@@ -15,6 +15,7 @@
 
 #include "preload/core/fork.h"
 #include "preload/core/limits.h"
+#include "preload/core/stderr_line.h"
 #include "preload/record/outpath.h"
 #include "preload/record/recorder.h"
 #include "preload/hooks/real.h"
@@ -146,6 +147,7 @@ __attribute__((constructor)) void gpuheap_init() noexcept {
   // Never act inside setuid/setgid programs (secure-execution mode, getauxval(3)): not even
   // the environment is read.
   if (getauxval(AT_SECURE) != 0) return;
+  stderr_remember();  // before anything of ours is opened or printed (stderr_line.h)
   read_settings(&s);
   if (s.disable) return;
   if (!s.follow_fork && !claim_follow_fork_root(s)) return;

@@ -8,6 +8,11 @@
 //
 // Async-signal-safe in practice (a crash handler may print a warning): sigpending,
 // pthread_sigmask, write and sigtimedwait are single system calls on Linux.
+//
+// Only to a real stderr: the one the process started with (remembered at load, before any
+// descriptor of ours exists). A job started with fd 2 closed (`prog 2>&-`) later finds its
+// own files, or gpuheap's trace, at number 2; gpuheap's lines must not land in them. fd 2
+// closed at load, or no longer the same file: gpuheap stays silent.
 #pragma once
 
 #include <errno.h>
@@ -15,13 +20,41 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
+
+#include "preload/core/fds.h"
 
 namespace gpuheap {
 namespace detail {
 
+// unknown: never remembered (the recorder linked into a unit test): written as before.
+enum class StderrAtLoad : int { unknown = 0, closed = 1, file = 2 };
+inline constinit std::atomic<int> g_stderr_at_load{0};
+inline constinit FileId g_stderr_id;
+
+// At load (runtime.cpp's constructor), before gpuheap opens anything.
+inline void stderr_remember() noexcept {
+  g_stderr_id = file_id(STDERR_FILENO);
+  g_stderr_at_load.store(static_cast<int>(g_stderr_id.known ? StderrAtLoad::file : StderrAtLoad::closed),
+                         std::memory_order_release);
+}
+
+inline bool stderr_is_real() noexcept {
+  switch (static_cast<StderrAtLoad>(g_stderr_at_load.load(std::memory_order_acquire))) {
+    case StderrAtLoad::unknown: return true;
+    case StderrAtLoad::closed: return false;
+    case StderrAtLoad::file: break;
+  }
+  return fd_is(STDERR_FILENO, g_stderr_id);
+}
+
 inline void write_stderr(const void* buf, std::size_t n) noexcept {
   int saved = errno;
+  if (!stderr_is_real()) {  // fstat may have set errno
+    errno = saved;
+    return;
+  }
   sigset_t pipe_set, old, pending;
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);

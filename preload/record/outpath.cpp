@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "preload/core/fds.h"
+
 namespace gpuheap {
 namespace detail {
 namespace {
@@ -168,6 +170,9 @@ int create_trace_file(const char* path, char* final_path, std::size_t cap) noexc
     if (fd >= 0) {
       // The umask may only remove bits; 0600 is what we want regardless of it.
       if (fchmod(fd, 0600) != 0) { /* best effort: created 0600 & ~umask already */ }
+      // Never at 0..2 (a job started with stdio closed): fds.h.
+      fd = fd_above_stdio(fd);
+      if (fd < 0) unlink(final_path);  // created empty, and ours: O_EXCL
       return fd;
     }
     if (errno != EEXIST) return -errno;

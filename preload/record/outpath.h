@@ -66,7 +66,8 @@ const char* special_file_kind(const char* path) noexcept;
 // written. False when nothing was written. Async-signal-safe (open, fstat, write, close).
 bool append_to_path_file(const char* path_file, const char* a, const char* b) noexcept;
 
-// Creates `path` exclusively (see above for the suffix rule). Returns the fd and writes
+// Creates `path` exclusively (see above for the suffix rule). Returns the fd (close-on-exec,
+// never 0..2: core/fds.h) and writes
 // the path actually created into final_path; on failure returns -errno (final_path holds
 // the last name tried).
 int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <string_view>
 
+#include "preload/core/fds.h"
 #include "preload/core/fork.h"
 #include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
@@ -329,7 +330,12 @@ bool recorder_start(const Settings& settings) noexcept {
     if (getauxval(AT_SECURE) != 0) {  // setuid/setgid: never write files on its behalf
       sink_set_state(SinkState::off);
     } else {
-      configure(settings);
+      {
+        // libunwind opens its validation pipe when stacks_configure first initialises it:
+        // in a job started with stdio closed it would take fds 0 and 1 (core/fds.h).
+        StdioPlaceholders hold;
+        configure(settings);
+      }
       if (!g_hooks_registered) {
         g_hooks_registered = true;
         fork_set(ForkRank::recorder, {fork_prepare, fork_parent, fork_child});

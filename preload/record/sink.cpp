@@ -15,6 +15,7 @@
 
 #include <atomic>
 
+#include "preload/core/fds.h"
 #include "preload/core/stderr_line.h"
 #include "preload/record/recorder.h"
 #include "preload/record/signals.h"
@@ -27,8 +28,12 @@ namespace gpuheap {
 namespace detail {
 namespace {
 
-// File windows are this long unless the disk or RLIMIT_FSIZE leaves less. A record (at most
-// kMaxPayload + frame header) always fits in the current window plus the next one.
+// File windows grow with the file: the first is kFirstWindowBytes, each later one as long
+// as the file before it, up to kWindowBytes (window_len). Disk space is allocated a window
+// at a time, the current one and the next: a process that records a few events holds
+// 128 KiB of disk, not 8 MiB (on a small filesystem or under a quota, times the ranks, the
+// job's own writes met ENOSPC). A record longer than the next window gets a longer one.
+constexpr std::uint64_t kFirstWindowBytes = 64u << 10;
 constexpr std::uint64_t kWindowBytes = 4u << 20;
 static_assert(kWindowBytes >= format::kMaxPayload + format::kFrameHeaderSize);
 
@@ -52,6 +57,7 @@ struct Sink {
   std::uint64_t off = 0;        // file offset where the next record goes (= bytes in file)
   std::uint64_t flush_ns = 20'000'000;
   int fd = -1;
+  FileId id;  // the trace file behind fd (fds.h): the program may close fd and reuse its number
   char path[4096] = {};
   bool thread_running = false, exit_thread = false;
   pthread_t thread{};
@@ -62,7 +68,7 @@ struct Sink {
   std::uint64_t zeroed_upto = 0;
   // mmap offsets and fallocate granularity: the kernel's page size, read at open (4 KiB on
   // x86-64, but 16/64 KiB on some aarch64 kernels, where a 4 KiB-aligned window offset is
-  // EINVAL). kWindowBytes is a multiple of every page size Linux uses.
+  // EINVAL). kFirstWindowBytes is a multiple of every page size Linux uses.
   std::uint64_t page = 4096;
   // The process that opened this file (sink_open), by the kernel's pid: a vfork child shares
   // this memory with its parent but has its own pid, and must never end the parent's trace.
@@ -113,6 +119,25 @@ void set_state(SinkState s) noexcept { g_state.store(static_cast<int>(s), std::m
 // the opening records are written.
 bool accepting(SinkState s) noexcept { return s == SinkState::active || (s == SinkState::opening && t_opener); }
 
+// The trace file's descriptor, checked before every use (mapping a window, ftruncate, close):
+// the program may have closed it (closerange(3, ~0U), a daemon library closing every fd) and
+// may have opened its own file at the same number; gpuheap must never write, truncate or
+// close that file. Windows already mapped stay valid without the descriptor, so records keep
+// going into the trace; for the next window the file is reopened by its path (O_NOFOLLOW,
+// and only if it is still the same file). -1: the trace file cannot be reached any more.
+// mu held (or the only thread: fork child, signal path with mu try-locked).
+int own_fd_locked() noexcept {
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) return g.fd;
+  g.fd = -1;  // not ours any more: forgotten, never closed
+  if (!g.id.known || !g.path[0]) return -1;
+  int fd = fd_above_stdio(open(g.path, O_RDWR | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  if (fd >= 0 && !fd_is(fd, g.id)) {  // renamed, replaced: another file now has the name
+    close(fd);
+    fd = -1;
+  }
+  return g.fd = fd;
+}
+
 // Gives [start, start+len) disk blocks. fallocate(2) itself, not posix_fallocate: where the
 // filesystem lacks it (NFSv3, some FUSE) glibc's posix_fallocate emulates it by writing a
 // zero byte into each block, and the appender and the background thread may reserve the same
@@ -143,28 +168,45 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
   return rc;
 }
 
-// Allocates and maps the file range starting at `start`: kWindowBytes, less where
-// RLIMIT_FSIZE or a full disk leave less (halved down to a page, so the trace uses the
-// space there is). Space is allocated before it is mapped: a store into a mapped page
-// that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno.
+// The length of the window at `start` (a multiple of the page size): as long as the file
+// before it, at least kFirstWindowBytes, at most kWindowBytes, and never shorter than
+// `min_len` (a record that does not fit the rest of the current window).
+std::uint64_t window_len(std::uint64_t start, std::uint64_t min_len) noexcept {
+  std::uint64_t len = start < kFirstWindowBytes ? kFirstWindowBytes : start < kWindowBytes ? start : kWindowBytes;
+  len = (len + g.page - 1) & ~(g.page - 1);
+  std::uint64_t need = (min_len + g.page - 1) & ~(g.page - 1);
+  return len < need ? need : len;
+}
+
+// Allocates and maps the file range starting at `start`: window_len, less where
+// RLIMIT_FSIZE or a full disk leave less (halved down to a page or min_len, so the trace
+// uses the space there is). Space is allocated before it is mapped: a store into a mapped
+// page that has no disk block behind it would be a SIGBUS in the user's program. 0 or errno
+// (EBADF: fd is no longer the trace file).
 //
 // RLIMIT_FSIZE is read here, for every window: a program may lower it while it runs
 // (setrlimit), and an fallocate past the current limit is answered with SIGXFSZ, whose
 // default action kills the process.
-int map_window(int fd, std::uint64_t start, bool populate, Window* w) noexcept {
-  std::uint64_t len = kWindowBytes;
+int map_window(int fd, std::uint64_t start, std::uint64_t min_len, bool populate, Window* w) noexcept {
+  std::uint64_t len = window_len(start, min_len);
+  std::uint64_t floor = (min_len + g.page - 1) & ~(g.page - 1);  // the record must fit
+  if (floor < g.page) floor = g.page;
   rlimit rl{};
   if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     std::uint64_t limit = rl.rlim_cur;
     // Checked here rather than left to the kernel, which would also send SIGXFSZ.
-    if (start + g.page > limit) return EFBIG;
+    if (start + floor > limit) return EFBIG;
     if (limit - start < len) len = (limit - start) & ~(g.page - 1);
   }
+  // Checked again right before the descriptor is used: the background thread maps without
+  // the lock (own_fd_locked checked it under the lock).
+  if (!fd_is(fd, g.id)) return EBADF;
   for (;;) {
     int rc = reserve_space(fd, start, len);
     if (rc == 0) break;
-    if ((rc != ENOSPC && rc != EFBIG) || len <= g.page) return rc;
+    if ((rc != ENOSPC && rc != EFBIG) || len <= floor) return rc;
     len = (len / 2) & ~(g.page - 1);
+    if (len < floor) len = floor;
   }
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (p == MAP_FAILED) return errno;
@@ -210,16 +252,17 @@ void unmap(Window* w) noexcept {
 
 // Gives up on this file: the data written so far stays, the unused allocated tail goes,
 // later appends are dropped. The fd stays open until sink_close (the background thread may
-// be allocating with it). mu held.
-void fail_locked(int err) noexcept {
+// be allocating with it). mu held. `why` replaces the errno's text.
+void fail_locked(int err, const char* why = nullptr) noexcept {
   set_state(SinkState::failed);
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
+  int fd = own_fd_locked();
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
   // May run inside a signal handler (the end record of a crash): no snprintf, no strerror
   // (locale, malloc), and no strerrordesc_np (glibc >= 2.32 only).
   char msg[4300];
   char num[24];
-  const char* parts[] = {"writing trace ", g.path, " failed (", errno_text(err, num, sizeof num),
+  const char* parts[] = {"writing trace ", g.path, " failed (", why ? why : errno_text(err, num, sizeof num),
                          "); tracing stopped, the program continues"};
   std::size_t at = 0;
   for (const char* part : parts) at = append_cstr(msg, sizeof msg, at, part);
@@ -250,11 +293,14 @@ void rotate_locked() noexcept {
 bool append_locked(const void* rec, std::size_t n) noexcept {
   if (!accepting(state())) return false;
   if (g.off + n > g.cur.end) {
+    std::uint64_t beyond = g.off + n - g.cur.end;  // what goes into next
+    if (g.next.base && g.next.end - g.next.start < beyond) unmap(&g.next);  // a longer one, below
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
-      int err = map_window(g.fd, g.cur.end, false, &g.next);
+      int fd = own_fd_locked();
+      int err = fd < 0 ? EBADF : map_window(fd, g.cur.end, beyond, false, &g.next);
       if (err) {
-        fail_locked(err);
+        fail_locked(err, err == EBADF ? "its descriptor was closed by the program and the file is gone" : nullptr);
         return false;
       }
       ++g.inline_maps, ++g.windows;
@@ -294,12 +340,16 @@ void* thread_main(void*) {
   while (!g.exit_thread) {
     if (!backoff && !g.next.base && g.cur.base && state() == SinkState::active) {
       std::uint64_t start = g.cur.end;
-      int fd = g.fd;
+      int fd = own_fd_locked();
+      if (fd < 0) {  // the appender that needs the window reports it
+        backoff = true;
+        continue;
+      }
       std::uint64_t cuts = g.cuts;
       g.preparing.store(true);
       unlock();
       Window w;
-      int err = map_window(fd, start, false, &w);
+      int err = map_window(fd, start, 0, false, &w);
       g.preparing.store(false);  // allocated: a cut from now on stays (populating cannot undo it)
       // Populated here, not inside map_window: a process ending meanwhile waits for the
       // allocation only (wait_for_preparation). Past a cut, populating fails with EFAULT
@@ -312,7 +362,8 @@ void* thread_main(void*) {
       }
       unmap(&w);
       // Allocated after a failure or stop truncated the file: cut the tail again.
-      if (!err && state() != SinkState::active && g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) {
+      if (!err && state() != SinkState::active && (fd = own_fd_locked()) >= 0 &&
+          ftruncate(fd, static_cast<off_t>(g.off)) != 0) {
       }
       // On error the appender that needs the window meets it (and reports it) itself.
       backoff = err != 0;
@@ -376,9 +427,10 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0) close(g.fd);
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);  // the program's file now, if not ours
   g.fd = fd;
   g.owner = kernel_pid();
+  g.id = file_id(fd);
   append_cstr(g.path, sizeof g.path, 0, path);
   long page = sysconf(_SC_PAGESIZE);
   if (page > 0 && kWindowBytes % static_cast<std::uint64_t>(page) == 0) g.page = static_cast<std::uint64_t>(page);
@@ -388,7 +440,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   g.zeroed_upto = header_bytes;  // the header is written (write(2)) before any window
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
-  int err = map_window(fd, 0, true, &g.cur);
+  int err = map_window(fd, 0, 0, true, &g.cur);
   t_opener = true;
   set_state(SinkState::opening);
   if (err == 0) ++g.windows;
@@ -448,10 +500,11 @@ void sink_close(format::EndReason reason) noexcept {
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
-  // The allocated but unused tail goes: the file ends with the last record.
-  if (g.fd >= 0) {
-    if (ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
-    close(g.fd);
+  // The allocated but unused tail goes: the file ends with the last record. Where the trace
+  // cannot be reached any more (own_fd_locked) the zero tail stays, read as the data's end.
+  if (int fd = own_fd_locked(); fd >= 0) {
+    if (ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    close(fd);
   }
   g.fd = -1;
   unlock();
@@ -481,7 +534,8 @@ void sink_emergency_flush(bool write_end, format::EndReason reason) noexcept {
     // Nothing is appended after `stopped`, so the unused tail can go (ftruncate is
     // async-signal-safe; the mappings stay, nobody touches them again).
     wait_for_preparation();
-    if (g.fd >= 0 && ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    int fd = own_fd_locked();
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
   }
   pthread_mutex_unlock(&g.mu);
 }
@@ -502,7 +556,9 @@ bool sink_end_before_exec() noexcept {
   // sink_resume_after_exec), a fatal signal's handler finds the lock taken and `end` written.
   wait_for_preparation();
   ++g.cuts;
-  if (ftruncate(g.fd, static_cast<off_t>(g.off)) != 0) { /* readers stop at `end` anyway */ }
+  if (int fd = own_fd_locked(); fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) {
+    /* readers stop at `end` anyway */
+  }
   return true;
 }
 
@@ -513,7 +569,8 @@ void sink_resume_after_exec() noexcept {
   std::uint64_t end_at = g.off, mark = g.exec_mark;
   unmap(&g.cur), unmap(&g.next);
   if (g.zeroed_upto > end_at) g.zeroed_upto = end_at;  // the cut dropped what lay past it
-  int err = map_window(g.fd, mark & ~(g.page - 1), true, &g.cur);
+  int fd = own_fd_locked();
+  int err = fd < 0 ? EBADF : map_window(fd, mark & ~(g.page - 1), 0, true, &g.cur);
   if (err) {
     fail_locked(err);  // the file keeps `end`: a complete trace of what came before the exec
     unlock();
@@ -547,9 +604,12 @@ void sink_fork_child() noexcept {
   t_holds = false, t_opener = false;
   // The windows were not inherited (MADV_DONTFORK); munmap covers a kernel that ignored it.
   unmap(&g.cur), unmap(&g.next);
-  if (g.fd >= 0) close(g.fd);
+  // Only if still the parent's trace file: the number may be the program's file by now, which
+  // the child must keep (its write would fail with EBADF).
+  if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);
   g.fd = -1;
   g.owner = 0;
+  g.id = FileId{};
   g.path[0] = '\0';
   g.off = 0;
   g.thread_running = false, g.exit_thread = false;

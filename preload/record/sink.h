@@ -1,5 +1,6 @@
 // The trace sink: records are copied straight into the trace file's pages (MAP_SHARED
-// windows of 4 MiB, disk space allocated with posix_fallocate before a window is mapped),
+// windows from 64 KiB growing with the file to 4 MiB, disk space allocated with fallocate
+// before a window is mapped),
 // so an appended record is in the file the moment sink_append returns: no thread has to
 // run (or get a CPU) for it to survive a SIGKILL, _exit or a crash. A background thread
 // prepares the next window ahead of time and re-arms the fatal-signal handlers.
@@ -14,9 +15,16 @@
 // the data (format/trace.h: a zero type byte). A clean close, a failure and the terminating
 // signal path truncate the file to its last record.
 //
-// Memory: at most two windows are mapped (8 MiB of page cache, counted in RSS); nothing
-// is buffered in the process. On an I/O error (disk full, RLIMIT_FSIZE, ...) the sink warns
-// once and fails: later appends are dropped and counted.
+// Memory and disk: at most two windows are mapped and allocated (128 KiB for a process with
+// few events, 8 MiB at most, counted in RSS); nothing is buffered in the process. On an I/O
+// error (disk full, RLIMIT_FSIZE, ...) the sink warns once and fails: later appends are
+// dropped and counted.
+//
+// The descriptor: never 0..2 (outpath.h), and checked to be the trace file still (device and
+// inode, core/fds.h) before each use. A program that closes it (closerange) keeps writing
+// its records through the mapped windows; the next window reopens the file by its path, or,
+// when the file is gone, tracing stops with one warning. The program's file at the old
+// number is never written, truncated or closed.
 #pragma once
 
 #include <cstddef>

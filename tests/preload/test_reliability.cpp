@@ -1044,3 +1044,153 @@ TEST(Reliability, SetuidProcessesAreLeftAlone) {
     remove_tree(r.dir);
   }
 }
+
+// ---------------------------------------------------------------- the job's descriptors and disk
+
+namespace {
+
+// prog_harm.cpp's content of user file k at byte `at`.
+unsigned char harm_pattern(int k, std::size_t at) {
+  return static_cast<unsigned char>((at * 7 + at / 4096 + k * 31) & 0xff);
+}
+
+// The eight files prog_harm closefds wrote: exactly `bytes` long, every byte the program's.
+void expect_user_files_intact(const std::string& dir, std::size_t bytes, const char* what) {
+  for (int k = 0; k < 8; ++k) {
+    std::string data = read_file(dir + "/user." + std::to_string(k));
+    EXPECT_EQ(data.size(), bytes) << what << ": user." << k;
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < data.size(); ++i) bad += static_cast<unsigned char>(data[i]) != harm_pattern(k, i);
+    EXPECT_EQ(bad, 0u) << what << ": user." << k << " has bytes that are not the program's";
+  }
+}
+
+}  // namespace
+
+TEST(Reliability, ProgramClosesTheTraceDescriptor) {
+  // closerange(3, ...) after the first event, then the program's own files take the numbers:
+  // the one at the trace's old number must get none of the trace's records, keep its size
+  // (no ftruncate at exit) and stay open in a forked child. The trace is reopened by path
+  // and goes on. The program wrote 32 MiB per file; 1 MiB crosses the same windows.
+  const long kib = 1024, n = small_scale() ? 50000 : 100000;
+  std::string files = make_dir();
+  Opts o;
+  o.args = {"closefds", files, std::to_string(kib), std::to_string(n)};
+  ProgResult r = run("prog_harm", o);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("child=ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done"), std::string::npos) << r.out;
+  EXPECT_EQ(count_warnings(r.err), 0) << r.err;
+  expect_user_files_intact(files, static_cast<std::size_t>(kib) << 10, "trace reopened");
+  ASSERT_EQ(r.traces.size(), 1u);
+  Scan s = scan(r.traces[0]);
+  expect_readable(s, "closed descriptor");
+  EXPECT_TRUE(s.has_end);
+  EXPECT_EQ(s.all_allocs(), static_cast<std::uint64_t>(1 + n + 100));
+  std::printf("[figure] program closed fds 3..1023 (%s): user files %ld KiB each intact, child's writes ok, "
+              "trace %llu bytes with %llu allocs and its end record\n",
+              r.out.substr(0, r.out.find('\n')).c_str(), kib, static_cast<unsigned long long>(s.bytes),
+              static_cast<unsigned long long>(s.all_allocs()));
+  remove_tree(files);
+  remove_tree(r.dir);
+}
+
+TEST(Reliability, ProgramClosesTheTraceDescriptorOfAnUnlinkedTrace) {
+  // The same with the trace file unlinked first: it cannot be reopened, so tracing stops with
+  // one warning, and the program's files are still never touched.
+  const long kib = 1024, n = small_scale() ? 50000 : 100000;
+  std::string files = make_dir();
+  Opts o;
+  o.args = {"closefds", files, std::to_string(kib), std::to_string(n), "unlink"};
+  ProgResult r = run("prog_harm", o);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("child=ok"), std::string::npos) << r.out;
+  EXPECT_EQ(count_warnings(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("closed by the program"), std::string::npos) << r.err;
+  expect_user_files_intact(files, static_cast<std::size_t>(kib) << 10, "trace gone");
+  std::printf("[figure] program closed fds of an unlinked trace: %s", r.err.c_str());
+  remove_tree(files);
+  remove_tree(r.dir);
+}
+
+TEST(Reliability, JobStartedWithStdioClosed) {
+  // `prog 0<&- 1>&- 2>&-`: the program's files take 0..2 as without gpuheap, a write to fd 2
+  // after it closed it fails as without gpuheap, and nothing of gpuheap (its "tracing to"
+  // line: GPUHEAP_QUIET=0) lands in the program's files or the trace.
+  std::string result[2];
+  for (bool preload : {false, true}) {
+    std::string files = make_dir();
+    Opts o;
+    o.args = {"stdio", files};
+    o.preload = preload;
+    o.env = {"GPUHEAP_QUIET=0"};
+    o.in_child = [] { close(0), close(1), close(2); };
+    ProgResult r = run("prog_harm", o);
+    EXPECT_EQ(r.status, 0) << preload;
+    result[preload] = read_file(files + "/result");
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(read_file(files + "/user." + std::to_string(k)), "user " + std::to_string(k) + "\n") << preload;
+    if (preload) {
+      ASSERT_EQ(r.traces.size(), 1u);
+      Scan s = scan(r.traces[0]);
+      expect_readable(s, "stdio closed");
+      EXPECT_TRUE(s.has_end);
+      EXPECT_EQ(s.all_allocs(), 11u);
+      std::string raw = read_file(r.traces[0]);
+      EXPECT_EQ(raw.find("gpuheap:"), std::string::npos);
+      EXPECT_EQ(raw.find("program stderr"), std::string::npos);
+      gpuheap::test::CmdRun check = gpuheap::test::run_cmd(kBuild + "/gpuheap check --max-leaked 1G " + r.traces[0] + " 2>&1");
+      EXPECT_EQ(check.status, 0) << check.out;
+      std::printf("[figure] stdio closed: %s", result[1].c_str());
+    }
+    remove_tree(files);
+    remove_tree(r.dir);
+  }
+  EXPECT_EQ(result[1], result[0]);
+  EXPECT_NE(result[0].find("fds=0,1,2 stderr_write=-1/9"), std::string::npos) << result[0];
+}
+
+TEST(Reliability, FewEventsHoldLittleDisk) {
+  // A process that records one allocation holds the disk its trace needs while it runs
+  // (two small windows), not the 8 MiB of two full windows.
+  std::string files = make_dir();
+  ProgResult r = run("prog_harm", {"disk", files, "1"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  long held = value(r.out, "trace_alloc=");
+  EXPECT_GT(held, 0) << r.out;
+  EXPECT_LE(held, 256 << 10) << r.out;
+  ASSERT_EQ(r.traces.size(), 1u);
+  expect_readable(scan(r.traces[0]), "one allocation");
+  std::printf("[figure] disk held by the trace of a 1-allocation process while it runs: %ld bytes (%s)\n", held,
+              r.out.substr(0, r.out.find('\n')).c_str());
+  remove_tree(files);
+  remove_tree(r.dir);
+}
+
+TEST(Reliability, SmallFilesystemKeepsRoomForTheJob) {
+  // The case on a real 10 MiB tmpfs: one allocation, then a 6 MiB checkpoint on the
+  // same filesystem as the trace. Needs mount(2) (root); skipped where it is not allowed.
+  std::string mnt = make_dir();
+  if (system(("mount -t tmpfs -o size=10m tmpfs " + mnt + " 2>/dev/null").c_str()) != 0) {
+    rmdir(mnt.c_str());
+    GTEST_SKIP() << "cannot mount a tmpfs here; FewEventsHoldLittleDisk measures the same";
+  }
+  Opts base;
+  base.args = {"disk", mnt, "6"};
+  base.preload = false;
+  base.out_dir = mnt;
+  ProgResult b = run("prog_harm", base);
+  EXPECT_EQ(b.status, 0) << b.out;
+  unlink((mnt + "/ckpt").c_str());
+  Opts o = base;
+  o.preload = true;
+  ProgResult r = run("prog_harm", o);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ckpt=ok"), std::string::npos) << r.out;
+  EXPECT_EQ(count_warnings(r.err), 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u);
+  expect_readable(scan(r.traces[0]), "10 MiB tmpfs");
+  std::printf("[figure] 10 MiB tmpfs, 1 allocation + 6 MiB checkpoint: %s", r.out.c_str());
+  EXPECT_EQ(system(("umount " + mnt).c_str()), 0);
+  rmdir(mnt.c_str());
+}

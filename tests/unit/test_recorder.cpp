@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "preload/record/sink.h"
 #include "test_recorder_util.h"
 
 using namespace rec_test;
@@ -394,4 +395,32 @@ TEST(Recorder, FourThreadsThroughManyFileWindowsLoseNothing) {
   EXPECT_EQ(c.dropped, 0u);
   std::printf("[          ] windows mapped by appenders themselves: %llu, windows: %llu\n",
               static_cast<unsigned long long>(c.producer_waits), static_cast<unsigned long long>(c.writes));
+}
+
+TEST(Recorder, RecordsLongerThanTheSmallFirstWindowsFit) {
+  // The first windows are 64 KiB (sink.cpp, window_len); a record of up to kMaxPayload must
+  // still go in whole, wherever it starts, with small records before and after it.
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  d::record(alloc_rec(1));
+  std::string cmd(900u << 10, 'x');
+  std::vector<unsigned char> buf(cmd.size() + 256);
+  f::ProcessRecord big{1, 1, 0, 0, "host", cmd, "v", "/exe"};
+  std::size_t n = f::encode(buf.data(), buf.size(), big);
+  ASSERT_GT(n, cmd.size());
+  constexpr int kBig = 6;
+  for (int i = 0; i < kBig; ++i) {
+    for (int k = 0; k < 100 * i; ++k) d::record(alloc_rec(2 + k));  // moves where the next one starts
+    EXPECT_TRUE(d::sink_append(buf.data(), n)) << i;
+  }
+  auto c = d::recorder_counters();
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.last, f::FrameStatus::need_more);
+  EXPECT_EQ(t.tail_bytes, 0u);
+  EXPECT_EQ(t.count(f::RecordType::process), std::size_t{kBig} + 1);  // + the opening one
+  EXPECT_EQ(t.count(f::RecordType::alloc), std::size_t{1 + 100 * (0 + 1 + 2 + 3 + 4 + 5)});
+  EXPECT_EQ(t.count(f::RecordType::end), 1u);
+  EXPECT_EQ(c.dropped, 0u);
 }
