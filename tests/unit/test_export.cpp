@@ -73,7 +73,7 @@ class Export : public ::testing::Test {
   }
   std::string exp(const std::string& fmt, const std::string& extra = "") {
     std::string out = TraceBuilder::dir() + "/export." + fmt + extra.substr(extra.find_last_of(' ') + 1);
-    auto r = run(std::string(GPUHEAP_CLI) + " export -q --format " + fmt + " " + extra + " -o " + out + " " + *path_);
+    auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format " + fmt + " " + extra + " -o " + out + " " + *path_);
     EXPECT_EQ(r.code, 0) << r.out;
     return out;
   }
@@ -263,7 +263,7 @@ TEST_F(Export, TorchSnapshotOfTheShippedH200Trace) {
   std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
   std::string snap = TraceBuilder::dir() + "/h200.pickle", csv = TraceBuilder::dir() + "/h200.csv";
   for (auto [fmt, out] : {std::pair{"torch-snapshot", snap}, std::pair{"csv", csv}}) {
-    auto r = run(std::string(GPUHEAP_CLI) + " export -q --format " + fmt + " -o " + out + " " + trace);
+    auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format " + fmt + " -o " + out + " " + trace);
     ASSERT_EQ(r.code, 0) << r.out;
   }
   auto r = run("python3 " GPUHEAP_SOURCE_DIR "/tests/unit/export/check_torch_snapshot.py " + snap + " " + csv);
