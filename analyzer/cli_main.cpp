@@ -261,6 +261,9 @@ int real_main(int argc, char** argv) {
   xport->add_option("--device", xopt.device, "Only this device (event formats)");
   xport->add_option("-o,--output", xopt.output, "Output file (- = stdout); an existing one needs --force")->required();
   xport->add_flag("--force", xopt.force, "Replace an existing output file (never one of the traces)");
+  xport->add_option("--max-entries", xopt.max_entries,
+                    "torch-snapshot: trace entries kept per device, the last ones (default 100000, as memory_viz "
+                    "suggests; 0: all)");
   xport->add_flag("--all-frames", xopt.all_frames, "Keep gpuheap/CUDA-internal frames");
   xport->add_option("traces", traces, kTracesHelp)->required();
   xport->add_flag("-q,--quiet", quiet, quiet_help);

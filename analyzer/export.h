@@ -26,6 +26,7 @@ struct ExportOptions {
   bool all_frames = false;
   bool progress = true;
   bool force = false;           // replace an existing output file
+  std::size_t max_entries = 100000;  // torch-snapshot: trace entries kept per device (0: all)
 };
 // Runs `gpuheap export`; returns the exit status. Throws UsageError / InputError.
 int export_command(const std::vector<std::string>& traces, const ExportOptions& opt);
