@@ -259,13 +259,18 @@ int real_main(int argc, char** argv) {
   xport->add_option("--metric", xopt.metric, "What folded stacks weigh: peak (default), leaked, allocated or count")
       ->check(CLI::IsMember({"peak", "leaked", "allocated", "count"}));
   xport->add_option("--device", xopt.device, "Only this device (event formats)");
-  xport->add_option("-o,--output", xopt.output, "Output file (- = stdout)")->required();
+  xport->add_option("-o,--output", xopt.output, "Output file (- = stdout); an existing one needs --force")->required();
+  xport->add_flag("--force", xopt.force, "Replace an existing output file (never one of the traces)");
+  xport->add_option("--max-entries", xopt.max_entries,
+                    "torch-snapshot: trace entries kept per device, the last ones (default 100000, as memory_viz "
+                    "suggests; 0: all)");
   xport->add_flag("--all-frames", xopt.all_frames, "Keep gpuheap/CUDA-internal frames");
   xport->add_option("traces", traces, kTracesHelp)->required();
   xport->add_flag("-q,--quiet", quiet, quiet_help);
   ReportOptions ropt;
   auto* report = app.add_subcommand("report", "Self-contained HTML report: timeline, flame graphs, tables");
-  report->add_option("-o,--output", ropt.output, "The HTML file (- = stdout)")->required();
+  report->add_option("-o,--output", ropt.output, "The HTML file (- = stdout); an existing one needs --force")->required();
+  report->add_flag("--force", ropt.force, "Replace an existing output file (never one of the traces)");
   report->add_option("--points", ropt.points, "Timeline points per series (default 4096; peaks stay exact)")
       ->check(CLI::Range(16, 1 << 20));
   report->add_option("--max-nodes", ropt.max_nodes, "Flame graph nodes per graph; smaller ones merge (default 4000)")

@@ -25,6 +25,8 @@ struct ExportOptions {
   int device = -1;              // -1: every device
   bool all_frames = false;
   bool progress = true;
+  bool force = false;           // replace an existing output file
+  std::size_t max_entries = 100000;  // torch-snapshot: trace entries kept per device (0: all)
 };
 // Runs `gpuheap export`; returns the exit status. Throws UsageError / InputError.
 int export_command(const std::vector<std::string>& traces, const ExportOptions& opt);
@@ -35,6 +37,7 @@ struct ReportOptions {
   std::size_t max_nodes = 4000;  // flame graph nodes per graph before the smallest merge
   bool all_frames = false;
   bool progress = true;
+  bool force = false;  // replace an existing output file
 };
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt);
 

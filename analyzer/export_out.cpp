@@ -1,5 +1,6 @@
 #include "analyzer/export_out.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,22 +9,43 @@
 
 #include "analyzer/error.h"
 #include "analyzer/export.h"
+#include "analyzer/safe_file.h"
 
 namespace gpuheap::detail {
 
-OutFile::OutFile(std::string path) : path_(std::move(path)) {
+OutFile::OutFile(std::string path, const std::vector<std::string>& inputs, bool force, const char* cmd)
+    : path_(std::move(path)) {
   if (path_ == "-") {
     f_ = stdout;
     return;
   }
-  // A device or pipe (/dev/null, /dev/stdout, a FIFO) is written directly: it cannot be
-  // replaced by a rename, and a partial write to it cannot be taken back anyway.
-  struct stat st {};
-  bool special = ::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-  tmp_ = special ? path_ : path_ + ".tmp" + std::to_string(::getpid());
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_) throw InputError(fmt::format("cannot create {}: {}", tmp_, std::strerror(errno)));
-  direct_ = special;
+  check_output_path(path_, inputs, force, cmd);
+  int fd = -1;
+  if (is_special_output(path_)) {
+    // A device or pipe (/dev/null, /dev/stdout, a FIFO) is written directly: it cannot be
+    // replaced by a rename, and a partial write to it cannot be taken back anyway. Opened
+    // without O_CREAT/O_TRUNC and checked again: a regular file swapped in meanwhile is
+    // refused untouched.
+    fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat st {};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+      ::close(fd);
+      fd = -1;
+      errno = EEXIST;
+    }
+    if (fd < 0) throw InputError(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+    tmp_ = path_;
+    direct_ = true;
+  } else {
+    fd = create_beside(path_, derived_mode(inputs), &tmp_);
+  }
+  f_ = ::fdopen(fd, "wb");
+  if (!f_) {
+    int err = errno;
+    ::close(fd);
+    if (!direct_) std::remove(tmp_.c_str());
+    throw InputError(fmt::format("cannot write {}: {}", path_, std::strerror(err)));
+  }
 }
 
 OutFile::~OutFile() {

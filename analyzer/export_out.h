@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,7 +14,9 @@ namespace gpuheap::detail {
 
 class OutFile {
  public:
-  explicit OutFile(std::string path);  // "-" = stdout; throws InputError when not creatable
+  // "-" = stdout. Refuses an output that is one of `inputs`, or exists without `force`
+  // (check_output_path, safe_file.h); throws InputError when not creatable.
+  OutFile(std::string path, const std::vector<std::string>& inputs, bool force, const char* cmd);
   ~OutFile();
   OutFile(const OutFile&) = delete;
   OutFile& operator=(const OutFile&) = delete;

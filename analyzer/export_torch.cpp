@@ -9,8 +9,10 @@
 #include <iterator>
 #include <map>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "analyzer/error.h"
 #include "analyzer/export.h"
@@ -127,6 +129,50 @@ bool own_segment(format::AllocKind k) {
          k == AllocKind::managed;
 }
 
+struct Entry {
+  const char* action;
+  std::uint64_t addr, size, stream, time_us;
+  std::uint32_t stack;
+};
+// The last `cap` entries pushed (all of them when cap is 0), oldest first from at(0).
+struct EntryRing {
+  std::vector<Entry> v;
+  std::size_t head = 0;      // the oldest entry once the ring is full
+  std::uint64_t dropped = 0;
+  void push(const Entry& e, std::size_t cap) {
+    if (cap == 0 || v.size() < cap) return v.push_back(e);
+    v[head] = e;
+    head = head + 1 == v.size() ? 0 : head + 1;
+    ++dropped;
+  }
+  const Entry& at(std::size_t i) const { return v[(head + i) % v.size()]; }
+};
+
+// What --max-entries dropped: a warning, and (only then: other snapshots are unchanged) a
+// top-level "gpuheap_dropped_entries" list, the count per device as device_traces is
+// indexed. torch's snapshot has no such field; its viewers ignore keys they do not know.
+void dropped_entries(Pickler& p, const std::map<int, EntryRing>& traces, int max_dev, std::size_t cap) {
+  std::uint64_t total = 0;
+  for (const auto& [dev, ring] : traces) {
+    if (!ring.dropped) continue;
+    total += ring.dropped;
+    spdlog::warn("torch-snapshot: cuda:{}: kept the last {} of {} trace entries (--max-entries {}; 0 keeps all): "
+                 "the viewer shows the blocks allocated before them as already there",
+                 dev, ring.v.size(), ring.v.size() + ring.dropped, cap);
+  }
+  if (!total) return;
+  p.str("gpuheap_dropped_entries");
+  p.op(']');
+  p.put();
+  p.begin_items();
+  for (int d = 0; d <= max_dev; ++d) {
+    auto it = traces.find(d);
+    p.item();
+    p.uinteger(it == traces.end() ? 0 : it->second.dropped);
+  }
+  p.end_items();
+}
+
 }  // namespace
 
 void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& out) {
@@ -163,13 +209,12 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
   std::map<std::uint64_t, Blk> blocks;
   std::unordered_map<std::uint64_t, bool> own;  // ptr -> has its own synthetic segment
   // Entries are kept per device (the pickle lists them device by device) and written after
-  // the segments, whose final state is known only at the end.
-  struct Entry {
-    const char* action;
-    std::uint64_t addr, size, stream, time_us;
-    std::uint32_t stack;
-  };
-  std::map<int, std::vector<Entry>> traces;
+  // the segments, whose final state is known only at the end: the last opt.max_entries of
+  // each device, as torch's _record_memory_history(max_entries=N) keeps them (a ring per
+  // device), else a long trace held every event in memory (48 bytes each). The segments
+  // come from every event all the same; the viewer shows blocks allocated before the kept
+  // entries as already there.
+  std::map<int, EntryRing> traces;
   int max_dev = -1;
   walk_trace(trace, opt.progress, [&](const format::Record& r, const Model& m) {
     using format::RecordType;
@@ -179,7 +224,7 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
       if (opt.device >= 0 && dev != opt.device) return false;
       if (dev < 0 || dev >= static_cast<int>(Model::kMaxDevices)) return false;
       max_dev = std::max(max_dev, dev);
-      traces[dev].push_back({action, addr, size, stream, us(ts), stack});
+      traces[dev].push({action, addr, size, stream, us(ts), stack}, opt.max_entries);
       return true;
     };
     switch (r.type) {
@@ -320,7 +365,8 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     auto it = traces.find(d);
     if (it != traces.end()) {
       p.begin_items();
-      for (const auto& e : it->second) {
+      for (std::size_t i = 0; i < it->second.v.size(); ++i) {
+        const Entry& e = it->second.at(i);
         p.item();
         p.op('}'), p.op('(');
         p.str("action"), p.str(e.action);
@@ -336,6 +382,7 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     }
   }
   p.op('e');
+  dropped_entries(p, traces, max_dev, opt.max_entries);
   p.op('u');
   p.op('.');
 }

@@ -9,6 +9,9 @@
 #include <memory>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
+#include "analyzer/error.h"
 #include "analyzer/flat_map.h"
 #include "analyzer/model.h"
 #include "analyzer/reader.h"
@@ -233,6 +236,7 @@ class Replayer {
       ++res_.other_kind_events;
       return true;
     }
+    if (std::uint64_t n = pool_kind(a.kind) ? a.requested : a.size; n >= replay_sim::kTop) too_large(n, index);
     std::uint16_t di;
     DeviceSim& d = dev(a.device, &di);
     if (!pool_kind(a.kind)) {
@@ -387,6 +391,15 @@ class Replayer {
     }
     Pending p;
     if (overflow_.size() && overflow_.take(ptr, &p)) devs_[p.dev]->up.complete(p.fence);
+  }
+
+  // A recorded allocation no device can have made: the policies' roundings (2 MiB, 512 B,
+  // powers of two) would wrap past 2^64 and the signed totals turn negative. Refused (exit
+  // 2), as a corrupt record is, rather than replayed into figures that are wrong.
+  [[noreturn]] void too_large(std::uint64_t n, std::uint64_t index) const {
+    throw InputError(fmt::format("{}: record {}: an allocation of {} bytes, more than any device's address space "
+                                 "(2^63 bytes): the trace is damaged; replay refuses it",
+                                 res_.trace, index, n));
   }
 
   bool oom(DeviceSim& d, const format::AllocRecord& a, std::uint64_t index, std::uint64_t largest_free) {

@@ -17,6 +17,10 @@ namespace gpuheap {
 namespace replay_sim {
 
 constexpr std::uint64_t kDriverGranularity = std::uint64_t{2} << 20;  // cudaMalloc's 2 MiB
+// No process has addresses at or above 2^63 (x86-64 and aarch64 user space ends far below):
+// a device never holds more, and sizes and totals below it keep every sum and every signed
+// statistic of the replay exact.
+constexpr std::uint64_t kTop = std::uint64_t{1} << 63;
 
 inline std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
 
@@ -93,7 +97,9 @@ class SimUpstream final : public detail::Upstream {
     other_ += static_cast<std::uint64_t>(d);
     if (d > 0) held_changed();
   }
+  // Within the limit, and within the address space (policy none has no fresh() to run out).
   bool fits(std::uint64_t bytes) const {
+    if (bytes >= kTop || reserved_ + other_ >= kTop - bytes) return false;
     return !limit_ || (bytes <= limit_ && reserved_ + other_ <= limit_ - bytes);
   }
   std::uint64_t reserved() const { return reserved_; }
@@ -135,7 +141,7 @@ class SimUpstream final : public detail::Upstream {
   // Above every address held or offered (next_ is kept so), hence never one in use.
   std::uint64_t fresh(std::uint64_t bytes) {
     std::uint64_t span = round_up(bytes, kDriverGranularity);
-    if (span < bytes || next_ > UINT64_MAX - span) return 0;
+    if (span < bytes || span > kTop || next_ > kTop - span) return 0;
     std::uint64_t a = next_;
     next_ += span;
     return a;
@@ -149,7 +155,6 @@ class SimUpstream final : public detail::Upstream {
   ReplayDevice* out_;
   std::uint64_t limit_, reserved_ = 0, other_ = 0;
   std::uint64_t next_ = std::uint64_t{1} << 40;
-  static constexpr std::uint64_t kTop = std::uint64_t{1} << 63;
   // Recorded segments not taken: (bytes, offer number) -> address, so the oldest of a size
   // comes first; address -> (bytes, offer number), for the recorded frees.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> by_size_;

@@ -113,6 +113,9 @@ std::string script_json(const json& j) {
 }  // namespace
 
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt) {
+  // Before the replay: an output that is refused (an input, or existing without --force)
+  // costs no work.
+  detail::OutFile out(opt.output, traces, opt.force, "report");
   AnalyzeOptions aopt;
   aopt.progress = opt.progress;
   aopt.timeline_buckets = opt.points;
@@ -166,7 +169,6 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   data["summary"] = summary_json(a, sopt, sites);
   data["summary_text"] = summary_text(a, sopt, sites);
 
-  detail::OutFile out(opt.output);
   out.put("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
           "<meta name=\"generator\" content=\"gpuheap " GPUHEAP_VERSION "\">\n<title>gpuheap report</title>\n<style>");
   out.put(assets::uplot_css);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,8 @@ std::string kind_of(mode_t m) {
                   : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : nullptr;
   return k != nullptr ? fmt::format("{}, not a regular file", k) : std::string("not a regular file");
 }
+
+bool special_mode(mode_t m) { return S_ISCHR(m) || S_ISBLK(m) || S_ISFIFO(m) || S_ISSOCK(m); }
 
 }  // namespace
 
@@ -86,6 +89,59 @@ std::string read_regular(const std::string& path, std::uint64_t max_bytes, const
   }
   ::close(fd);
   return out;
+}
+
+int create_beside(const std::string& final_path, mode_t mode, std::string* tmp) {
+  auto slash = final_path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : final_path.substr(0, slash);
+  // The name's first 200 bytes: the suffix must not push a long name past NAME_MAX.
+  std::string base = (slash == std::string::npos ? final_path : final_path.substr(slash + 1)).substr(0, 200);
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::mt19937_64 rng((std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()));
+  int err = EEXIST;
+  for (int attempt = 0; attempt < 100 && err == EEXIST; ++attempt) {
+    std::string suffix(6, 'x');
+    for (char& c : suffix) c = kAlnum[rng() % (sizeof kAlnum - 1)];
+    *tmp = fmt::format("{}/.{}.gpuheap-tmp.{}", dir, base, suffix);
+    int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, mode & 0666);
+    if (fd >= 0) return fd;
+    err = errno;
+  }
+  throw InputError(fmt::format("cannot create {} (a temporary file beside it): {}", final_path, std::strerror(err)));
+}
+
+mode_t derived_mode(const std::vector<std::string>& inputs) {
+  // The owner keeps rw (the file is theirs to replace); group and others get a permission
+  // only when every input grants it.
+  mode_t shared = 0066;
+  for (const auto& in : inputs) {
+    struct stat st {};
+    if (::stat(in.c_str(), &st) == 0) shared &= st.st_mode;
+  }
+  return 0600 | shared;
+}
+
+bool is_special_output(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && special_mode(st.st_mode);
+}
+
+void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force,
+                       const char* cmd) {
+  struct stat out {};
+  if (::stat(output.c_str(), &out) == 0) {
+    if (special_mode(out.st_mode)) return;  // /dev/null, a pipe: written directly, nothing replaced
+    for (const auto& in : inputs) {
+      struct stat st {};
+      if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+        throw UsageError(fmt::format("{}: {} is the input {}: writing it would replace the trace (name another "
+                                     "output)", cmd, output, in));
+    }
+  }
+  struct stat l {};
+  if (!force && ::lstat(output.c_str(), &l) == 0)
+    throw UsageError(fmt::format("{}: {} exists; --force replaces it", cmd, output));
 }
 
 }  // namespace gpuheap

@@ -26,15 +26,6 @@ constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
 // costs far more time than it saves bytes (docs/trace-format.md, Compression).
 constexpr int kLevel = 3;
 
-std::string dir_of(const std::string& p) {
-  auto slash = p.rfind('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
-}
-std::string base_of(const std::string& p) {
-  auto slash = p.rfind('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
 void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
   const auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {
@@ -117,16 +108,11 @@ struct TraceOutput::Z {
 
 TraceOutput::TraceOutput(const std::string& final_path, bool zstd, const std::string& mode_from)
     : final_(final_path) {
-  tmp_ = fmt::format("{}/.{}.gpuheap-tmp.{}", dir_of(final_path), base_of(final_path), ::getpid());
   mode_t mode = 0644;
   struct stat st {};
   if (!mode_from.empty() && ::stat(mode_from.c_str(), &st) == 0) mode = st.st_mode & 07777;
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd_ < 0 && errno == EEXIST) {  // left by a gpuheap that was killed mid-write
-    ::unlink(tmp_.c_str());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  }
-  if (fd_ < 0) throw InputError(fmt::format("{}: cannot create a file beside it: {}", final_path, std::strerror(errno)));
+  // A random name (safe_file.h): a predictable one let a planted link or file stand in.
+  fd_ = create_beside(final_path, 0600, &tmp_);
   ::fchmod(fd_, mode);
   if (zstd) {
     z_ = std::make_unique<Z>();

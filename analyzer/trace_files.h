@@ -14,7 +14,8 @@ namespace gpuheap {
 // A new file written through a temporary name beside `final_path`, plain or zstd.
 class TraceOutput {
  public:
-  // Creates DIR/.NAME.gpuheap-tmp.PID (O_EXCL, the mode of `mode_from` when given).
+  // Creates DIR/.NAME.gpuheap-tmp.XXXXXX (create_beside, safe_file.h), with the mode of
+  // `mode_from` when given (a rewrite or the compressed copy of the same trace keeps its mode).
   TraceOutput(const std::string& final_path, bool zstd, const std::string& mode_from = {});
   ~TraceOutput();  // not committed: the temporary file is removed
   TraceOutput(const TraceOutput&) = delete;

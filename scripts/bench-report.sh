@@ -38,7 +38,7 @@ open(runs, "a").write(f"{label}\t{w:.3f}\t{u.ru_utime + u.ru_stime:.3f}\t{u.ru_m
 PY
 }
 for ((i = 0; i < RUNS; i++)); do
-  timed report "${pin[@]}" "$gh" report --quiet -o "$tdir/report.html" "$trace"
+  timed report "${pin[@]}" "$gh" report --quiet --force -o "$tdir/report.html" "$trace"
   timed summary "${pin[@]}" "$gh" summary --quiet "$trace"
 done
 for ((i = 0; i < RUNS; i++)); do

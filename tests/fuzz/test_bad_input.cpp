@@ -3,9 +3,12 @@
 // or a clean InputError with a one-line message: no crash, no hang, no other exception.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "analyzer/error.h"
+#include "analyzer/replay.h"
+#include "format/decode.h"
 #include "format/trace.h"
 #include "tests/fuzz/hostile.h"
 #include "tests/fuzz/pipeline.h"
@@ -123,6 +126,54 @@ TEST(BadInput, RandomByteFlipsFixedSeed) {
   EXPECT_GT(reports, iterations / 20);
   EXPECT_GT(errors, iterations / 20);
   std::printf("%d iterations: %d reports, %d clean errors, slowest %.3f s\n", iterations, reports, errors, worst);
+}
+
+// Damaged size fields in the corpus's real traces, through `replay` under every policy: each
+// pooled or pass-through allocation record in turn gets a requested size near 2^64 (the
+// policies' roundings wrapped: torch threw "the torch model does not know a block it handed
+// out", a logic_error) or at 2^63. The answer is an InputError naming the record and the size.
+TEST(BadInput, ReplayOfDamagedSizesInTheCorpus) {
+  const char* seeds[] = {"mini_train.trace", "prog_api.trace", "prog_reuse.trace", "prog_misuse.trace",
+                         "prog_driver.trace"};
+  const std::uint64_t sizes[] = {~0ull, ~0ull - 511, ~0ull - (2ull << 20) + 2, 1ull << 63};
+  std::string path = RawTrace::dir() + "/huge-size.trace";
+  int refused = 0;
+  for (const char* name : seeds) {
+    auto data = read_file(kCorpus + "/" + name);
+    // The offsets of the requested fields of the first 12 pooled/pass-through allocations
+    // (in frames of their own; the ones inside batch frames are left alone).
+    std::vector<std::size_t> at;
+    for (std::size_t off = format::kFileHeaderSize; off < data.size() && at.size() < 12;) {
+      format::Record r;
+      std::size_t len = 0;
+      if (format::decode_frame(data.data() + off, data.size() - off, r, &len) != format::FrameStatus::ok) break;
+      if (r.type == format::RecordType::alloc && (r.alloc.kind == format::AllocKind::device_pooled ||
+                                                  r.alloc.kind == format::AllocKind::device_passthrough))
+        at.push_back(off + format::kFrameHeaderSize + 24);  // after ts, tid, device, kind, flags, ptr
+      off += len;
+    }
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      auto bad = data;
+      std::uint64_t n = sizes[i % 4];
+      std::memcpy(bad.data() + at[i], &n, 8);
+      write_file(path, bad.data(), bad.size());
+      for (const char* policy : {"gpuheap", "torch", "none"}) {
+        ReplayOptions o;
+        o.policy = parse_policy(policy);
+        try {
+          replay_trace(path, o);
+          ADD_FAILURE() << name << " alloc " << i << " of " << n << " under " << policy << ": replayed";
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("an allocation of " + std::to_string(n) + " bytes"), std::string::npos)
+              << name << " under " << policy << ": " << e.what();
+          ++refused;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << name << " alloc " << i << " of " << n << " under " << policy << ": " << e.what();
+        }
+      }
+    }
+  }
+  EXPECT_GE(refused, 3 * 12 * 3) << "too few allocation records reached";
 }
 
 // The same answers through the CLI binary: exit 0 + a warning for a cut file, exit 2 and

@@ -196,5 +196,56 @@ TEST(Hostile, ManyDistinctDevices) {
   }
 }
 
+
+// replay of allocations of sizes near 2^64 (a damaged size field): --policy torch ended in
+// "internal error: the torch model does not know a block it handed out" (512-byte rounding
+// wrapped to 0), --policy none wrapped its 2 MiB rounding and replayed a 16 EiB allocation
+// as 0 bytes (exit 0). Every policy now refuses such a record (exit 2, the size named) and
+// runs out of address space, not arithmetic, just below it.
+TEST(Hostile, ReplayOfSizesNearTwoToThe64) {
+  std::string cli = GPUHEAP_CLI;
+  const char* policies[] = {"gpuheap", "torch", "none", "torch:roundup_power2_divisions=4",
+                            "torch:max_split_size_mb=64"};
+  for (std::uint64_t n : {~0ull, ~0ull - 511, ~0ull - 2 * kMiB + 2, ~0ull - 20 * kMiB, 1ull << 63}) {
+    for (auto kind : {AllocKind::device_pooled, AllocKind::device_passthrough}) {
+      RawTrace t;
+      t.process();
+      std::uint64_t ts = 2'000'000'000;
+      t.put(alloc_rec(ts += 10, 0x7f0000000000ull, 4096, 0, kind));  // an ordinary one first
+      t.put(alloc_rec(ts += 10, 0x7f0000200000ull, n, 0, kind));
+      format::FreeRecord f;
+      f.ts = ts += 10, f.tid = 7, f.kind = kind, f.ptr = 0x7f0000200000ull, f.size = n;
+      t.put(f);
+      t.put(format::EndRecord{ts += 10, format::EndReason::exit, 0});
+      auto path = t.write("huge-size.trace");
+      for (const char* p : policies) {
+        for (const char* extra : {"", " --json", " --limit 1GiB", " --find-min-limit"}) {
+          auto r = run_cli(cli + " replay -q --policy " + p + extra + " " + path);
+          std::string what = std::string(p) + extra + " of " + std::to_string(n);
+          EXPECT_EQ(r.status, 2) << what << ": " << r.out << r.err;
+          EXPECT_NE(r.err.find("record 3: an allocation of " + std::to_string(n) + " bytes"), std::string::npos)
+              << what << ": " << r.err;
+          EXPECT_EQ(r.err.find("internal error"), std::string::npos) << what << ": " << r.err;
+        }
+      }
+    }
+  }
+  // Just below 2^63: a size no device has runs out of memory under every policy (exit 1,
+  // the request named); totals never pass 2^63 (none kept adding, and its signed totals
+  // turned negative).
+  RawTrace t;
+  t.process();
+  std::uint64_t ts = 2'000'000'000;
+  for (std::uint64_t i = 0; i < 4; ++i) t.put(alloc_rec(ts += 10, 0x7f0000000000ull + (i << 40), (1ull << 62) - 1, 0));
+  t.put(format::EndRecord{ts += 10, format::EndReason::exit, 0});
+  auto path = t.write("near-top.trace");
+  for (const char* p : policies) {
+    auto r = run_cli(cli + " replay -q --json --policy " + p + " " + path);
+    EXPECT_EQ(r.status, 1) << p << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("\"requested\": 4611686018427387903"), std::string::npos) << p << ": " << r.out;
+    EXPECT_EQ(r.out.find(": -"), std::string::npos) << p << ": a negative figure: " << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace gpuheap::test

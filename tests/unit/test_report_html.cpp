@@ -116,7 +116,7 @@ TEST(ReportHtml, HostileNamesStayText) {
   b.end();
   auto trace = b.write("hostile.gh");
   std::string html = out_dir() + "/report-hostile.html";
-  auto r = run(std::string(GPUHEAP_CLI) + " report -q -o " + html + " " + trace);
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto page = slurp(html);
   // In the source, the names exist only escaped inside the JSON.
@@ -145,7 +145,7 @@ TEST(ReportHtml, HostileNamesStayText) {
 TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
   std::string html = out_dir() + "/report-h200.html", png = out_dir() + "/report-h200.png";
-  auto r = run(std::string(GPUHEAP_CLI) + " report -q -o " + html + " " + trace);
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
@@ -170,7 +170,7 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
 TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
   std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
   std::string html = out_dir() + "/report-h100.html";
-  auto r = run(std::string(GPUHEAP_CLI) + " report -q -o " + html + " " + trace);
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
@@ -193,7 +193,7 @@ TEST(ReportHtml, LargeTraceIsDownsampledWithExactPeaks) {
   auto g = run(std::string(GPUHEAP_GEN_TRACE) + " " + trace + " " + events);
   ASSERT_EQ(g.code, 0) << g.out;
   std::string html = out_dir() + "/report-large.html";
-  auto r = run(std::string(GPUHEAP_CLI) + " report -q --points 1000 --max-nodes 50 -o " + html + " " + trace);
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force --points 1000 --max-nodes 50 -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto data = page_data(slurp(html));
   AnalyzeOptions o;

@@ -25,6 +25,29 @@ def check(cond, msg):
     return cond
 
 
+def check_backwards(snap, final, in_segs):
+    """Replays device_traces backwards from the final segments, as memory_viz does."""
+    segs = {a: (d, s) for a, (d, s, _) in final.items()}
+    blks = dict(in_segs)
+    for dev, entries in enumerate(snap["device_traces"]):
+        for e in reversed(entries):
+            a = e["action"]
+            addr, size = e.get("device_free" if a == "oom" else "addr"), e["size"]
+            if a == "alloc":
+                check(blks.pop(addr, (0, ""))[1] == "active_allocated", f"backwards: alloc {addr:#x} not allocated after")
+            elif a == "free_requested":
+                check(blks.get(addr, (0, ""))[1] == "active_pending_free", f"backwards: free_requested {addr:#x}")
+                blks[addr] = (size, "active_allocated")
+            elif a == "free_completed":
+                check(addr not in blks, f"backwards: free_completed {addr:#x} still a block after")
+                blks[addr] = (size, "active_pending_free")
+            elif a == "segment_alloc":
+                check(segs.pop(addr, None) == (dev, size), f"backwards: segment_alloc {addr:#x} of no such segment")
+            elif a == "segment_free":
+                check(addr not in segs, f"backwards: segment_free {addr:#x} still a segment after")
+                segs[addr] = (dev, size)
+
+
 def main():
     args = sys.argv[1:]
     want = {}
@@ -90,6 +113,8 @@ def main():
             check(set(e) == {"action", addr_key, "size", "stream", "time_us", "frames"}, f"trace entry keys {sorted(e)}")
             frames_ok(e["frames"], f"trace entry {a}")
             addr, size = e.get(addr_key), e["size"]
+            if "gpuheap_dropped_entries" in snap:
+                continue  # history starts mid-way: checked backwards below
             if a == "segment_alloc":
                 check(addr not in segs, f"segment_alloc {addr:#x} twice")
                 segs[addr] = (dev, size)
@@ -103,10 +128,18 @@ def main():
                 blks[addr] = (size, "active_pending_free")
             elif a == "free_completed":
                 check(blks.pop(addr, (0, ""))[1] == "active_pending_free", f"free_completed {addr:#x} not pending")
-    check({a: v for a, v in segs.items()} == {a: (d, s) for a, (d, s, _) in final.items()},
-          "segments replayed from device_traces differ from the final segments")
     in_segs = {a: v for s in final.values() for a, v in s[2].items()}
-    check(blks == in_segs, f"blocks replayed from device_traces ({len(blks)}) differ from the final ones ({len(in_segs)})")
+    dropped = snap.get("gpuheap_dropped_entries")
+    if dropped is None:
+        check({a: v for a, v in segs.items()} == {a: (d, s) for a, (d, s, _) in final.items()},
+              "segments replayed from device_traces differ from the final segments")
+        check(blks == in_segs, f"blocks replayed from device_traces ({len(blks)}) differ from the final ones ({len(in_segs)})")
+    else:
+        # --max-entries dropped the oldest entries: history starts mid-way, so only the
+        # viewer's own direction holds: backwards from the final state, every entry undoes.
+        check(isinstance(dropped, list) and len(dropped) == len(snap["device_traces"]) and sum(dropped) > 0,
+              f"gpuheap_dropped_entries {dropped}")
+        check_backwards(snap, final, in_segs)
 
     # Independent replay of the recorded events (CSV).
     csegs, cblks, own = {}, {}, set()
