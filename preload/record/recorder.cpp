@@ -23,6 +23,7 @@
 #include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
+#include "preload/record/scratch.h"
 #include "preload/record/signals.h"
 #include "preload/record/sink.h"
 #include "preload/record/unwind.h"
@@ -241,10 +242,17 @@ bool open_file_locked() {
   return sink_state() == SinkState::active;
 }
 
-bool activate() {
+void activate_deep(void*, bool) {
   pthread_mutex_lock(&g_ctl_mu);
   if (sink_state() == SinkState::pending) open_file_locked();
   pthread_mutex_unlock(&g_ctl_mu);
+}
+
+// Creating the trace (its path, the `process` record, the modules) takes several KiB of
+// stack: through run_deep (scratch.h). Refused (no room, no scratch stack): this event is
+// dropped and a later one creates the file.
+bool activate() {
+  run_deep(activate_deep, nullptr);
   return sink_state() == SinkState::active;
 }
 

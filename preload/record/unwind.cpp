@@ -13,6 +13,7 @@
 #include "format/trace.h"
 #include "preload/record/modules.h"
 #include "preload/record/pystack.h"
+#include "preload/record/scratch.h"
 #include "preload/record/sink.h"
 
 namespace gpuheap {
@@ -205,9 +206,19 @@ int find_eval(void* const* raw, int from, int n) {
 }
 }  // namespace
 
-__attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
-  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
-  pthread_once(&g_once, init_once);
+namespace {
+struct Capture {
+  int skip;
+  std::uint32_t id;
+};
+
+// The unwinding itself, through run_deep (scratch.h): libunwind's DWARF parsing of a cold
+// cache, the buffers below and a new stack's record take several KiB of stack, too much for
+// a thread with a 16 KiB one. On the scratch stack one more frame (the switch) lies between
+// this function and stacks_capture; libunwind steps through it (its CFI) onto the thread's
+// own frames.
+__attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
+  auto* c = static_cast<Capture*>(arg);
   // Native frames (innermost first) then, when the thread runs Python, its Python frames in
   // place of the interpreter's native ones: one array, interned as one stack.
   // Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped
@@ -215,14 +226,13 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   // the stack keeps exactly that many of the program's frames (before round 2 they came out
   // of the depth: N - 1 frames kept, none for 1).
   constexpr int kSelfFrames = 8;
-  constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames;  // room to append the Python frames
+  constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames + 2;  // room to append the Python frames
   std::uint64_t py[format::kMaxStackDepth];
   void* raw[kRaw];
   int npy = pystack_capture(py, format::kMaxStackDepth);
-  if (skip < 0) skip = 0;
-  if (skip > 31) skip = 31;
-  // unw_backtrace's first entry is the return address into this function; drop it too.
-  int first = skip + 1;
+  // unw_backtrace's first entry is the return address into this function, then come run_deep
+  // (and the switch below it, on the scratch stack) and stacks_capture: dropped too.
+  int first = c->skip + 3 + (on_scratch ? 1 : 0);
   const int depth = g_depth.load(std::memory_order_relaxed);
   int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
   int n = unw_backtrace(raw, want + first + kSelfFrames);
@@ -235,18 +245,31 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
     n = cut;  // the interpreter's frames and everything below them: the Python frames say it
     t_py_budget = cut - first + kPyBudgetMargin;
   }
-  if (n <= first && npy == 0) return 0;
+  if (n <= first && npy == 0) return;
   // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
   // inlining, and keeping them would split one user call site into several stacks.
   while (first < n && in_self(raw[first])) ++first;
   if (n < first) n = first;
   int nat = n - first < depth ? n - first : depth;
-  if (nat + npy == 0) return 0;
+  if (nat + npy == 0) return;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
   auto* ips = reinterpret_cast<std::uint64_t*>(raw + first);  // Python frames go after the native ones
   int keep_py = npy < format::kMaxStackDepth - nat ? npy : format::kMaxStackDepth - nat;
   if (keep_py > 0) memcpy(ips + nat, py, 8u * static_cast<std::size_t>(keep_py));
-  return stacks_intern(ips, nat + keep_py);
+  c->id = stacks_intern(ips, nat + keep_py);
+}
+}  // namespace
+
+__attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
+  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
+  pthread_once(&g_once, init_once);
+  if (skip < 0) skip = 0;
+  if (skip > 31) skip = 31;
+  Capture c{skip, 0};
+  // Too little room and no scratch stack: no stack for this event rather than a crash.
+  run_deep(capture_deep, &c);
+  asm volatile("" ::: "memory");  // not a tail call: this frame is counted above
+  return c.id;
 }
 
 int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept {

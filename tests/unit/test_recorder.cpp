@@ -3,6 +3,8 @@
 // directly (gpuheap_recorder_core); every test writes into its own temporary directory.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "preload/record/scratch.h"
 #include "test_recorder_util.h"
 
 using namespace rec_test;
@@ -394,4 +397,50 @@ TEST(Recorder, FourThreadsThroughManyFileWindowsLoseNothing) {
   EXPECT_EQ(c.dropped, 0u);
   std::printf("[          ] windows mapped by appenders themselves: %llu, windows: %llu\n",
               static_cast<unsigned long long>(c.producer_waits), static_cast<unsigned long long>(c.writes));
+}
+
+namespace {
+struct SmallThreadResult {
+  std::uint32_t id = 0;
+  bool recorded = false;
+};
+__attribute__((noinline)) void* small_thread_main(void* arg) {
+  auto* r = static_cast<SmallThreadResult*>(arg);
+  r->id = capture_here();  // the file's first event: its creation and a cold unwinder
+  d::record(alloc_rec(42, r->id));
+  r->recorded = true;
+  asm volatile("" ::: "memory");
+  return nullptr;
+}
+}  // namespace
+
+// A thread with a PTHREAD_STACK_MIN (16 KiB) stack makes the file's first event: creating the
+// trace and unwinding run on the thread's scratch stack (record/scratch.h), and the stack
+// still reaches the thread's own frames through the switch.
+TEST(Recorder, SmallThreadStackFirstEventKeepsItsStack) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "no stack switching under sanitizers: deep work needs room on the thread";
+#endif
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  SmallThreadResult r;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN), 0);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, &attr, small_thread_main, &r), 0);
+  ASSERT_EQ(pthread_join(th, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  d::recorder_stop(f::EndReason::stopped);
+  ASSERT_TRUE(r.recorded);
+  ASSERT_NE(r.id, 0u);
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::alloc), 1u);
+  const f::Record* s = find_stack(t, r.id);
+  ASSERT_TRUE(s);
+  ASSERT_GE(s->stack.depth, 2);
+  EXPECT_TRUE(inside(s->stack.ip(0), reinterpret_cast<void*>(&capture_here)));
+  EXPECT_TRUE(inside(s->stack.ip(1), reinterpret_cast<void*>(&small_thread_main)));
+  EXPECT_EQ(d::deep_refused_count(), 0u);
 }
