@@ -1,5 +1,6 @@
 // Every extern "C" interposer of libgpuheap.so lives here, each a few lines over the
-// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map).
+// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, pipe2, gpuheap_*
+// (exports.map).
 #include <dlfcn.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
+#include "preload/record/unwind.h"
 #include "preload/core/runtime.h"
 #include "preload/gpuheap.h"
 
@@ -311,6 +313,13 @@ GPUHEAP_EXPORT CUresult cuGetProcAddress(const char* sym, void** fn, int ver, cu
 // ---- dlsym: respects the caller's handle (RTLD_NEXT relative to the caller) ----
 GPUHEAP_EXPORT void* dlsym(void* handle, const char* name) {
   return hooked_dlsym(handle, name, __builtin_return_address(0));
+}
+
+// ---- pipe2: libunwind's validation pipe is moved out of the program's way (unwind.cpp) ----
+GPUHEAP_EXPORT int pipe2(int fds[2], int flags) {
+  int rc = next_pipe2(fds, flags);
+  if (rc == 0 && stacks_unwinding()) stacks_place_pipe(fds);
+  return rc;
 }
 
 // ---- the gpuheap_* C API ----

@@ -4,8 +4,11 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 
@@ -125,6 +128,20 @@ int hooked_fn_by_name(const char* name) noexcept {
 dlsym_fn real_dlsym() noexcept {
   static dlsym_fn fn = find_real_dlsym();
   return fn;
+}
+
+int next_pipe2(int fds[2], int flags) noexcept {
+  // No function-local static (its guard could be re-entered from a signal handler's pipe2):
+  // two threads racing here resolve the same pointer.
+  using pipe2_fn = int (*)(int*, int);
+  static std::atomic<pipe2_fn> next{nullptr};
+  pipe2_fn fn = next.load(std::memory_order_relaxed);
+  if (!fn) {
+    dlsym_fn dl = real_dlsym();
+    fn = dl ? reinterpret_cast<pipe2_fn>(dl(RTLD_NEXT, "pipe2")) : nullptr;
+    if (fn) next.store(fn, std::memory_order_relaxed);
+  }
+  return fn ? fn(fds, flags) : static_cast<int>(syscall(SYS_pipe2, fds, flags));
 }
 
 void note_real(Fn f, void* real) noexcept {

@@ -6,7 +6,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 
@@ -56,6 +59,24 @@ constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
 thread_local int t_py_budget __attribute__((tls_model("initial-exec"))) = 0;
 constexpr int kPyBudgetMargin = 12;
 
+// libunwind (1.6 to 1.8) opens a pipe when it initialises and validates the memory it reads
+// while stepping through a frame for the first time (Debian builds it with conservative
+// checks) by writing the byte into that pipe. Its descriptors would take the lowest free
+// numbers: 0 and 1 when the program starts with stdio closed, and two of the program's
+// RLIMIT_NOFILE when the program lowers the limit later (its own open() then fails where it
+// succeeds natively). Validating another way would need a change inside libunwind, which is
+// bundled as the distribution builds it; without validation it cannot step at all. So the
+// pipe it makes while this thread is in libunwind for us (pipe2 interposer, hooks/) is moved
+// to the top of the descriptor table (below 1024 and the soft limit), close-on-exec: a
+// program that lowers its limit keeps every descriptor below it, and only one that holds
+// about a thousand descriptors at once comes near ours.
+thread_local bool t_unwinding __attribute__((tls_model("initial-exec"))) = false;
+struct Unwinding {
+  bool was = t_unwinding;
+  Unwinding() { t_unwinding = true; }
+  ~Unwinding() { t_unwinding = was; }
+};
+
 // Address range of libgpuheap.so's own code (PT_LOAD segments), found once.
 constinit std::uintptr_t g_self_lo = 0, g_self_hi = 0;
 
@@ -90,8 +111,12 @@ inline bool in_self(const void* ip) {
 }
 
 void init_once() {
-  // Per-thread caches: no global lock inside libunwind on the hot path.
-  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  // Per-thread caches: no global lock inside libunwind on the hot path. This also runs
+  // libunwind's initialisation (its validation pipe: see t_unwinding).
+  {
+    Unwinding in;
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  }
   dl_iterate_phdr(self_range_cb, reinterpret_cast<void*>(&init_once));
   void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -144,6 +169,20 @@ void stacks_configure(bool enabled, int max_depth, bool python) noexcept {
   g_enabled.store(enabled), g_depth.store(max_depth);
 }
 bool stacks_enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+bool stacks_unwinding() noexcept { return t_unwinding; }
+
+void stacks_place_pipe(int fds[2]) noexcept {
+  rlimit rl{};
+  long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1024 ? static_cast<long>(rl.rlim_cur) : 1024;
+  for (int i = 0; i < 2; ++i) {
+    int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, top - 2 > 3 ? top - 2 : 3);
+    if (fd < 0 && fds[i] < 3) fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);  // never 0, 1, 2
+    if (fd >= 0) {
+      close(fds[i]);
+      fds[i] = fd;
+    }
+  }
+}
 
 std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
   if (depth <= 0) return 0;
@@ -235,6 +274,7 @@ __attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
   int first = c->skip + 3 + (on_scratch ? 1 : 0);
   const int depth = g_depth.load(std::memory_order_relaxed);
   int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
+  Unwinding in;
   int n = unw_backtrace(raw, want + first + kSelfFrames);
   int cut = npy > 0 ? find_eval(raw, first, n) : -1;
   if (npy > 0 && cut < 0 && want < depth && n == want + first + kSelfFrames) {  // the budget was too small

@@ -1,4 +1,4 @@
-# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, gpuheap_* and
+# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, pipe2, gpuheap_* and
 # InitializeInjectionNvtx2, or lacks one of the public C API (preload/gpuheap.h).
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -12,7 +12,7 @@ foreach(line ${lines})
   if(sym STREQUAL "")
     continue()
   endif()
-  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|InitializeInjectionNvtx2$)")
+  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|pipe2$|InitializeInjectionNvtx2$)")
     list(APPEND bad ${sym})
   else()
     math(EXPR count "${count}+1")

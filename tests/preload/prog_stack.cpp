@@ -10,7 +10,7 @@
 //       The same calls, the process's first event, on a thread with a PTHREAD_STACK_MIN stack.
 //   prog_stack fds N
 //       Sets RLIMIT_NOFILE to N, allocates, opens /dev/null until it fails, allocates again;
-//       prints "opened K".
+//       prints "opened K", then a "pipe FD cloexec|inherited" line for each pipe above stdio.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -133,6 +134,12 @@ int fds(long n) {
   while (open("/dev/null", O_RDONLY) >= 0) ++opened;
   EXPECT(alloc_and_free() == 0);
   std::printf("opened %ld\n", opened);
+  // Pipes above stdio (the program opens none): "pipe FD cloexec|inherited".
+  for (int fd = 3; fd < 4096; ++fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
+    std::printf("pipe %d %s\n", fd, (fcntl(fd, F_GETFD) & FD_CLOEXEC) ? "cloexec" : "inherited");
+  }
   return 0;
 }
 

@@ -1,5 +1,5 @@
 // "Never break the job" (issue 33, round 3): a hook takes little of the calling thread's
-// stack.
+// stack, and gpuheap takes no descriptor below the program's RLIMIT_NOFILE for its unwinder.
 // Programs (prog_stack.cpp) run with and without LD_PRELOAD=libgpuheap.so on the simulated
 // runtime; figures are printed as "[figure] ..." lines (docs/reliability.md).
 #include <gtest/gtest.h>
@@ -92,4 +92,33 @@ TEST(ReliabilityStack, StackUsedPerEvent) {
       EXPECT_LE(t - n, 3072) << api << " " << when;
     }
   }
+}
+
+// RLIMIT_NOFILE set by the program to what it needs: gpuheap may take the trace's descriptor
+// (the sink's), never one for the unwinder: libunwind's validation pipe sits at the top of the
+// table, above the limit the program set, close-on-exec.
+TEST(ReliabilityFds, LowNofileLeavesTheProgramItsDescriptors) {
+  const std::string n = "40";
+  ProgRun native = run("prog_stack", {"fds", n}, {}, false);
+  ProgRun traced = run("prog_stack", {"fds", n}, {"GPUHEAP_STACKS=1"});
+  ASSERT_EQ(native.status, 0) << native.err;
+  ASSERT_EQ(traced.status, 0) << traced.err;
+  long a = value_of(native.out, "opened"), b = value_of(traced.out, "opened");
+  ASSERT_GT(a, 0);
+  std::printf("[figure] RLIMIT_NOFILE %s: the program opened %ld files natively, %ld traced (gpuheap kept %ld)\n",
+              n.c_str(), a, b, a - b);
+  EXPECT_GE(b, a - 1) << "at most the trace's own descriptor";
+  // gpuheap's pipes: those the native run (the same inherited descriptors) does not have.
+  for (std::size_t at = traced.out.find("pipe "); at != std::string::npos; at = traced.out.find("pipe ", at + 1)) {
+    std::string line = traced.out.substr(at, traced.out.find('\n', at) - at);
+    if (native.out.find(line) != std::string::npos) continue;
+    long fd = std::strtol(line.c_str() + 5, nullptr, 10);
+    EXPECT_GE(fd, std::atol(n.c_str())) << line;
+    EXPECT_NE(line.find("cloexec"), std::string::npos) << line;
+  }
+  ASSERT_EQ(traced.traces.size(), 1u);
+  TraceSummary s = summarize(traced.traces[0]);
+  EXPECT_TRUE(s.readable);
+  EXPECT_EQ(s.allocs, 2);
+  EXPECT_GE(s.alloc_depth, 1);
 }
