@@ -383,12 +383,10 @@ __attribute__((noinline)) std::uint32_t capture_stack(int skip) noexcept {
   return id;
 }
 
-void ensure_device(int device) noexcept {
-  if (!ensure_active(false)) return;
-  bool tracked = device >= 0 && device < kMaxTrackedDevices;
-  auto bit = tracked ? 1ull << (device % 64) : 0;
-  auto& word = g_dev_bits[tracked ? device / 64 : 0];
-  if (tracked && (word.load(std::memory_order_acquire) & bit)) return;
+namespace {
+// Out of line: its buffers (~700 bytes) stay off the stack of every later event.
+__attribute__((noinline)) void announce_device(int device, bool tracked, std::atomic<std::uint64_t>& word,
+                                               std::uint64_t bit) {
   pthread_mutex_lock(&g_dev_mu);
   if (!tracked || !(word.load(std::memory_order_relaxed) & bit)) {
     char name[256] = {};
@@ -405,6 +403,16 @@ void ensure_device(int device) noexcept {
     if (n && sink_append(buf, n) && tracked) word.fetch_or(bit, std::memory_order_release);
   }
   pthread_mutex_unlock(&g_dev_mu);
+}
+}  // namespace
+
+void ensure_device(int device) noexcept {
+  if (!ensure_active(false)) return;
+  bool tracked = device >= 0 && device < kMaxTrackedDevices;
+  auto bit = tracked ? 1ull << (device % 64) : 0;
+  auto& word = g_dev_bits[tracked ? device / 64 : 0];
+  if (tracked && (word.load(std::memory_order_acquire) & bit)) return;
+  announce_device(device, tracked, word, bit);
 }
 
 // Loading a library is not an event: before the first one there is no file, and its
