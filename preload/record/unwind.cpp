@@ -2,11 +2,11 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>

@@ -444,3 +444,22 @@ TEST(Recorder, SmallThreadStackFirstEventKeepsItsStack) {
   EXPECT_TRUE(inside(s->stack.ip(1), reinterpret_cast<void*>(&small_thread_main)));
   EXPECT_EQ(d::deep_refused_count(), 0u);
 }
+
+// The room left on a thread's stack (the fallback's test when there is no scratch stack):
+// the main thread's from RLIMIT_STACK, another thread's from its bounds, less than its size.
+TEST(Recorder, StackRoomKnowsTheThreadsBounds) {
+  EXPECT_GE(d::stack_room(), d::kDeepMinRoom) << "the main thread (8 MiB unless limited)";
+  std::size_t room = 0;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 64u << 10), 0);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(
+                &th, &attr, [](void* r) -> void* { return *static_cast<std::size_t*>(r) = d::stack_room(), nullptr; },
+                &room),
+            0);
+  ASSERT_EQ(pthread_join(th, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  EXPECT_GT(room, 32u << 10);
+  EXPECT_LT(room, 64u << 10);
+}
