@@ -15,6 +15,7 @@
 #include "preload/core/passthrough.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
+#include "preload/record/scratch.h"
 #include "preload/core/runtime.h"
 #include "preload/core/state.h"
 #include "preload/core/stats.h"
@@ -128,11 +129,22 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
   r.stack = stack;
   if (r.device >= 0) ensure_device(r.device);
   record(r);
-  DeviceBudget* b = budget(device);
-  LiveSite sites[5];
-  int nsites = live_sites(device, sites, 5);
-  std::int64_t held = b ? b->held() : 0;  // never negative (limits.h); clamped all the same
-  report_oom(r, api, cached, held > 0 ? static_cast<std::uint64_t>(held) : 0, sites, nsites);
+  // The report (a table of live sites, its text) takes ~20 KiB of stack: through run_deep
+  // (record/scratch.h). Refused (no room, no scratch stack): the OOM is recorded, not reported.
+  struct Report {
+    const format::OomRecord& r;
+    const char* api;
+    std::uint64_t cached;
+    int device;
+  } rep{r, api, cached, device};
+  run_deep([](void* arg, bool) {
+    auto* p = static_cast<Report*>(arg);
+    DeviceBudget* b = budget(p->device);
+    LiveSite sites[5];
+    int nsites = live_sites(p->device, sites, 5);
+    std::int64_t held = b ? b->held() : 0;  // never negative (limits.h); clamped all the same
+    report_oom(p->r, p->api, p->cached, held > 0 ? static_cast<std::uint64_t>(held) : 0, sites, nsites);
+  }, &rep);
 }
 
 namespace {

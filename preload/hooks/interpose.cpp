@@ -1,6 +1,6 @@
 // Every extern "C" interposer of libgpuheap.so lives here, each a few lines over the
-// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, gpuheap_* (exports.map),
-// and the ends that are not exit(): _exit, _Exit and the exec family (ends.h).
+// internal API (runtime.h). Exported: cuda*/cu* interposers, dlsym, pipe2, gpuheap_*
+// (exports.map), and the ends that are not exit(): _exit, _Exit and the exec family (ends.h).
 #include <dlfcn.h>
 #include <stdarg.h>
 
@@ -11,6 +11,7 @@
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
+#include "preload/record/unwind.h"
 #include "preload/core/runtime.h"
 #include "preload/gpuheap.h"
 
@@ -359,6 +360,13 @@ GPUHEAP_EXPORT int execle(const char* path, const char* arg, ...) {
   va_start(ap, arg);
   int rc = exec_list(path, /*search=*/false, /*with_env=*/true, arg, ap);
   va_end(ap);
+  return rc;
+}
+
+// ---- pipe2: libunwind's validation pipe is moved out of the program's way (unwind.cpp) ----
+GPUHEAP_EXPORT int pipe2(int fds[2], int flags) {
+  int rc = next_pipe2(fds, flags);
+  if (rc == 0 && stacks_unwinding()) stacks_place_pipe(fds);
   return rc;
 }
 

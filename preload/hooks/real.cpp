@@ -4,8 +4,11 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 
@@ -94,12 +97,17 @@ int find_lib_cb(dl_phdr_info* info, size_t, void* data) {
 
 // RTLD_NOLOAD: we never load CUDA ourselves for a lookup. The path is copied under the
 // loader lock and reopened outside it (dlopen must not run inside dl_iterate_phdr's callback).
-void* loaded_library(bool (*match)(const char*), const char* soname) noexcept {
-  if (void* h = dlopen(soname, RTLD_NOLOAD | RTLD_LAZY)) return h;
+// Out of line: its 4 KiB path stays off the stack of the common case (the soname is loaded).
+__attribute__((noinline)) void* loaded_by_file_name(bool (*match)(const char*)) noexcept {
   FindLib f{match, {}, false};
   dl_iterate_phdr(find_lib_cb, &f);
   if (!f.found) return nullptr;
   return dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
+}
+
+void* loaded_library(bool (*match)(const char*), const char* soname) noexcept {
+  if (void* h = dlopen(soname, RTLD_NOLOAD | RTLD_LAZY)) return h;
+  return loaded_by_file_name(match);
 }
 
 }  // namespace
@@ -120,6 +128,20 @@ int hooked_fn_by_name(const char* name) noexcept {
 dlsym_fn real_dlsym() noexcept {
   static dlsym_fn fn = find_real_dlsym();
   return fn;
+}
+
+int next_pipe2(int fds[2], int flags) noexcept {
+  // No function-local static (its guard could be re-entered from a signal handler's pipe2):
+  // two threads racing here resolve the same pointer.
+  using pipe2_fn = int (*)(int*, int);
+  static std::atomic<pipe2_fn> next{nullptr};
+  pipe2_fn fn = next.load(std::memory_order_relaxed);
+  if (!fn) {
+    dlsym_fn dl = real_dlsym();
+    fn = dl ? reinterpret_cast<pipe2_fn>(dl(RTLD_NEXT, "pipe2")) : nullptr;
+    if (fn) next.store(fn, std::memory_order_relaxed);
+  }
+  return fn ? fn(fds, flags) : static_cast<int>(syscall(SYS_pipe2, fds, flags));
 }
 
 void note_real(Fn f, void* real) noexcept {
@@ -220,6 +242,10 @@ int next_objects_cb(dl_phdr_info* info, size_t, void* data) {
 }
 }  // namespace
 
+namespace {
+void* lookup_after(dlsym_fn dl, link_map* lm, const char* name) noexcept;
+}  // namespace
+
 void* lookup_for_caller(void* handle, const char* name, const void* caller) noexcept {
   auto dl = real_dlsym();
   if (!dl) return nullptr;
@@ -232,6 +258,13 @@ void* lookup_for_caller(void* handle, const char* name, const void* caller) noex
   link_map* lm = nullptr;
   if (!dladdr1(caller, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) || !lm)
     return dl(RTLD_NEXT, name);
+  return lookup_after(dl, lm, name);
+}
+
+namespace {
+// The objects after `lm`, in chunks (kNextBytes on the stack: out of line, so a plain
+// dlsym(handle, name) does not carry it).
+__attribute__((noinline)) void* lookup_after(dlsym_fn dl, link_map* lm, const char* name) noexcept {
   // The caller's own link_map cannot go away while the caller is running: reading its
   // l_addr/l_name here is safe.
   NextObjects n;
@@ -250,6 +283,7 @@ void* lookup_for_caller(void* handle, const char* name, const void* caller) noex
   } while (n.more && n.last);
   return nullptr;
 }
+}  // namespace
 
 }  // namespace detail
 }  // namespace gpuheap

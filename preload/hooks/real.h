@@ -143,6 +143,10 @@ dlsym_fn real_dlsym() noexcept;
 // dlsym as the caller would have seen it without us (RTLD_NEXT relative to the caller).
 void* lookup_for_caller(void* handle, const char* name, const void* caller) noexcept;
 
+// pipe2(2) as the program would call it without us: the next definition (libc's, or another
+// preloaded library's), the system call itself when there is none.
+int next_pipe2(int fds[2], int flags) noexcept;
+
 // Typed access: real<Fn::cudaMalloc>() etc.
 template <Fn F>
 struct FnType;

@@ -24,6 +24,7 @@
 #include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
+#include "preload/record/scratch.h"
 #include "preload/record/signals.h"
 #include "preload/record/sink.h"
 #include "preload/record/unwind.h"
@@ -244,10 +245,17 @@ bool open_file_locked() {
   return sink_state() == SinkState::active;
 }
 
-bool activate() {
+void activate_deep(void*, bool) {
   pthread_mutex_lock(&g_ctl_mu);
   if (sink_state() == SinkState::pending) open_file_locked();
   pthread_mutex_unlock(&g_ctl_mu);
+}
+
+// Creating the trace (its path, the `process` record, the modules) takes several KiB of
+// stack: through run_deep (scratch.h). Refused (no room, no scratch stack): this event is
+// dropped and a later one creates the file.
+bool activate() {
+  run_deep(activate_deep, nullptr);
   return sink_state() == SinkState::active;
 }
 
@@ -387,12 +395,10 @@ __attribute__((noinline)) std::uint32_t capture_stack(int skip) noexcept {
   return id;
 }
 
-void ensure_device(int device) noexcept {
-  if (!ensure_active(false)) return;
-  bool tracked = device >= 0 && device < kMaxTrackedDevices;
-  auto bit = tracked ? 1ull << (device % 64) : 0;
-  auto& word = g_dev_bits[tracked ? device / 64 : 0];
-  if (tracked && (word.load(std::memory_order_acquire) & bit)) return;
+namespace {
+// Out of line: its buffers (~700 bytes) stay off the stack of every later event.
+__attribute__((noinline)) void announce_device(int device, bool tracked, std::atomic<std::uint64_t>& word,
+                                               std::uint64_t bit) {
   pthread_mutex_lock(&g_dev_mu);
   if (!tracked || !(word.load(std::memory_order_relaxed) & bit)) {
     char name[256] = {};
@@ -409,6 +415,16 @@ void ensure_device(int device) noexcept {
     if (n && sink_append(buf, n) && tracked) word.fetch_or(bit, std::memory_order_release);
   }
   pthread_mutex_unlock(&g_dev_mu);
+}
+}  // namespace
+
+void ensure_device(int device) noexcept {
+  if (!ensure_active(false)) return;
+  bool tracked = device >= 0 && device < kMaxTrackedDevices;
+  auto bit = tracked ? 1ull << (device % 64) : 0;
+  auto& word = g_dev_bits[tracked ? device / 64 : 0];
+  if (tracked && (word.load(std::memory_order_acquire) & bit)) return;
+  announce_device(device, tracked, word, bit);
 }
 
 // Loading a library is not an event: before the first one there is no file, and its

@@ -2,17 +2,21 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 
 #include "format/trace.h"
 #include "preload/record/modules.h"
 #include "preload/record/pystack.h"
+#include "preload/record/scratch.h"
 #include "preload/record/sink.h"
 
 namespace gpuheap {
@@ -55,6 +59,24 @@ constinit pthread_once_t g_once = PTHREAD_ONCE_INIT;
 thread_local int t_py_budget __attribute__((tls_model("initial-exec"))) = 0;
 constexpr int kPyBudgetMargin = 12;
 
+// libunwind (1.6 to 1.8) opens a pipe when it initialises and validates the memory it reads
+// while stepping through a frame for the first time (Debian builds it with conservative
+// checks) by writing the byte into that pipe. Its descriptors would take the lowest free
+// numbers: 0 and 1 when the program starts with stdio closed, and two of the program's
+// RLIMIT_NOFILE when the program lowers the limit later (its own open() then fails where it
+// succeeds natively). Validating another way would need a change inside libunwind, which is
+// bundled as the distribution builds it; without validation it cannot step at all. So the
+// pipe it makes while this thread is in libunwind for us (pipe2 interposer, hooks/) is moved
+// to the top of the descriptor table (below 1024 and the soft limit), close-on-exec: a
+// program that lowers its limit keeps every descriptor below it, and only one that holds
+// about a thousand descriptors at once comes near ours.
+thread_local bool t_unwinding __attribute__((tls_model("initial-exec"))) = false;
+struct Unwinding {
+  bool was = t_unwinding;
+  Unwinding() { t_unwinding = true; }
+  ~Unwinding() { t_unwinding = was; }
+};
+
 // Address range of libgpuheap.so's own code (PT_LOAD segments), found once.
 constinit std::uintptr_t g_self_lo = 0, g_self_hi = 0;
 
@@ -89,8 +111,12 @@ inline bool in_self(const void* ip) {
 }
 
 void init_once() {
-  // Per-thread caches: no global lock inside libunwind on the hot path.
-  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  // Per-thread caches: no global lock inside libunwind on the hot path. This also runs
+  // libunwind's initialisation (its validation pipe: see t_unwinding).
+  {
+    Unwinding in;
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  }
   dl_iterate_phdr(self_range_cb, reinterpret_cast<void*>(&init_once));
   void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -143,6 +169,20 @@ void stacks_configure(bool enabled, int max_depth, bool python) noexcept {
   g_enabled.store(enabled), g_depth.store(max_depth);
 }
 bool stacks_enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+bool stacks_unwinding() noexcept { return t_unwinding; }
+
+void stacks_place_pipe(int fds[2]) noexcept {
+  rlimit rl{};
+  long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1024 ? static_cast<long>(rl.rlim_cur) : 1024;
+  for (int i = 0; i < 2; ++i) {
+    int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, top - 2 > 3 ? top - 2 : 3);
+    if (fd < 0 && fds[i] < 3) fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);  // never 0, 1, 2
+    if (fd >= 0) {
+      close(fds[i]);
+      fds[i] = fd;
+    }
+  }
+}
 
 std::uint32_t stacks_intern(const std::uint64_t* ips, int depth) noexcept {
   if (depth <= 0) return 0;
@@ -205,9 +245,19 @@ int find_eval(void* const* raw, int from, int n) {
 }
 }  // namespace
 
-__attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
-  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
-  pthread_once(&g_once, init_once);
+namespace {
+struct Capture {
+  int skip;
+  std::uint32_t id;
+};
+
+// The unwinding itself, through run_deep (scratch.h): libunwind's DWARF parsing of a cold
+// cache, the buffers below and a new stack's record take several KiB of stack, too much for
+// a thread with a 16 KiB one. On the scratch stack one more frame (the switch) lies between
+// this function and stacks_capture; libunwind steps through it (its CFI) onto the thread's
+// own frames.
+__attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
+  auto* c = static_cast<Capture*>(arg);
   // Native frames (innermost first) then, when the thread runs Python, its Python frames in
   // place of the interpreter's native ones: one array, interned as one stack.
   // Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped
@@ -215,16 +265,16 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
   // the stack keeps exactly that many of the program's frames (before round 2 they came out
   // of the depth: N - 1 frames kept, none for 1).
   constexpr int kSelfFrames = 8;
-  constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames;  // room to append the Python frames
+  constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames + 2;  // room to append the Python frames
   std::uint64_t py[format::kMaxStackDepth];
   void* raw[kRaw];
   int npy = pystack_capture(py, format::kMaxStackDepth);
-  if (skip < 0) skip = 0;
-  if (skip > 31) skip = 31;
-  // unw_backtrace's first entry is the return address into this function; drop it too.
-  int first = skip + 1;
+  // unw_backtrace's first entry is the return address into this function, then come run_deep
+  // (and the switch below it, on the scratch stack) and stacks_capture: dropped too.
+  int first = c->skip + 3 + (on_scratch ? 1 : 0);
   const int depth = g_depth.load(std::memory_order_relaxed);
   int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
+  Unwinding in;
   int n = unw_backtrace(raw, want + first + kSelfFrames);
   int cut = npy > 0 ? find_eval(raw, first, n) : -1;
   if (npy > 0 && cut < 0 && want < depth && n == want + first + kSelfFrames) {  // the budget was too small
@@ -235,18 +285,31 @@ __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
     n = cut;  // the interpreter's frames and everything below them: the Python frames say it
     t_py_budget = cut - first + kPyBudgetMargin;
   }
-  if (n <= first && npy == 0) return 0;
+  if (n <= first && npy == 0) return;
   // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
   // inlining, and keeping them would split one user call site into several stacks.
   while (first < n && in_self(raw[first])) ++first;
   if (n < first) n = first;
   int nat = n - first < depth ? n - first : depth;
-  if (nat + npy == 0) return 0;
+  if (nat + npy == 0) return;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
   auto* ips = reinterpret_cast<std::uint64_t*>(raw + first);  // Python frames go after the native ones
   int keep_py = npy < format::kMaxStackDepth - nat ? npy : format::kMaxStackDepth - nat;
   if (keep_py > 0) memcpy(ips + nat, py, 8u * static_cast<std::size_t>(keep_py));
-  return stacks_intern(ips, nat + keep_py);
+  c->id = stacks_intern(ips, nat + keep_py);
+}
+}  // namespace
+
+__attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
+  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
+  pthread_once(&g_once, init_once);
+  if (skip < 0) skip = 0;
+  if (skip > 31) skip = 31;
+  Capture c{skip, 0};
+  // Too little room and no scratch stack: no stack for this event rather than a crash.
+  run_deep(capture_deep, &c);
+  asm volatile("" ::: "memory");  // not a tail call: this frame is counted above
+  return c.id;
 }
 
 int stacks_lookup(std::uint32_t id, const std::uint64_t** ips) noexcept {

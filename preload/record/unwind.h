@@ -13,6 +13,10 @@ namespace detail {
 // frames (record/pystack.h) fill the rest of a stack, up to format::kMaxStackDepth in all.
 void stacks_configure(bool enabled, int max_depth, bool python = true) noexcept;
 bool stacks_enabled() noexcept;
+// True while the calling thread is inside libunwind for a capture (or its initialisation):
+// a pipe made then is libunwind's, and stacks_place_pipe moves it (unwind.cpp says why).
+bool stacks_unwinding() noexcept;
+void stacks_place_pipe(int fds[2]) noexcept;
 
 // Unwinds the calling thread. `skip` frames above the caller's frame are dropped: with
 // skip = 0 the innermost ip is the return address into the function that called

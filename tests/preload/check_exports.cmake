@@ -1,4 +1,4 @@
-# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, gpuheap_*,
+# Fails when libgpuheap.so exports anything but cuda*/cu* interposers, dlsym, pipe2, gpuheap_*,
 # InitializeInjectionNvtx2 and exactly the ends that are not exit() (_exit, _Exit and the exec
 # family: hooks/ends.h), or lacks one of the public C API (preload/gpuheap.h) or of those ends.
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
@@ -13,7 +13,7 @@ foreach(line ${lines})
   if(sym STREQUAL "")
     continue()
   endif()
-  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|InitializeInjectionNvtx2$|_exit$|_Exit$|execve$|execv$|execvp$|execvpe$|fexecve$|execl$|execlp$|execle$)")
+  if(NOT sym MATCHES "^(cuda[A-Z0-9]|cu[A-Z]|gpuheap_|dlsym$|pipe2$|InitializeInjectionNvtx2$|_exit$|_Exit$|execve$|execv$|execvp$|execvpe$|fexecve$|execl$|execlp$|execle$)")
     list(APPEND bad ${sym})
   else()
     math(EXPR count "${count}+1")

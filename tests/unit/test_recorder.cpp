@@ -3,6 +3,8 @@
 // directly (gpuheap_recorder_core); every test writes into its own temporary directory.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "preload/record/sink.h"
+#include "preload/record/scratch.h"
 #include "test_recorder_util.h"
 
 using namespace rec_test;
@@ -423,4 +426,69 @@ TEST(Recorder, RecordsLongerThanTheSmallFirstWindowsFit) {
   EXPECT_EQ(t.count(f::RecordType::alloc), std::size_t{1 + 100 * (0 + 1 + 2 + 3 + 4 + 5)});
   EXPECT_EQ(t.count(f::RecordType::end), 1u);
   EXPECT_EQ(c.dropped, 0u);
+}
+
+namespace {
+struct SmallThreadResult {
+  std::uint32_t id = 0;
+  bool recorded = false;
+};
+__attribute__((noinline)) void* small_thread_main(void* arg) {
+  auto* r = static_cast<SmallThreadResult*>(arg);
+  r->id = capture_here();  // the file's first event: its creation and a cold unwinder
+  d::record(alloc_rec(42, r->id));
+  r->recorded = true;
+  asm volatile("" ::: "memory");
+  return nullptr;
+}
+}  // namespace
+
+// A thread with a PTHREAD_STACK_MIN (16 KiB) stack makes the file's first event: creating the
+// trace and unwinding run on the thread's scratch stack (record/scratch.h), and the stack
+// still reaches the thread's own frames through the switch.
+TEST(Recorder, SmallThreadStackFirstEventKeepsItsStack) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "no stack switching under sanitizers: deep work needs room on the thread";
+#endif
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  SmallThreadResult r;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN), 0);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, &attr, small_thread_main, &r), 0);
+  ASSERT_EQ(pthread_join(th, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  d::recorder_stop(f::EndReason::stopped);
+  ASSERT_TRUE(r.recorded);
+  ASSERT_NE(r.id, 0u);
+  Trace t = read_trace(d::recorder_path());
+  EXPECT_EQ(t.count(f::RecordType::alloc), 1u);
+  const f::Record* s = find_stack(t, r.id);
+  ASSERT_TRUE(s);
+  ASSERT_GE(s->stack.depth, 2);
+  EXPECT_TRUE(inside(s->stack.ip(0), reinterpret_cast<void*>(&capture_here)));
+  EXPECT_TRUE(inside(s->stack.ip(1), reinterpret_cast<void*>(&small_thread_main)));
+  EXPECT_EQ(d::deep_refused_count(), 0u);
+}
+
+// The room left on a thread's stack (the fallback's test when there is no scratch stack):
+// the main thread's from RLIMIT_STACK, another thread's from its bounds, less than its size.
+TEST(Recorder, StackRoomKnowsTheThreadsBounds) {
+  EXPECT_GE(d::stack_room(), d::kDeepMinRoom) << "the main thread (8 MiB unless limited)";
+  std::size_t room = 0;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 64u << 10), 0);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(
+                &th, &attr, [](void* r) -> void* { return *static_cast<std::size_t*>(r) = d::stack_room(), nullptr; },
+                &room),
+            0);
+  ASSERT_EQ(pthread_join(th, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  EXPECT_GT(room, 32u << 10);
+  EXPECT_LT(room, 64u << 10);
 }
