@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "analyzer/error.h"
+#include "analyzer/base/error.h"
 #include "format/trace.h"
 #include "tests/fuzz/hostile.h"
 #include "tests/fuzz/pipeline.h"
