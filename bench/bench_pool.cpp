@@ -3,14 +3,14 @@
 // variants share one Pool, as the preload shares one Pool per device.
 #include <benchmark/benchmark.h>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 #include "tests/unit/pool_upstreams.h"
 
 namespace {
 
-using gpuheap::detail::Pool;
-using gpuheap::detail::PoolBlock;
-using gpuheap::detail::PoolStatus;
+using gpuheap::pool::Pool;
+using gpuheap::pool::PoolBlock;
+using gpuheap::pool::PoolStatus;
 
 Pool* shared_pool() {
   static gpuheap::test::HostUpstream upstream;

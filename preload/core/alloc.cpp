@@ -53,7 +53,7 @@ void record_free(AllocKind kind, int device, std::uint64_t ptr, std::size_t size
                             ptr, size, stream, stack});
 }
 
-static std::uint8_t block_flags(const PoolBlock& b) noexcept {
+static std::uint8_t block_flags(const pool::PoolBlock& b) noexcept {
   return static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) |
                                    (b.oversize ? format::kFlagOversize : 0));
 }
@@ -85,7 +85,7 @@ static int live_sites(int device, LiveSite* out, int cap) noexcept {
   contexts().for_each_including_retired([&](ContextState* s) {
     if (s->device != device) return;
     s->pool.for_each_live(
-        [](void* a, const PoolBlock& b) noexcept {
+        [](void* a, const pool::PoolBlock& b) noexcept {
           (*static_cast<decltype(add)*>(a))(b.tag, b.size);
         },
         &add);
@@ -120,7 +120,7 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
   r.limit = device_limit(device);
   std::uint64_t cached = 0;
   if (st) {
-    PoolStats ps = st->pool.stats();
+    pool::PoolStats ps = st->pool.stats();
     r.reserved = ps.reserved;
     r.allocated = ps.allocated;
     r.largest_free = ps.largest_free;
@@ -156,7 +156,7 @@ struct FreeHookArg {
 };
 
 // Runs under the pool lock, after the block was validated and before it can be reused.
-void record_pooled_free(void* arg, const PoolBlock& b) noexcept {
+void record_pooled_free(void* arg, const pool::PoolBlock& b) noexcept {
   auto* a = static_cast<FreeHookArg*>(arg);
   record_free(AllocKind::device_pooled, a->device, addr(b.ptr), b.size, block_flags(b), a->stream, a->stack);
 }
@@ -208,7 +208,7 @@ struct AllocHookArg {
 };
 
 // Runs under the pool lock, right after the block was handed out (Pool::allocate's hook).
-void record_pooled_alloc(void* arg, const PoolBlock& b) noexcept {
+void record_pooled_alloc(void* arg, const pool::PoolBlock& b) noexcept {
   auto* a = static_cast<AllocHookArg*>(arg);
   record_alloc(AllocKind::device_pooled, a->device, addr(b.ptr), a->requested, b.size, block_flags(b), 0, a->stack);
 }
@@ -216,9 +216,9 @@ void record_pooled_alloc(void* arg, const PoolBlock& b) noexcept {
 // The pool path shared by cudaMalloc and cuMemAlloc_v2. False: the pool could not serve it
 // (caller falls back to the real allocator, which gives the program the real answer).
 bool pooled_alloc(ContextState* st, void** ptr, std::size_t size, std::uint32_t stack) noexcept {
-  PoolBlock b;
+  pool::PoolBlock b;
   AllocHookArg arg{st->device, size, stack};
-  if (st->pool.allocate(size, &b, stack, record_pooled_alloc, &arg) != PoolStatus::ok) return false;
+  if (st->pool.allocate(size, &b, stack, record_pooled_alloc, &arg) != pool::PoolStatus::ok) return false;
   *ptr = b.ptr;
   return true;
 }

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/parse.h"
+
 namespace gpuheap {
 namespace detail {
 
@@ -86,11 +88,8 @@ using WarnFn = void (*)(const char* line);  // one line, without "\n"
 // else is read or warned about. Returns the number of invalid values (each warned once).
 int read_settings(Settings* out, EnvLookup lookup = nullptr, WarnFn warn = nullptr) noexcept;
 
-// The single-value parsers (false: invalid, *out untouched).
-bool parse_bool(const char* text, bool* out) noexcept;
-bool parse_uint(const char* text, std::uint64_t* out) noexcept;  // decimal digits only
-bool parse_size(const char* text, std::uint64_t* bytes) noexcept;
-bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) noexcept;
+// The single-value parsers (parse_bool, parse_uint, parse_size, parse_duration) are the
+// rules both halves share: common/parse.h.
 
 // ---- GPUHEAP_LIMIT ----
 //   SPEC[,SPEC...]   SPEC = [DEVICE:]VALUE

@@ -3,7 +3,7 @@
 // outlive their cuMemRelease while mapped.
 #include <new>
 
-#include "preload/pool/cuda_upstream.h"
+#include "preload/core/cuda_upstream.h"
 #include "preload/core/limits.h"
 #include "preload/core/passthrough.h"
 #include "preload/hooks/real.h"
@@ -252,7 +252,7 @@ void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
 }
 
 namespace {
-void record_dropped_block(void* arg, const PoolBlock& b) noexcept {
+void record_dropped_block(void* arg, const pool::PoolBlock& b) noexcept {
   auto flags = static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) | (b.oversize ? format::kFlagOversize : 0));
   record_free(AllocKind::device_pooled, *static_cast<int*>(arg), addr(b.ptr), b.size, flags, 0, 0);
 }

@@ -56,7 +56,7 @@ ContextState* find_or_create(CUcontext ctx) noexcept {
     return get_dev && get_dev(&dev) == CUDA_SUCCESS ? static_cast<int>(dev) : -1;
   };
   auto make = [ctx](int dev) -> ContextState* {
-    PoolConfig cfg;
+    pool::PoolConfig cfg;
     cfg.seal_interval_ns = g_settings.seal_ns;
     cfg.unsafe_reuse = g_settings.unsafe_reuse;
     return new (std::nothrow) ContextState(ctx, dev, cfg);

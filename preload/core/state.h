@@ -6,14 +6,14 @@
 #include <atomic>
 
 #include "preload/core/contexts.h"
-#include "preload/pool/cuda_upstream.h"
-#include "preload/pool/pool.h"
+#include "preload/core/cuda_upstream.h"
+#include "pool/pool.h"
 
 namespace gpuheap {
 namespace detail {
 
 // Pool observer that turns pool events into trace records for one device.
-class TraceObserver final : public PoolObserver {
+class TraceObserver final : public pool::PoolObserver {
  public:
   explicit TraceObserver(int device) noexcept : device_(device) {}
   void on_segment_alloc(void* ptr, std::size_t size, bool small) noexcept override;
@@ -38,8 +38,8 @@ struct ContextState {
   std::atomic<bool> retired{false};
   CudaUpstream upstream;
   TraceObserver observer;
-  Pool pool;
-  ContextState(CUcontext c, int dev, const PoolConfig& cfg) noexcept
+  pool::Pool pool;
+  ContextState(CUcontext c, int dev, const pool::PoolConfig& cfg) noexcept
       : ctx(c), device(dev), upstream(c, dev), observer(dev), pool(upstream, cfg, &observer) {}
 };
 

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "preload/pool/cuda_upstream.h"
+#include "preload/core/cuda_upstream.h"
 #include "preload/hooks/ends.h"
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"

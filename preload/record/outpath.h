@@ -1,12 +1,7 @@
 // Trace output path: pattern expansion and exclusive, never-clobbering file creation.
 //
-// Pattern (GPUHEAP_OUTPUT, default "./gpuheap.%n.%p.trace"):
-//   %p  process id            %h  hostname
-//   %r  $RANK (empty if unset) %n  program name (basename of /proc/self/exe, else argv[0])
-//   %%  a literal '%'
-// An unknown conversion ("%x") and a trailing lone '%' are copied literally, so a typo
-// still yields a usable, recognisable file name. Substituted values have '/' replaced by
-// '_' (a RANK or hostname must never move the file into another directory).
+// The pattern (GPUHEAP_OUTPUT, default "./gpuheap.%n.%p.trace": %p pid, %h host, %r $RANK,
+// %n program name) is the rule both halves share: common/outpath_pattern.h.
 //
 // Existing files are never clobbered: if PATH exists (as anything, including a dangling
 // symlink), the number N = 1, 2, ... 9999 is inserted before the last extension of the
@@ -17,30 +12,10 @@
 
 #include <cstddef>
 
+#include "common/outpath_pattern.h"  // the pattern rule, shared with `gpuheap run`
+
 namespace gpuheap {
 namespace detail {
-
-struct OutpathVars {
-  long pid = 0;
-  const char* hostname = "";
-  const char* rank = nullptr;  // nullptr: RANK unset -> %r expands to ""
-  const char* program = "";
-};
-
-inline constexpr const char* kDefaultOutputPattern = "./gpuheap.%n.%p.trace";
-
-// Expands `pattern` (nullptr or "" = default) into out[0..cap). Returns the length
-// written (NUL excluded), or -1 if the result does not fit.
-long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* out,
-                           std::size_t cap) noexcept;
-
-// `pattern` (nullptr or "" = default) resolved against the directory `cwd` into out[0..cap):
-// a relative pattern becomes "CWD/PATTERN" ("./" dropped), with each '%' of CWD written
-// "%%" so the directory is taken literally; an absolute one is copied. Returns the length,
-// or -1 if it does not fit or cwd is not absolute (out then holds ""). The preload does this
-// once, at load (core/runtime.cpp), so that a process that changes directory before its
-// first event, and the programs it execs, write where the job started.
-long absolute_output_pattern(const char* pattern, const char* cwd, char* out, std::size_t cap) noexcept;
 
 // Fills `vars` for the calling process; strings point into the caller's buffers.
 void current_outpath_vars(OutpathVars* vars, char* host, std::size_t host_cap, char* prog,
@@ -54,7 +29,7 @@ void current_outpath_vars(OutpathVars* vars, char* host, std::size_t host_cap, c
 const char* special_file_kind(const char* path) noexcept;
 
 // Appends the line "<a><b>\n" to GPUHEAP_PATH_FILE (`gpuheap run`'s list of trace paths and
-// tracing failures, analyzer/run.cpp) in one O_APPEND write, so concurrent processes' lines
+// tracing failures, analyzer/cli/run.cpp) in one O_APPEND write, so concurrent processes' lines
 // stay whole. A newline in a or b is written `\n` and a backslash `\\` (a program whose name
 // holds a newline names its trace so, through %n): a line is one entry whatever the path
 // holds, and a path without either reads as before. The list is never created here and never followed through a symlink: opened

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "analyzer/error.h"
+#include "analyzer/base/error.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/pipeline.h"
 

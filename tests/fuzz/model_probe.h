@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "analyzer/analysis.h"
-#include "analyzer/error.h"
+#include "analyzer/model/analysis.h"
+#include "analyzer/base/error.h"
 
 namespace gpuheap::test {
 

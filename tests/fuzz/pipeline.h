@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/analysis.h"
-#include "analyzer/check.h"
-#include "analyzer/commands.h"
-#include "analyzer/report.h"
+#include "analyzer/model/analysis.h"
+#include "analyzer/summary/check.h"
+#include "analyzer/cli/commands.h"
+#include "analyzer/summary/report.h"
 
 namespace gpuheap::test {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <random>
 
-#include "analyzer/error.h"
-#include "analyzer/replay.h"
+#include "analyzer/base/error.h"
+#include "analyzer/replay/replay.h"
 #include "format/decode.h"
 #include "format/trace.h"
 #include "tests/fuzz/hostile.h"

@@ -4,7 +4,7 @@
 // size), and with a report or a clean InputError.
 #include <gtest/gtest.h>
 
-#include "analyzer/error.h"
+#include "analyzer/base/error.h"
 #include "tests/fuzz/hostile.h"
 #include "tests/fuzz/pipeline.h"
 

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "analyzer/error.h"
-#include "analyzer/reader.h"
+#include "analyzer/base/error.h"
+#include "analyzer/trace/reader.h"
 #include "tests/fuzz/hostile.h"
 #include "tests/fuzz/pipeline.h"
 

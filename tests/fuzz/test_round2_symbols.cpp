@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "analyzer/symbolize.h"
-#include "analyzer/text_safe.h"
+#include "analyzer/symbolize/symbolize.h"
+#include "analyzer/base/text_safe.h"
 #include "tests/fuzz/hostile.h"
 
 namespace gpuheap::test {

@@ -1,4 +1,4 @@
-// summary --json's torch_memory_stats (analyzer/torch_stats.cpp) on golden_prog's "pooled"
+// summary --json's torch_memory_stats (analyzer/model/torch_stats.cpp) on golden_prog's "pooled"
 // pattern under the preload (simcuda): every torch.cuda.memory_stats() key equals the
 // summary stat it maps to, and the driver-allocation counts follow from the pattern.
 #include "tests/golden/golden.h"

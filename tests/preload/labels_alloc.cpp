@@ -1,6 +1,6 @@
 // A stand-in for PyTorch's allocator (test_labels_cli.cpp): functions named as
 // c10's caching allocator and ATen's tensor factory, in a library named like libtorch's, so
-// that the analyzer labels their sites by the program's frame below them (analyzer/labels.h).
+// that the analyzer labels their sites by the program's frame below them (analyzer/symbolize/labels.h).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

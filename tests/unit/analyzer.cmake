@@ -25,7 +25,7 @@ if(TARGET gpuheap)
   add_dependencies(test_analyzer_cli gpuheap)
 endif()
 
-# Python line tables (analyzer/pyframes.cpp) against the running python3's own co_lines().
+# Python line tables (analyzer/symbolize/pyframes.cpp) against the running python3's own co_lines().
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 add_executable(test_pyframes ${CMAKE_CURRENT_SOURCE_DIR}/test_pyframes.cpp)
 target_link_libraries(test_pyframes PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)

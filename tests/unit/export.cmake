@@ -1,4 +1,4 @@
-# Exports and the HTML report (analyzer/export_*.cpp, flame.cpp, report_html.cpp): the CLI
+# Exports and the HTML report (analyzer/export/: export_*.cpp, flame.cpp, report_html.cpp): the CLI
 # end to end. test_export checks torch-snapshot with python3's pickle
 # (export/check_torch_snapshot.py); test_report_html loads the page in headless Chromium and
 # fails when no Chromium is installed (scripts/setup.sh installs it).

@@ -1,4 +1,4 @@
-# Unit tests for the caching pool (preload/pool/pool.cpp) on host-memory upstreams.
+# Unit tests for the caching pool (pool/pool.cpp) on host-memory upstreams.
 add_executable(test_pool
   ${CMAKE_CURRENT_LIST_DIR}/test_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_pool_safety.cpp

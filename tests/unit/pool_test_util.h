@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 
-namespace gpuheap::detail::test_util {
+namespace gpuheap::pool::test_util {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
@@ -20,4 +20,4 @@ inline PoolBlock must_alloc(Pool& p, std::size_t n) {
   return b;
 }
 
-}  // namespace gpuheap::detail::test_util
+}  // namespace gpuheap::pool::test_util

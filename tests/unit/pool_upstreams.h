@@ -1,4 +1,4 @@
-// Test doubles for gpuheap::detail::Upstream (host memory instead of a GPU).
+// Test doubles for gpuheap::pool::Upstream (host memory instead of a GPU).
 //   HostUpstream      aligned_alloc segments; fences complete at once (auto) or only when
 //                     the test says so (manual: fence_wait then counts as a forced wait);
 //                     injectable clock; optional capacity (LimitingUpstream).
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 
 namespace gpuheap::test {
 
@@ -31,7 +31,7 @@ inline std::uint64_t steady_ns() {
                                         .count());
 }
 
-class HostUpstream : public detail::Upstream {
+class HostUpstream : public pool::Upstream {
  public:
   enum class Fences { auto_complete, manual };
   explicit HostUpstream(Fences mode = Fences::auto_complete, std::size_t capacity = 0)
@@ -116,7 +116,7 @@ class LimitingUpstream : public HostUpstream {
   explicit LimitingUpstream(std::size_t capacity) : HostUpstream(Fences::auto_complete, capacity) {}
 };
 
-class DelayingUpstream : public detail::Upstream {
+class DelayingUpstream : public pool::Upstream {
  public:
   using Kernel = std::function<void()>;
   explicit DelayingUpstream(int streams) : streams_(static_cast<std::size_t>(streams)) {
@@ -231,7 +231,7 @@ class DelayingUpstream : public detail::Upstream {
 };
 
 // Records observer callbacks in order, and tracks segments for invariant checks.
-class RecordingObserver : public detail::PoolObserver {
+class RecordingObserver : public pool::PoolObserver {
  public:
   struct Event {
     char kind;  // 'A' seg alloc, 'F' seg free, 'C' free completed, 'R' retry, 'E' empty cache

@@ -1,5 +1,5 @@
-# Offline symbolizer (analyzer/symbolize*.cpp, debuginfo.cpp) tests. Compiles them directly so the
-# tests do not depend on the rest of the analyzer library.
+# Offline symbolizer (analyzer/symbolize/: symbolize*.cpp, debuginfo.cpp) tests. They link
+# that room alone (and the rooms below it), not the rest of the analyzer.
 include(GoogleTest)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
 pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
@@ -28,12 +28,7 @@ target_link_options(symtest_nodebug PRIVATE -Wl,--build-id)
 add_executable(test_symbolize
   test_symbolize.cpp
   test_symbolize_perf.cpp
-  symtest_static_cudart.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/symbolize.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/symbolize_dwarf.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/debuginfo.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/safe_file.cpp
-  ${CMAKE_SOURCE_DIR}/analyzer/text_safe.cpp)
+  symtest_static_cudart.cpp)
 # Exact call-site lines need unoptimized test code; the symbolizer itself keeps the build's
 # optimization level so the performance check measures what users run.
 set_source_files_properties(test_symbolize.cpp PROPERTIES COMPILE_OPTIONS "-O0;-g")
@@ -43,7 +38,7 @@ target_compile_definitions(test_symbolize PRIVATE SYMTEST_HIDDEN_COPY="${SYMTEST
 target_compile_options(test_symbolize PRIVATE ${GPUHEAP_SAN_FLAGS})
 target_link_options(test_symbolize PRIVATE ${GPUHEAP_SAN_FLAGS} -Wl,--build-id)
 target_link_libraries(test_symbolize PRIVATE
-  symtest_inline symtest_nodebug
+  gpuheap_analyzer_symbolize symtest_inline symtest_nodebug
   PkgConfig::LIBDW PkgConfig::LIBELF PkgConfig::LIBUNWIND
   spdlog::spdlog fmt::fmt ZLIB::ZLIB ${CMAKE_DL_LIBS} GTest::gtest Threads::Threads)
 gtest_discover_tests(test_symbolize DISCOVERY_MODE PRE_TEST)

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/error.h"
-#include "analyzer/reader.h"
+#include "analyzer/base/error.h"
+#include "analyzer/trace/reader.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

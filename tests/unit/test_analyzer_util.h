@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tests/test_tmpdir.h"
-#include "analyzer/analysis.h"
+#include "analyzer/model/analysis.h"
 #include "format/trace.h"
 
 namespace gpuheap::test {

@@ -3,10 +3,10 @@
 
 #include <fstream>
 
-#include "analyzer/check.h"
-#include "analyzer/error.h"
-#include "analyzer/report.h"
-#include "analyzer/units.h"
+#include "analyzer/summary/check.h"
+#include "analyzer/base/error.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/base/units.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -99,7 +99,7 @@ TEST(Check, BaselineAndTolerance) {
   EXPECT_THROW(run_check(base, o), InputError);
 }
 
-// The top site is named by its label (analyzer/labels.h): the first frame below PyTorch's
+// The top site is named by its label (analyzer/symbolize/labels.h): the first frame below PyTorch's
 // allocator, not the allocator's own frame. Names come from frames stored in the trace.
 TEST(Check, TopSiteIsNamedByItsLabel) {
   TraceBuilder b;

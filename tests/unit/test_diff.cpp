@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/units.h"
+#include "analyzer/base/units.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

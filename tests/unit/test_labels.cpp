@@ -1,7 +1,7 @@
-// Site labels (analyzer/labels.h): the first frame below an allocator's own frames.
+// Site labels (analyzer/symbolize/labels.h): the first frame below an allocator's own frames.
 #include <gtest/gtest.h>
 
-#include "analyzer/labels.h"
+#include "analyzer/symbolize/labels.h"
 
 using gpuheap::Frame;
 using gpuheap::label_pos;

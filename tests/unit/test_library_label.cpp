@@ -2,7 +2,7 @@
 // buffers told apart from the program's tensors).
 #include <gtest/gtest.h>
 
-#include "analyzer/report.h"
+#include "analyzer/summary/report.h"
 
 using gpuheap::Frame;
 using gpuheap::library_label;

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "analyzer/model.h"
+#include "analyzer/model/model.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

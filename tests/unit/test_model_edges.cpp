@@ -1,4 +1,4 @@
-// Block-edge bitmaps (analyzer/model_edges.cpp, their per-event part in model_events.cpp) against the hash map they stand in for: the
+// Block-edge bitmaps (analyzer/model/model_edges.cpp, their per-event part in model_events.cpp) against the hash map they stand in for: the
 // same random block sequences fed to a Model with bitmaps and to one without must give the
 // same stats after every record (inactive_split and inactive_split_bytes read the edges),
 // including unaligned, overlapping and wrapping blocks, overlapping segments, and segments
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "analyzer/model.h"
+#include "analyzer/model/model.h"
 
 using namespace gpuheap;
 using format::AllocKind;

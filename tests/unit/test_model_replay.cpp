@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "analyzer/model.h"
+#include "analyzer/model/model.h"
 #include "tests/unit/test_analyzer_util.h"
 
 namespace gpuheap {

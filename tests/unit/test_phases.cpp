@@ -1,11 +1,11 @@
-// Phases (analyzer/model_phases.cpp), windows (model_window.cpp, phases.cpp) and growth on
+// Phases (analyzer/model/model_phases.cpp), windows (model_window.cpp, phases.cpp) and growth on
 // synthetic traces; the CLI's --phase/--time/--after/--max-growth and their exit codes.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/error.h"
-#include "analyzer/phases.h"
+#include "analyzer/base/error.h"
+#include "analyzer/model/phases.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

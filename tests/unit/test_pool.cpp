@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::pool {
 namespace {
 
 using test::HostUpstream;
@@ -421,4 +421,4 @@ TEST(PoolTeardown, AbandonCompletesEveryBlockAndForgetsTheSegments) {
 }
 
 }  // namespace
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::pool

@@ -1,4 +1,4 @@
-// The pool's free-block index (preload/pool/pool_free_index.h) against the std::set ordered
+// The pool's free-block index (pool/pool_free_index.h) against the std::set ordered
 // by (size, address) that it replaced: every query must return the very block the set's
 // lower_bound / rbegin gave, since the pool's block choices (and replay's reproduced peaks)
 // depend on it.
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "preload/pool/pool_free_index.h"
+#include "pool/pool_free_index.h"
 
 namespace {
 
@@ -23,7 +23,7 @@ struct Node {
   std::uint16_t fbin = 0;
   bool in = false;
 };
-using Index = gpuheap::detail::pool_impl::FreeIndex<Node>;
+using Index = gpuheap::pool::FreeIndex<Node>;
 using Ref = std::set<std::pair<std::size_t, std::uintptr_t>>;
 
 Node* expected_lower_bound(const Ref& ref, std::size_t s, std::vector<Node>& nodes) {

@@ -7,11 +7,11 @@
 #include <random>
 #include <vector>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::pool {
 namespace {
 
 using test::RecordingObserver;
@@ -162,4 +162,4 @@ TEST(PoolOwned, SameChoicesAsLockedCallsOversizeAndOddRounding) {
 }
 
 }  // namespace
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::pool

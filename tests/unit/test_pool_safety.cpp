@@ -6,11 +6,11 @@
 #include <random>
 #include <thread>
 
-#include "preload/pool/pool.h"
+#include "pool/pool.h"
 #include "tests/unit/pool_test_util.h"
 #include "tests/unit/pool_upstreams.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::pool {
 namespace {
 
 using namespace std::chrono_literals;
@@ -401,4 +401,4 @@ TEST(PoolThreads, ConcurrentAllocFreeKeepsBlocksDisjoint) {
 }
 
 }  // namespace
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::pool

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "analyzer/progress.h"
+#include "analyzer/base/progress.h"
 
 using namespace gpuheap;
 

@@ -1,4 +1,4 @@
-// analyzer/pyframes.cpp: the line of a Python frame from its code object's co_linetable.
+// analyzer/symbolize/pyframes.cpp: the line of a Python frame from its code object's co_linetable.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "analyzer/pyframes.h"
+#include "analyzer/symbolize/pyframes.h"
 
 namespace gpuheap {
 namespace {

@@ -1,4 +1,4 @@
-// gpuheap replay (analyzer/replay*.cpp) on synthetic traces: fences follow free_completed,
+// gpuheap replay (analyzer/replay/) on synthetic traces: fences follow free_completed,
 // the none policy's figures, the limit and the pool's retry path, the minimal limit, policy
 // parsing and the CLI's exit codes.
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <random>
 #include <string>
 
-#include "analyzer/error.h"
-#include "analyzer/flat_map.h"
-#include "analyzer/replay.h"
+#include "analyzer/base/error.h"
+#include "analyzer/base/flat_map.h"
+#include "analyzer/replay/replay.h"
 #include "tests/unit/test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -88,13 +88,13 @@ Cmd cli(const std::string& args) {
 TEST(ReplayPolicy, Parses) {
   ReplayPolicy d = parse_policy("gpuheap");
   EXPECT_EQ(d.kind, ReplayPolicy::Kind::gpuheap);
-  EXPECT_EQ(d.pool.round, detail::PoolConfig{}.round);
-  EXPECT_EQ(d.pool.max_split_size, detail::PoolConfig{}.max_split_size);
+  EXPECT_EQ(d.pool.round, pool::PoolConfig{}.round);
+  EXPECT_EQ(d.pool.max_split_size, pool::PoolConfig{}.max_split_size);
   ReplayPolicy p = parse_policy("gpuheap:max_split=64MiB, round=1KiB,large_segment=40MiB");
   EXPECT_EQ(p.pool.max_split_size, 64 * MiB);
   EXPECT_EQ(p.pool.round, KiB);
   EXPECT_EQ(p.pool.large_segment, 40 * MiB);
-  EXPECT_EQ(p.pool.small_segment, detail::PoolConfig{}.small_segment);
+  EXPECT_EQ(p.pool.small_segment, pool::PoolConfig{}.small_segment);
   EXPECT_EQ(parse_policy("none").kind, ReplayPolicy::Kind::none);
   for (const char* bad : {"pytorch", "gpuheap:bogus=1", "gpuheap:round=pow2:4", "gpuheap:round=0", "gpuheap:max_split",
                           "gpuheap:round=12parsecs", "gpuheapx"})

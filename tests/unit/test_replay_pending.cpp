@@ -1,11 +1,11 @@
 // gpuheap replay: the fence of a pooled free waits in the freed address's live-map entry
-// until the trace's free_completed for that address (analyzer/replay.cpp). These traces
+// until the trace's free_completed for that address (analyzer/replay/replay.cpp). These traces
 // allocate the address again before its free_completed (only a racing or hostile program's
 // trace does): the waiting fence must still complete on that free_completed, unless a newer
 // free of the same address replaced it, as it always has.
 #include <gtest/gtest.h>
 
-#include "analyzer/replay.h"
+#include "analyzer/replay/replay.h"
 #include "tests/unit/test_analyzer_util.h"
 
 using namespace gpuheap;

@@ -1,13 +1,13 @@
-// `gpuheap replay --policy torch` (analyzer/replay_torch.cpp): the PyTorch caching-allocator
+// `gpuheap replay --policy torch` (analyzer/replay/replay_torch.cpp): the PyTorch caching-allocator
 // model against hand-computed cases (size classes, segment sizes, splitting, oversize blocks,
 // per-stream pools, release-and-retry), then through replay_trace and the CLI.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "analyzer/error.h"
-#include "analyzer/replay.h"
-#include "analyzer/replay_torch.h"
+#include "analyzer/base/error.h"
+#include "analyzer/replay/replay.h"
+#include "analyzer/replay/replay_torch.h"
 #include "tests/unit/test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -17,7 +17,7 @@ namespace {
 constexpr std::uint64_t MiB = 1024 * 1024;
 
 // A driver with a cap that counts what it holds; addresses are 2 MiB apart at least.
-class CapUpstream final : public detail::Upstream {
+class CapUpstream final : public pool::Upstream {
  public:
   explicit CapUpstream(std::uint64_t cap = 0) : cap_(cap) {}
   void* allocate(std::size_t n) noexcept override {

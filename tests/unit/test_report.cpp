@@ -1,8 +1,8 @@
 // Reports: torch-style cells, text summary rows, JSON schema keys, diff ordering.
 #include <gtest/gtest.h>
 
-#include "analyzer/report.h"
-#include "analyzer/units.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/base/units.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

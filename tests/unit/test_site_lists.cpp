@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/export.h"
-#include "analyzer/report.h"
+#include "analyzer/export/export.h"
+#include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/labels.h"
+#include "analyzer/symbolize/labels.h"
 #include "test_analyzer_util.h"
 
 using gpuheap::test::run;

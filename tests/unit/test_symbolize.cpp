@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/symbolize.h"
+#include "analyzer/symbolize/symbolize.h"
 #include "self_modules.h"
 #include "symtest_libs.h"
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "analyzer/symbolize.h"
+#include "analyzer/symbolize/symbolize.h"
 #include "self_modules.h"
 
 namespace {

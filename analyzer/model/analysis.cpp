@@ -1,0 +1,222 @@
+#include "analyzer/model/analysis.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "analyzer/base/progress.h"
+#include "analyzer/trace/reader.h"
+
+namespace gpuheap {
+
+namespace {
+
+// Records that carry no timestamp are processed as soon as they come up (ts of the last
+// event of that trace), so stacks/modules always precede their first use.
+std::uint64_t record_ts(const format::Record& r, std::uint64_t last) {
+  using format::RecordType;
+  switch (r.type) {
+    case RecordType::alloc: return r.alloc.ts;
+    case RecordType::free: return r.free.ts;
+    case RecordType::free_completed: return r.free_completed.ts;
+    case RecordType::segment_alloc:
+    case RecordType::segment_free: return r.segment.ts;
+    case RecordType::oom: return r.oom.ts;
+    case RecordType::retry: return r.retry.ts;
+    case RecordType::empty_cache: return r.empty_cache.ts;
+    case RecordType::module_unload: return r.module_unload.ts;
+    case RecordType::end: return r.end.ts;
+    case RecordType::process: return r.process.mono_ns;
+    default: return last;
+  }
+}
+int record_device(const format::Record& r) {
+  using format::RecordType;
+  switch (r.type) {
+    case RecordType::alloc: return r.alloc.device;
+    case RecordType::free: return r.free.device;
+    case RecordType::free_completed: return r.free_completed.device;
+    case RecordType::segment_alloc:
+    case RecordType::segment_free: return r.segment.device;
+    default: return INT32_MIN;
+  }
+}
+
+void warn_trace(const TraceReader& rd, const Model& m) {
+  if (rd.shrank())
+    spdlog::warn("{}: the file shrank while it was read (from {} to {} bytes): cut at byte {}, using the {} "
+                 "whole records before it", rd.path(), rd.file_size(), rd.file_pos(), rd.offset(), rd.records());
+  else if (rd.cut_mid_record())
+    spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(),
+                 rd.offset(), rd.records());
+  if (!rd.has_end())
+    spdlog::warn("{}: no end record (the process died or is still running); trace ends at ts {}{}", rd.path(),
+                 m.info.last_ts,
+                 rd.unwritten_tail() ? fmt::format(", byte {} (the rest is space it never wrote)", rd.offset()) : "");
+}
+
+}  // namespace
+
+Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& opt) {
+  Analysis out;
+  std::vector<std::unique_ptr<TraceReader>> readers;
+  for (const auto& p : paths) {
+    readers.push_back(std::make_unique<TraceReader>(p));
+    out.traces.push_back(std::make_unique<Model>(p, opt.timeline_buckets));
+    if (out.traces.size() <= opt.windows.size()) out.traces.back()->set_window(opt.windows[out.traces.size() - 1]);
+  }
+  std::uint64_t total = 0;
+  for (auto& r : readers) total += r->file_size();
+  Progress progress(paths.size() == 1 ? paths[0] : fmt::format("{} traces", paths.size()), total, opt.progress);
+
+  if (readers.size() == 1) {
+    auto& rd = *readers[0];
+    auto& m = *out.traces[0];
+    // Events are decoded a batch of kBatch records ahead of the replay (in place, into small
+    // EventRecords), and their hash slots prefetched while the batch before is replayed, one
+    // record's before each record there: each event's cache misses are in flight kBatch
+    // records before it is replayed. A batch ends before any
+    // record but alloc/free/free_completed; that record (stacks, modules, segments...) is fed
+    // once the batches before it are: those holding views into the reader's buffer must be
+    // fed before the next read.
+    // One prefetch stage only: a second one half a window later (reading the live entry to
+    // prefetch what it points at) stalled on that entry, which had often not arrived 8 or 16
+    // records after its prefetch, and cost instructions on every record; without it the
+    // replay was no slower.
+    constexpr std::size_t kBatch = 16;
+    std::vector<format::EventRecord> batches(2 * kBatch);
+    format::EventRecord* ahead = batches.data();
+    format::EventRecord* behind = ahead + kBatch;
+    std::size_t n_behind = 0;
+    format::EventRecord e;
+    format::Record slow;
+    std::uint64_t n = 0, next_progress = Progress::kCheckEvery;
+    for (;;) {
+      const std::size_t got = rd.next_events(ahead, kBatch);
+      m.feed_batch(behind, n_behind, ahead, got);
+      std::swap(ahead, behind);
+      n_behind = got;
+      n += got;
+      if (got < kBatch) {
+        m.feed_batch(behind, n_behind, nullptr, 0);
+        n_behind = 0;
+        auto one = rd.next_any(e, slow);
+        if (one == TraceReader::Got::none) break;
+        if (one == TraceReader::Got::event) m.feed(e);
+        else m.feed(slow);
+        ++n;
+      }
+      if (n >= next_progress) {
+        progress.update(rd.file_pos(), n);
+        next_progress = n + Progress::kCheckEvery;
+      }
+    }
+  } else {
+    // k-way merge by aligned (wall-clock) time. Each stream holds one decoded record ahead.
+    struct Stream {
+      format::Record rec;
+      bool have = false;
+      std::uint64_t last_ts = 0;
+    };
+    std::vector<Stream> st(readers.size());
+    auto pull = [&](std::size_t i) {
+      st[i].have = readers[i]->next(st[i].rec);
+      if (st[i].have) st[i].last_ts = record_ts(st[i].rec, st[i].last_ts);
+    };
+    // The process record comes first; read it so the clock alignment is known.
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      pull(i);
+      while (st[i].have && st[i].rec.type != format::RecordType::alloc &&
+             st[i].rec.type != format::RecordType::free && st[i].rec.type != format::RecordType::segment_alloc &&
+             st[i].rec.type != format::RecordType::free_completed && st[i].rec.type != format::RecordType::oom) {
+        out.traces[i]->feed(st[i].rec);
+        pull(i);
+      }
+    }
+    auto wall = [&](std::size_t i) { return out.traces[i]->info.to_wall(st[i].last_ts); };
+    out.merged_start_wall_ns = UINT64_MAX;
+    for (auto& t : out.traces)
+      out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
+    auto merged_dev = [&](int device) -> MergedDevice& {
+      for (auto& m : out.merged)
+        if (m.device == device) return m;
+      out.merged.push_back({});
+      out.merged.back().device = device;
+      out.merged.back().timeline = Timeline{opt.timeline_buckets};
+      return out.merged.back();
+    };
+    std::uint64_t n = 0;
+    for (;;) {
+      std::size_t best = SIZE_MAX;
+      std::uint64_t bw = 0;
+      for (std::size_t i = 0; i < st.size(); ++i) {
+        if (!st[i].have) continue;
+        auto w = wall(i);
+        if (best == SIZE_MAX || w < bw) best = i, bw = w;
+      }
+      if (best == SIZE_MAX) break;
+      auto& m = *out.traces[best];
+      int device = record_device(st[best].rec);
+      if (device != INT32_MIN) {
+        auto before = m.totals(device);
+        m.feed(st[best].rec);
+        auto after = m.totals(device);
+        auto& md = merged_dev(device);
+        if (after.requested != before.requested) md.requested.add(after.requested - before.requested);
+        if (after.reserved != before.reserved) md.reserved.add(after.reserved - before.reserved);
+        if (after.allocated != before.allocated) {
+          md.allocated.add(after.allocated - before.allocated);
+          if (md.allocated.current == md.allocated.peak && after.allocated > before.allocated)
+            md.peak_allocated_wall_ns = bw;
+        }
+        md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current,
+                           md.allocated.current, md.reserved.current);
+      } else {
+        m.feed(st[best].rec);
+        if (st[best].rec.type == format::RecordType::end) {
+          // The process exited: the driver frees everything it still held (its cache, its
+          // leaks), so it leaves the simultaneous totals. Without an end record (killed, or
+          // still running) nothing is known, and its memory stays counted.
+          for (auto& md : out.merged) {
+            auto left = m.totals(md.device);
+            if (!left.requested && !left.allocated && !left.reserved) continue;
+            md.requested.add(-left.requested);
+            md.allocated.add(-left.allocated);
+            md.reserved.add(-left.reserved);
+            md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current,
+                               md.allocated.current, md.reserved.current);
+          }
+        }
+      }
+      pull(best);
+      if ((++n & (Progress::kCheckEvery - 1)) == 0 && progress.active()) {
+        std::uint64_t done = 0;
+        for (auto& r : readers) done += r->file_pos();
+        progress.update(done, n);
+      }
+    }
+  }
+  progress.finish();  // before any warning, so that none lands on the progress line
+  for (std::size_t i = 0; i < readers.size(); ++i) {
+    auto& rd = *readers[i];
+    auto& m = *out.traces[i];
+    m.finish(rd.cut_mid_record(), rd.has_end(), rd.records());
+    if (opt.warn_truncated) warn_trace(rd, m);
+  }
+  for (auto& md : out.merged) {
+    for (auto& t : out.traces)
+      for (auto& d : t->devices)
+        if (d.device == md.device) {
+          md.sum_of_peaks_allocated += d.stat[kAllocatedBytes][0].peak;
+          md.sum_of_peaks_reserved += d.stat[kReservedBytes][0].peak;
+        }
+  }
+  std::sort(out.merged.begin(), out.merged.end(),
+            [](const MergedDevice& a, const MergedDevice& b) { return a.device < b.device; });
+  return out;
+}
+
+}  // namespace gpuheap

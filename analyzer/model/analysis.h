@@ -1,0 +1,39 @@
+// Runs the replay over one or more traces. Several traces are replayed together in
+// timestamp order (aligned by each process's wall clock) so the merged per-device peaks are
+// real simultaneous peaks, not sums of per-process peaks.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analyzer/model/model.h"
+
+namespace gpuheap {
+
+struct MergedDevice {
+  int device = 0;
+  Stat requested, allocated, reserved;  // across processes, by aligned time
+  std::int64_t sum_of_peaks_allocated = 0, sum_of_peaks_reserved = 0;
+  std::uint64_t peak_allocated_wall_ns = 0;
+  Timeline timeline;  // t relative to the earliest process start (wall clock)
+};
+
+struct Analysis {
+  std::vector<std::unique_ptr<Model>> traces;
+  std::vector<MergedDevice> merged;  // only with more than one trace
+  std::uint64_t merged_start_wall_ns = 0;
+};
+
+struct AnalyzeOptions {
+  std::size_t timeline_buckets = 2048;
+  bool progress = true;  // a progress bar when stderr is a TTY and it takes > 1 s
+  bool warn_truncated = true;
+  // Per trace (empty: none): restrict the model to these trace-clock intervals (phases.h).
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> windows;
+};
+
+// Throws InputError (and subclasses) for unreadable / invalid input.
+Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& opt = {});
+
+}  // namespace gpuheap

@@ -1,0 +1,51 @@
+// `gpuheap check`: limits and baseline comparison for CI.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/model/analysis.h"
+
+namespace gpuheap {
+
+struct CheckOptions {
+  std::optional<std::uint64_t> max_requested, max_allocated, max_reserved, max_leaked;
+  std::string baseline;          // a `summary --json` document of an earlier run
+  double tolerance_pct = 5.0;    // allowed growth over the baseline
+  bool all_frames = false;
+  bool allow_truncated = false;  // check a trace without an end record (or cut) anyway
+  // Growth of live bytes across the instances of a repeated phase (analyzer/model/phases.h);
+  // a trace without two instances of it fails the gate (nothing was measured).
+  std::optional<std::uint64_t> max_growth;
+  std::string growth_phase;  // "" = the most repeated top-level range
+};
+
+// The four measured quantities, as `check` and baselines see them: the largest per-device
+// peak (merged across processes for several traces), and leaked bytes summed.
+struct CheckMeasures {
+  std::int64_t requested = 0, allocated = 0, reserved = 0, leaked = 0;
+  int requested_dev = 0, allocated_dev = 0, reserved_dev = 0;
+};
+CheckMeasures measure(const Analysis& a);
+// From a summary --json document (single- or multi-trace). Throws InputError when the
+// document is not one.
+CheckMeasures measure_baseline(const nlohmann::json& doc);
+
+// A trace that is not whole (no end record: killed or still running; or cut mid-record)
+// fails the check unless allow_truncated: its peaks and leaks describe only what was
+// written, so a limit that "held" on it says nothing. Then no limit is reported as passed.
+struct CheckResult {
+  std::vector<std::string> violations;  // one line each
+  std::vector<std::string> passed;      // one line per limit that held (empty when incomplete and not allowed)
+  std::vector<std::string> notes;       // incomplete traces accepted with allow_truncated
+};
+CheckResult run_check(const Analysis& a, const CheckOptions& opt);
+// Why a trace is not whole ("no end record: ..."), for the incomplete-trace lines that
+// check and diff --fail-on print.
+std::string incompleteness(const TraceInfo& in);
+
+}  // namespace gpuheap

@@ -1,0 +1,279 @@
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include "analyzer/symbolize/pyframes.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/base/units.h"
+
+namespace gpuheap {
+
+StackResolver::StackResolver(const Model& m, bool all_frames) : m_(m), all_frames_(all_frames) {
+  for (const auto& mod : m.modules) {
+    format::ModuleRecord r;
+    r.base = mod.base, r.lo = mod.lo, r.hi = mod.hi, r.path = mod.path, r.build_id = mod.build_id;
+    sym_.add_module(r);
+  }
+  sym_.use_stored(&m.symbols);
+}
+
+const std::vector<Frame>& StackResolver::frames(std::uint32_t stack) {
+  auto it = frames_.find(stack);
+  if (it != frames_.end()) return it->second;
+  std::vector<Frame> f;
+  auto s = m_.stacks.find(stack);
+  if (s != m_.stacks.end() && !s->second.empty()) {
+    // Native frames first (innermost first), then the Python frames the preload found in
+    // place of the interpreter's (format/trace.h kPyFrameTag).
+    const auto& ips = s->second;
+    std::size_t npy = 0;
+    while (npy < ips.size() && format::is_py_frame(ips[ips.size() - 1 - npy])) ++npy;
+    if (npy == 0) {
+      f = sym_.symbolize(ips, all_frames_);
+    } else {
+      std::vector<std::uint64_t> native(ips.begin(), ips.end() - static_cast<std::ptrdiff_t>(npy));
+      if (!native.empty()) f = sym_.symbolize(native, all_frames_);
+      while (!all_frames_ && !f.empty() && is_interpreter_frame(f.back())) f.pop_back();
+      for (std::size_t i = ips.size() - npy; i < ips.size(); ++i) f.push_back(py_frame_of(m_.py_codes, ips[i]));
+    }
+  }
+  return frames_.emplace(stack, std::move(f)).first->second;
+}
+
+const std::string& StackResolver::key(std::uint32_t stack) {
+  auto it = keys_.find(stack);
+  if (it != keys_.end()) return it->second;
+  std::string k;
+  auto out = std::back_inserter(k);  // straight into k: no string per frame
+  const auto& fr = frames(stack);
+  if (fr.empty()) k = stack == 0 ? "<no stack>" : fmt::format("<unknown stack {}>", stack);
+  for (const auto& f : fr) {
+    if (!f.function.empty() || !f.file.empty())
+      fmt::format_to(out, FMT_COMPILE("{}|{}|{};"), f.function, f.file, f.line);
+    else if (!f.module.empty())
+      fmt::format_to(out, FMT_COMPILE("{}+{:#x};"), base_name(f.module), f.offset);
+    else
+      fmt::format_to(out, FMT_COMPILE("{:#x};"), f.ip);  // no module: only the raw address identifies it
+  }
+  return keys_.emplace(stack, std::move(k)).first->second;
+}
+
+const std::string& StackResolver::library(std::uint32_t stack) {
+  auto it = libraries_.find(stack);
+  if (it != libraries_.end()) return it->second;
+  return libraries_.emplace(stack, library_label(frames(stack))).first->second;
+}
+
+std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver& res, bool by_count) {
+  // Keys by view: the resolver's keys stay where they are (unordered_map nodes) while it lives.
+  std::unordered_map<std::string_view, std::size_t> idx;
+  std::vector<SiteRow> out;
+  for (const auto& r : rows) {
+    const std::string_view k = res.key(r.stack);
+    auto [it, fresh] = idx.try_emplace(k, out.size());
+    if (fresh) {
+      out.push_back(r);
+    } else {
+      out[it->second].bytes += r.bytes;
+      out[it->second].count += r.count;
+      out[it->second].allocated += r.allocated;
+    }
+  }
+  std::sort(out.begin(), out.end(), [by_count](const SiteRow& a, const SiteRow& b) {
+    if (by_count && a.count != b.count) return a.count > b.count;
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (a.count != b.count) return a.count > b.count;
+    return a.stack < b.stack;
+  });
+  return out;
+}
+
+namespace {
+bool library_matches(const std::string& lib, const SummaryOptions& opt) {
+  if (opt.library.empty()) return true;
+  return lib.size() == opt.library.size() &&
+         std::equal(lib.begin(), lib.end(), opt.library.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+         });
+}
+}  // namespace
+
+std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt) {
+  std::vector<SiteRow> out;
+  for (const auto& r : merged) {
+    if (!opt.full && out.size() >= opt.top) break;
+    if (opt.library.empty() || library_matches(res.library(r.stack), opt)) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res) {
+  std::vector<LibraryRow> rows;
+  for (const auto& s : sites) {
+    const std::string& lib = res.library(s.stack);
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const LibraryRow& r) { return r.library == lib; });
+    if (it == rows.end()) it = rows.insert(rows.end(), LibraryRow{lib, 0, 0});
+    it->bytes += s.bytes;
+    it->count += s.count;
+  }
+  std::sort(rows.begin(), rows.end(), [](const LibraryRow& a, const LibraryRow& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.library < b.library;
+  });
+  return rows;
+}
+
+struct SiteLists::Lists {
+  std::vector<std::optional<std::vector<SiteRow>>> peak, oom;  // per device, per OOM
+  std::vector<std::optional<std::vector<LibraryRow>>> libraries;  // per device
+  std::optional<std::vector<SiteRow>> by_count, temporary, leaks;
+};
+
+SiteLists::SiteLists(const Analysis& a, bool all_frames) : a_(a), all_frames_(all_frames) {
+  for (const auto& m : a.traces) {
+    res_.push_back(std::make_unique<StackResolver>(*m, all_frames));
+    lists_.push_back(std::make_unique<Lists>());
+    lists_.back()->peak.resize(m->devices.size());
+    lists_.back()->libraries.resize(m->devices.size());
+    lists_.back()->oom.resize(m->ooms.size());
+  }
+}
+SiteLists::~SiteLists() = default;
+
+SiteLists::Lists& SiteLists::lists(std::size_t trace) { return *lists_.at(trace); }
+
+const std::vector<SiteRow>& SiteLists::peak(std::size_t trace, std::size_t device) {
+  auto& slot = lists(trace).peak.at(device);
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& s : a_.traces[trace]->devices[device].peak_consumers)
+      rows.push_back({s.stack, s.bytes, s.count, s.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
+}
+
+const std::vector<LibraryRow>& SiteLists::peak_libraries(std::size_t trace, std::size_t device) {
+  auto& slot = lists(trace).libraries.at(device);
+  if (!slot) slot = peak_by_library(peak(trace, device), res(trace));
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::most_allocations(std::size_t trace) {
+  auto& slot = lists(trace).by_count;
+  if (!slot) {
+    const Model& m = *a_.traces[trace];
+    std::vector<SiteRow> rows;
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id)
+      if (m.sites[id].allocs) rows.push_back({id, m.sites[id].alloc_bytes, m.sites[id].allocs, m.sites[id].alloc_allocated});
+    slot = merge_sites(rows, res(trace), true);
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::temporary(std::size_t trace) {
+  auto& slot = lists(trace).temporary;
+  if (!slot) {
+    const Model& m = *a_.traces[trace];
+    std::vector<SiteRow> rows;
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+      const auto& s = m.sites[id];
+      if (s.temporaries) rows.push_back({id, s.temporary_bytes, s.temporaries, s.temporary_allocated});
+    }
+    slot = merge_sites(rows, res(trace), true);
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::leaks(std::size_t trace) {
+  auto& slot = lists(trace).leaks;
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& l : a_.traces[trace]->leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
+}
+
+const std::vector<SiteRow>& SiteLists::oom_live(std::size_t trace, std::size_t oom) {
+  auto& slot = lists(trace).oom.at(oom);
+  if (!slot) {
+    std::vector<SiteRow> rows;
+    for (const auto& s : a_.traces[trace]->ooms[oom].top_live) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
+    slot = merge_sites(rows, res(trace));
+  }
+  return *slot;
+}
+
+nlohmann::json stack_json(const std::vector<Frame>& frames) {
+  auto arr = nlohmann::json::array();
+  for (const auto& f : frames) {
+    nlohmann::json j;
+    j["function"] = f.function;
+    j["file"] = f.file;
+    j["line"] = f.line;
+    j["module"] = f.module;
+    if (f.module != "python") {  // a Python frame has no address
+      j["ip"] = fmt::format("{:#x}", f.ip);
+      if (!f.module.empty()) j["offset"] = f.offset;
+    }
+    if (f.inlined) j["inlined"] = true;
+    if (f.hidden) j["hidden"] = true;
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames) {
+  std::unordered_map<std::string, DiffRow> rows;
+  auto add = [&](const Model& m, bool is_b) {
+    StackResolver res(m, all_frames);
+    for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+      const auto& s = m.sites[id];
+      if (s.allocs == 0) continue;
+      const auto& k = res.key(id);
+      auto& r = rows[k];
+      if (r.key.empty()) r.key = k, r.frames = res.frames(id);
+      // Sites that merge under one key: peaks may not coincide, so the sum is an upper bound.
+      (is_b ? r.peak_b : r.peak_a) += s.max_live_bytes;
+      (is_b ? r.total_b : r.total_a) += static_cast<std::int64_t>(s.alloc_bytes);
+      (is_b ? r.count_b : r.count_a) += static_cast<std::int64_t>(s.allocs);
+    }
+  };
+  add(a, false);
+  add(b, true);
+  std::vector<DiffRow> out;
+  for (auto& [k, r] : rows)
+    if (r.d_peak() != 0 || r.d_total() != 0 || r.d_count() != 0) out.push_back(std::move(r));
+  auto mag = [](std::int64_t v) { return v < 0 ? -v : v; };
+  std::sort(out.begin(), out.end(), [&](const DiffRow& x, const DiffRow& y) {
+    if (mag(x.d_peak()) != mag(y.d_peak())) return mag(x.d_peak()) > mag(y.d_peak());
+    if (mag(x.d_total()) != mag(y.d_total())) return mag(x.d_total()) > mag(y.d_total());
+    return x.key < y.key;
+  });
+  return out;
+}
+
+// The preload's `held` is its budget (pool segments + pass-through kinds); here the replayed
+// holdings stand in for it. Rule and words: format/rules.h, shared with preload/core/oom.cpp.
+OomAdvice oom_advice(const OomInfo& o) {
+  const format::OomFacts f = format::oom_facts(o.rec, o.model_held);
+  const format::OomDiagnosis d = format::diagnose_oom(f);
+  format::OomText text;
+  format::oom_text(f, d, &text);
+  OomAdvice a;
+  a.held = f.held;
+  a.reserved_unused = f.cached_unused;
+  a.fits_without_fragmentation = d.fits_without_fragmentation;
+  a.cause = format::oom_cause_name(d.cause);
+  a.fit = text.fit;
+  a.suggestion = text.suggestion;
+  return a;
+}
+
+}  // namespace gpuheap
