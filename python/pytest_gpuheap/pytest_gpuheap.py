@@ -1,6 +1,6 @@
 """pytest-gpuheap: GPU memory limits for tests, measured by gpuheap (docs/pytest.md).
 
-    @pytest.mark.limit_gpu_memory("2 GiB")   # the test's peak allocated GPU memory
+    @pytest.mark.limit_gpu_memory("2 GiB")   # the test's peak GPU memory (requested bytes)
     @pytest.mark.limit_gpu_leaks("1 MiB")    # what the test leaves allocated at its end
 
 Numbers come from libgpuheap.so's C API (preload/gpuheap.h) through ctypes.CDLL(None), so
@@ -21,6 +21,11 @@ import subprocess
 import sys
 
 import pytest
+
+try:  # the crash entry of a report (pytest's short summary line); absent: no summary reason
+    from _pytest._code.code import ReprFileLocation
+except ImportError:
+    ReprFileLocation = None
 
 _REEXEC_ENV = "GPUHEAP_PYTEST_REEXEC"
 _MAX_DEVICES = 64  # gpuheap_stats accepts ordinals 0..63
@@ -108,7 +113,7 @@ def _read_stats(lib):
         s.size = ctypes.sizeof(_Stats)
         if lib.gpuheap_stats(dev, ctypes.byref(s)) != 0:
             continue
-        if s.alloc_count or s.reserved_peak_bytes or s.allocated_bytes:
+        if s.alloc_count or s.reserved_peak_bytes or s.requested_bytes:
             out[dev] = s
     return out
 
@@ -178,8 +183,8 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "limit_gpu_memory(size): fail when the test's peak allocated GPU memory "
-                   "(above what was allocated when it started) exceeds size (gpuheap)")
+        "markers", "limit_gpu_memory(size): fail when the test's peak requested GPU memory "
+                   "(above what was live when it started) exceeds size (gpuheap)")
     config.addinivalue_line(
         "markers", "limit_gpu_leaks(size): fail when the test leaves more than size of GPU "
                    "memory allocated at its end (gpuheap)")
@@ -207,6 +212,18 @@ def pytest_runtest_call(item):
     yield from g.around_call(item)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    crash = getattr(item, "_gpuheap_crash", None)
+    rep = outcome.get_result()
+    if crash is None or call.when != "call" or not rep.failed:
+        return
+    longrepr = rep.longrepr
+    if getattr(longrepr, "reprcrash", False) is None and ReprFileLocation is not None:
+        longrepr.reprcrash = ReprFileLocation(crash[0], crash[1], crash[2])
+
+
 class _Session:
     def __init__(self, config, lib):
         self.config = config
@@ -232,7 +249,9 @@ class _Session:
         mem_limit = self._limit(item, "limit_gpu_memory")
         leak_limit = self._limit(item, "limit_gpu_leaks")
         lib = self.lib
-        before = {d: s.allocated_bytes for d, s in _read_stats(lib).items()}
+        # Requested bytes: deterministic (pool blocks' rounding is not), as `gpuheap check
+        # --max-leaked` and the sites of `gpuheap summary` count them.
+        before = {d: s.requested_bytes for d, s in _read_stats(lib).items()}
         lib.gpuheap_reset_peak(-1)
         lib.gpuheap_push(item.nodeid.encode())
         try:
@@ -245,36 +264,46 @@ class _Session:
         after = _read_stats(lib)
         problems = []
         if mem_limit is not None:
-            dev, peak = max(((d, s.allocated_peak_bytes - before.get(d, 0)) for d, s in after.items()),
+            dev, peak = max(((d, s.requested_peak_bytes - before.get(d, 0)) for d, s in after.items()),
                             key=lambda x: x[1], default=(0, 0))
             if peak > mem_limit:
-                problems.append(("peak", f"peak GPU memory {human(peak)} on device {dev} exceeds "
-                                         f"limit_gpu_memory({human(mem_limit)})"))
+                problems.append(("peak", f"GPU memory peak {human(peak)} > limit {human(mem_limit)}"
+                                         f" on device {dev}"))
         if leak_limit is not None:
-            left = sum(s.allocated_bytes for s in after.values()) - sum(before.values())
+            left = sum(s.requested_bytes for s in after.values()) - sum(before.values())
             if left > leak_limit:
-                problems.append(("leak", f"{human(left)} of GPU memory left allocated at the end "
-                                         f"exceeds limit_gpu_leaks({human(leak_limit)})"))
+                problems.append(("leak", f"GPU memory left allocated {human(left)} > limit "
+                                         f"{human(leak_limit)}"))
         if problems:
-            pytest.fail(self._message(item, problems), pytrace=False)
+            pytest.fail(self._message(item, problems, []), pytrace=False)
 
-    def _message(self, item, problems):
-        lines = [p[1] for p in problems]
+    def _message(self, item, problems, errors):
+        """The failure: its first line (pytest's short-summary line, -rf) says what went over
+        which limit and at which line of the test; then the sites and the trace to read."""
         trace = self.trace_path()
         top = self.config.getoption("gpuheap_top")
         doc, err = self._summary(item.nodeid, trace, top)
-        if doc is None:
-            lines.append(f"(no allocation sites: {err})")
-        else:
-            for kind, _ in problems:
-                key, title = (("peak_consumers", "top allocation sites at the peak")
-                              if kind == "peak" else ("leaks", "top sites of what is left allocated"))
-                sites = doc.get(key) or []
+        first, lines, where = [], [], None
+        for kind, text in problems:
+            key, title = (("peak_consumers", "top allocation sites at the peak")
+                          if kind == "peak" else ("leaks", "top sites of what is left allocated"))
+            sites = (doc or {}).get(key) or []
+            path, line = _test_line(item, sites)
+            where = where or (path, line)
+            first.append(f"{text} at {os.path.basename(path)}:{line}")
+            if doc is not None:
                 lines.append(f"{title} (gpuheap summary --phase):")
                 lines += [f"  {_site_line(s)}" for s in sites[:top]] or ["  (none recorded)"]
-        if trace:
-            lines.append(f"trace: {trace}  (gpuheap summary --phase '{item.nodeid}' {trace})")
-        return "\n".join(lines)
+        if doc is None:
+            lines.append(f"(no allocation sites: {err})")
+        lines += errors
+        final = _final_trace_path(trace)
+        if final:
+            lines.append(f"trace: {final}  (gpuheap summary --phase '{item.nodeid}' {final})")
+        # pytest.fail(pytrace=False) gives no crash entry, so pytest's short summary (-rf)
+        # would show only the test's name: pytest_runtest_makereport adds this one.
+        item._gpuheap_crash = (where[0], where[1], "; ".join(first))
+        return "\n".join(["; ".join(first)] + lines)
 
     def _summary(self, nodeid, trace, top):
         if not trace:
@@ -313,4 +342,36 @@ def _site_line(site):
     frames = (py or stack[site.get("label_frame", 0):] or stack)[:3]
     where = " <- ".join(_frame_text(f) for f in frames) or "(no stack)"
     n = site.get("count", 0)
+    # Requested bytes, as the limits and the message count them.
     return f"{human(site.get('bytes', 0))} in {n} allocation{'s' if n != 1 else ''}: {where}"
+
+
+def _test_line(item, sites):
+    """(FILE, LINE) of the test that made the top site: the test function's own frame in its
+    stack, else its innermost Python frame, else the test's definition."""
+    stack = (sites[0].get("stack") or []) if sites else []
+    py = [f for f in stack if f.get("module") == "python" and f.get("file")]
+    name = getattr(item, "originalname", None) or item.name
+    for f in [f for f in py if f.get("function") == name] or py[:1]:
+        return f["file"], int(f.get("line", 0))
+    return str(item.path), (item.location[1] or 0) + 1
+
+
+def _final_trace_path(path):
+    """The trace as it is named once the run is over: `gpuheap run` (GPUHEAP_PATH_FILE is its
+    list of traces) compresses TRACE to TRACE.zst after pytest exits, unless --no-compress."""
+    if not path or path.endswith(".zst") or not os.environ.get("GPUHEAP_PATH_FILE"):
+        return path
+    return path if _run_no_compress() else path + ".zst"
+
+
+def _run_no_compress():
+    # The parent is the `gpuheap run` that waits for us: its words before our own argv are
+    # its options. Another parent (a shell between them) has none of them: compressed.
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().split(b"\0")[:-1]
+    except OSError:
+        return False
+    own = getattr(sys, "orig_argv", None) or sys.argv
+    return b"--no-compress" in parent[1:max(len(parent) - len(own), 1)]
