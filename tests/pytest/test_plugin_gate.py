@@ -170,3 +170,24 @@ def test_default_limit(child):
     r.assert_outcomes(passed=2, warnings=1)
     r.stdout.fnmatch_lines(["*gpuheap_default_limit not checked: test_child.py::test_unmarked is "
                             "not in the baseline*"])
+
+
+def test_trace_named_as_the_run_leaves_it(child, monkeypatch):
+    # The failure names the trace file that exists once the run is over: TRACE.zst, or
+    # TRACE under `gpuheap run --no-compress`; the command it suggests reads it.
+    import re
+    import subprocess
+    import sys
+    gpuheap = os.environ["GPUHEAP_BIN"]
+    monkeypatch.setenv("LD_LIBRARY_PATH", SIMCUDA)
+    monkeypatch.setenv("LIMIT", "16 MiB")
+    for extra, suffix in ((["--no-compress"], ".trace"), ([], ".trace.zst")):
+        r = child.run(gpuheap, "run", *extra, "--", sys.executable, "-m", "pytest", "-p",
+                      "pytest_gpuheap", "-p", "no:cacheprovider", "-rA", timeout=300)
+        named = re.search(r"^trace: (\S+)  \(gpuheap summary --phase '([^']+)' (\S+)\)$",
+                          r.stdout.str(), re.M)
+        assert named, r.stdout.str()
+        assert named.group(1).endswith(suffix) and os.path.isfile(named.group(1)), named.group(1)
+        s = subprocess.run([gpuheap, "summary", "--phase", named.group(2), named.group(3)],
+                           capture_output=True, text=True, timeout=300)
+        assert s.returncode == 0 and "40.0 MiB requested" in s.stdout, s.stderr
