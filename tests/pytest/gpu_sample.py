@@ -70,3 +70,10 @@ def test_unmarked_passes():
 
 def test_gpuheap_is_loaded():
     assert hasattr(ctypes.CDLL(None), "gpuheap_stats")
+
+
+@pytest.mark.limit_gpu_leaks(0)
+def test_odd_leak_fails():
+    # 1000001 bytes requested, more allocated (pool blocks): the message and the site line
+    # both say the requested figure the limit counts.
+    _kept.append(cuda_malloc(1000001))

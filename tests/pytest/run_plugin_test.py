@@ -12,6 +12,7 @@ and the failure messages (their allocation sites).
 """
 import os
 import atexit
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,9 @@ env["LD_LIBRARY_PATH"] = simcuda + os.pathsep + env.get("LD_LIBRARY_PATH", "")
 env["GPUHEAP_TEST_CUDART"] = os.path.join(simcuda, "libcudart.so.13")
 env["GPUHEAP_OUTPUT"] = os.path.join(work, "t-%p.trace")
 env["PYTEST_ADDOPTS"] = ""
-for k in ("LD_PRELOAD", "GPUHEAP_PYTEST_REEXEC", "GPUHEAP_BIN", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+env["COLUMNS"] = "400"  # the short summary lines (-rA) whole; CI unset: trimmed as on a terminal
+for k in ("LD_PRELOAD", "GPUHEAP_PYTEST_REEXEC", "GPUHEAP_BIN", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+          "CI", "BUILD_NUMBER"):
     env.pop(k, None)
 
 pytest_cmd = [sys.executable, "-m", "pytest"] + plugin_args + ["-p", "no:cacheprovider",
@@ -113,21 +116,45 @@ expected = {
     "test_peak_counts_only_this_test": "passed",
     "test_unmarked_passes": "passed",
     "test_gpuheap_is_loaded": "passed",
+    "test_odd_leak_fails": "failed",
 }
 for name, want in expected.items():
     check(outcomes.get(name) == want, f"{name}: {outcomes.get(name)}, expected {want}")
 
 big = messages.get("test_big_peak_fails", "")
-check("peak GPU memory 25.00 MiB on device 0 exceeds limit_gpu_memory(16.00 MiB)" in big,
-      "test_big_peak_fails: message lacks the peak and the limit")
+# The first line, which pytest's short summary shows, says what went over and where.
+first = "GPU memory peak 25.00 MiB > limit 16.00 MiB on device 0 at gpu_sample.py:45"
+check(big.startswith(first + "\n"), "test_big_peak_fails: first line is not the peak, the limit and the line")
+check(f"gpu_sample.py::test_big_peak_fails - {first}\n" in r.stdout,
+      "test_big_peak_fails: the -rA summary line lacks the reason")
+check("gpu_sample.py::test_leak_fails - GPU memory left allocated 6.00 MiB > limit 1.00 MiB at "
+      "gpu_sample.py:52\n" in r.stdout, "test_leak_fails: the -rA summary line lacks the reason")
 check("24.00 MiB in 1 allocation: cuda_malloc (gpu_sample.py:" in big and "allocate_big_buffer" in big,
       "test_big_peak_fails: top sites lack the 24 MiB allocate_big_buffer site")
 check("gpu_sample.py:" in big, "test_big_peak_fails: top sites lack file:line")
 leak = messages.get("test_leak_fails", "")
-check("6.00 MiB of GPU memory left allocated" in leak and "limit_gpu_leaks(1.00 MiB)" in leak,
+check(leak.startswith("GPU memory left allocated 6.00 MiB > limit 1.00 MiB at gpu_sample.py:52\n"),
       "test_leak_fails: message lacks the leaked bytes and the limit")
 check("leak_some_memory" in leak, "test_leak_fails: top sites lack leak_some_memory")
 check("allocate_big_buffer" not in leak, "test_leak_fails: lists another test's site")
+# The leaked bytes of the message and of its site line are one figure (requested bytes).
+odd = messages.get("test_odd_leak_fails", "")
+said = re.search(r"^GPU memory left allocated (.+?) > limit 0 B", odd)
+site = re.search(r"^  (.+?) in 1 allocation: cuda_malloc", odd, re.M)
+check(said and site and said.group(1) == site.group(1) == "976.56 KiB",
+      f"test_odd_leak_fails: message and site line disagree ({said and said.group(1)} vs "
+      f"{site and site.group(1)})")
+# The trace a message names exists once the run is over (`gpuheap run` compressed it), and
+# the command it suggests works.
+named = re.search(r"^trace: (\S+)  \(gpuheap summary --phase '([^']+)' (\S+)\)$", big, re.M)
+check(named is not None, "test_big_peak_fails: no trace line")
+if named:
+    check(named.group(1).endswith(".trace.zst") and os.path.isfile(named.group(1)),
+          f"the message names {named.group(1)}, which does not exist after the run")
+    r3 = subprocess.run([gpuheap, "summary", "--phase", named.group(2), named.group(3)],
+                        capture_output=True, text=True, timeout=300)
+    check(r3.returncode == 0 and "24.0 MiB requested" in r3.stdout,
+          f"the suggested command failed: exit {r3.returncode}: {r3.stderr.strip()[-200:]}")
 
 if mode == "reexec":
     # No CLI anywhere: a usage error (exit 4) that says what to pass, not a silent no-op.
