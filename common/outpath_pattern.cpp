@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 namespace gpuheap {
-namespace detail {
+namespace common {
 namespace {
 
 struct Out {
@@ -73,5 +73,5 @@ long absolute_output_pattern(const char* pattern, const char* cwd, char* out, st
   return o.ok ? static_cast<long>(o.n) : -1;
 }
 
-}  // namespace detail
+}  // namespace common
 }  // namespace gpuheap

@@ -13,7 +13,7 @@
 #include <cstddef>
 
 namespace gpuheap {
-namespace detail {
+namespace common {
 
 struct OutpathVars {
   long pid = 0;
@@ -37,5 +37,5 @@ long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* o
 // first event, and the programs it execs, write where the job started.
 long absolute_output_pattern(const char* pattern, const char* cwd, char* out, std::size_t cap) noexcept;
 
-}  // namespace detail
+}  // namespace common
 }  // namespace gpuheap

@@ -9,7 +9,7 @@
 #include <strings.h>
 
 namespace gpuheap {
-namespace detail {
+namespace common {
 
 namespace {
 constexpr std::uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
@@ -96,5 +96,5 @@ bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) 
   return true;
 }
 
-}  // namespace detail
+}  // namespace common
 }  // namespace gpuheap

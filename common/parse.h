@@ -8,7 +8,7 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace common {
 
 // The single-value parsers (false: invalid, *out untouched).
 bool parse_bool(const char* text, bool* out) noexcept;
@@ -22,5 +22,5 @@ bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) 
 bool unit_factor(const char* u, double* f) noexcept;
 bool split_number(const char* s, double* v, const char** unit) noexcept;
 
-}  // namespace detail
+}  // namespace common
 }  // namespace gpuheap

@@ -125,7 +125,7 @@ std::string current_dir() {
 // no working directory.
 std::string absolute_pattern(const std::string& pattern, const std::string& cwd) {
   char buf[PATH_MAX + 256];
-  if (detail::absolute_output_pattern(pattern.c_str(), cwd.c_str(), buf, sizeof buf) < 0) return pattern;
+  if (common::absolute_output_pattern(pattern.c_str(), cwd.c_str(), buf, sizeof buf) < 0) return pattern;
   return buf;
 }
 
@@ -209,7 +209,7 @@ std::string shell_word(const std::string& p) {
 bool env_true(const char* name) {
   const char* text = std::getenv(name);
   bool v = false;
-  return text && detail::parse_bool(text, &v) && v;
+  return text && common::parse_bool(text, &v) && v;
 }
 
 // Signals a supervisor, a batch scheduler, `Popen.terminate()` or a terminal sends to `run`

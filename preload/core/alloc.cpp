@@ -21,7 +21,7 @@
 #include "preload/core/stats.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 using format::AllocKind;
 
@@ -472,5 +472,5 @@ CUresult drv_mem_get_info(std::size_t* free_b, std::size_t* total_b) noexcept {
   return rc;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

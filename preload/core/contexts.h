@@ -11,7 +11,7 @@
 #include <type_traits>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // A small fixed table (a process has a handful of contexts): slots are appended under the
 // lock and never removed, so readers walk it without one. A state is never destroyed
@@ -135,5 +135,5 @@ class BasicContextTable {
   std::mutex mu_;
 };
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -12,7 +12,7 @@
 #include "preload/core/runtime.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 void StreamRegistry::add(CUcontext ctx, CUstream s) noexcept {
   if (!s) return;
@@ -245,5 +245,5 @@ std::uint64_t CudaUpstream::now_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

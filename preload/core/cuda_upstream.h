@@ -12,7 +12,7 @@
 #include "pool/pool.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Streams created through our hooks, per context. Fences record an event on each.
 class StreamRegistry {
@@ -96,5 +96,5 @@ class ContextScope {
   bool switched_ = false;
 };
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Returns fd itself when it is above stdio, else a close-on-exec duplicate >= 3 (and fd is
 // closed). -errno when no duplicate could be made (fd closed then too: a descriptor we
@@ -71,5 +71,5 @@ class StdioPlaceholders {
   FileId id_[STDERR_FILENO + 1];
 };
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

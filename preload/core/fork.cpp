@@ -5,7 +5,7 @@
 #include <pthread.h>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 void ForkOrder::set(ForkRank rank, ForkHandlers h) noexcept {
   int i = static_cast<int>(rank);
@@ -59,5 +59,5 @@ void fork_set(ForkRank rank, ForkHandlers h) noexcept {
   pthread_once(&g_once, register_once);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -6,7 +6,7 @@
 #include <atomic>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Lock order, outermost first: prepare runs top to bottom (each module takes its locks while
 // the ones it may wait for from inside them are still free), parent and child bottom to top
@@ -59,5 +59,5 @@ class ForkOrder {
 // fork handler.
 void fork_set(ForkRank rank, ForkHandlers h) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

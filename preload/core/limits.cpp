@@ -9,7 +9,7 @@
 #include "preload/hooks/real.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 namespace {
 
@@ -87,5 +87,5 @@ bool counts_against_limit(format::AllocKind kind) noexcept {
   return kind != format::AllocKind::device_pooled && format::holds_device_memory(kind);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -12,7 +12,7 @@
 #include "preload/core/options.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 struct DeviceBudget {
   std::atomic<std::uint64_t> limit{0};  // resolved cap in bytes, 0 = none
@@ -54,5 +54,5 @@ std::uint64_t device_limit(int device) noexcept;
 // Whether memory of this kind counts against the cap (device memory the process holds).
 bool counts_against_limit(format::AllocKind kind) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

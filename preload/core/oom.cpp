@@ -21,7 +21,7 @@
 #include "preload/record/unwind.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 namespace {
 
@@ -194,5 +194,5 @@ void report_not_oom(const char* api, int code, bool runtime) noexcept {
   if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

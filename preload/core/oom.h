@@ -6,7 +6,7 @@
 #include "format/trace.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 struct LiveSite {
   std::uint32_t stack = 0;  // interned stack id (0: captured without stacks)
@@ -27,5 +27,5 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
 void report_not_oom(const char* api, int code, bool runtime) noexcept;
 bool is_out_of_memory(int code, bool runtime) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

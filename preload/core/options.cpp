@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 namespace {
 
@@ -146,17 +146,17 @@ bool apply(Settings* o, const OptionSpec& s, const char* v) noexcept {
   bool b = false;
   switch (s.type) {
     case T::boolean:
-      if (!parse_bool(buf, &b)) return false;
+      if (!common::parse_bool(buf, &b)) return false;
       x = b;
       break;
     case T::integer:
-      if (!parse_uint(buf, &x) || x < s.lo || x > s.hi) return false;
+      if (!common::parse_uint(buf, &x) || x < s.lo || x > s.hi) return false;
       break;
     case T::size:
-      if (!parse_size(buf, &x)) return false;
+      if (!common::parse_size(buf, &x)) return false;
       break;
     case T::duration:
-      if (!parse_duration(buf, s.unit_ns, &x) || x < s.lo || x > s.hi) return false;
+      if (!common::parse_duration(buf, s.unit_ns, &x) || x < s.lo || x > s.hi) return false;
       break;
     case T::text:
       if (s.id == I::output) {
@@ -204,7 +204,7 @@ bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexce
   if (!trimmed(text, len, buf, sizeof buf) || !*buf) return false;
   double v = 0, factor = 1;
   const char* unit = nullptr;
-  if (!split_number(buf, &v, &unit) || !unit_factor(unit, &factor)) return false;
+  if (!common::split_number(buf, &v, &unit) || !common::unit_factor(unit, &factor)) return false;
   if (*unit == '\0') {
     // No unit: a fraction of the device's memory, written with a decimal point, in (0, 1].
     // Anything else is refused: read as bytes, "2" was a 2-byte cap and "1.5" a 1-byte one,
@@ -249,5 +249,5 @@ bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept {
   return true;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -25,7 +25,7 @@
 #include "common/parse.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 enum class OptionType : std::uint8_t {
   boolean,
@@ -115,5 +115,5 @@ bool parse_limit(const char* text, LimitSpec out[kMaxDevices + 1]) noexcept;
 // Parses one size/fraction value; false on error.
 bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

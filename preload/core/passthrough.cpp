@@ -11,7 +11,7 @@
 #include "preload/core/state.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 using format::AllocKind;
 
@@ -331,5 +331,5 @@ void note_primary_reset(int device, bool only_if_current) noexcept {
   if (primary && (!only_if_current || current_ctx() == primary)) note_context_destroyed(primary);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

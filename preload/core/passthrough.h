@@ -12,7 +12,7 @@
 #include "format/trace.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 struct ContextState;
 
@@ -100,5 +100,5 @@ void record_free(format::AllocKind kind, int device, std::uint64_t ptr, std::siz
 void record_oom(ContextState* st, int device, format::AllocKind kind, const char* api, std::size_t requested,
                 std::uint64_t stream, std::uint32_t stack) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

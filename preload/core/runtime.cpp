@@ -22,7 +22,7 @@
 #include "preload/core/state.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 thread_local int t_hook_depth = 0;
 
@@ -137,7 +137,7 @@ void resolve_output_once(Settings& s) noexcept {
   if (s.output && s.output[0] == '/') return;
   char cwd[4096];
   if (!getcwd(cwd, sizeof cwd)) return;
-  if (absolute_output_pattern(s.output, cwd, s.output_abs, sizeof s.output_abs) < 0) return;
+  if (common::absolute_output_pattern(s.output, cwd, s.output_abs, sizeof s.output_abs) < 0) return;
   s.output = s.output_abs;
   setenv("GPUHEAP_OUTPUT", s.output_abs, 1);
 }
@@ -227,11 +227,11 @@ void TraceObserver::on_empty_cache(std::size_t released, format::EmptyCacheReaso
   record(format::EmptyCacheRecord{now_ns(), static_cast<std::int16_t>(device_), reason, released});
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 void note_stream_created(CUstream s) noexcept {
   auto get = real<Fn::cuCtxGetCurrent>();
@@ -255,5 +255,5 @@ void note_stream_destroyed(CUstream s) noexcept {
   stream_registry().remove(s);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

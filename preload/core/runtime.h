@@ -14,7 +14,7 @@
 #include "preload/core/stats.h"  // gpuheap_stats / gpuheap_reset_peak
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // ---- recursion guard ----
 // cudart's cudaMalloc calls cuMemAlloc_v2 underneath (through the pointers it got from our
@@ -134,5 +134,5 @@ void* substitute_proc(const char* symbol, int cuda_version, std::uint64_t flags,
 // ---- C API helpers ----
 std::size_t empty_cache_all(format::EmptyCacheReason reason) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -10,7 +10,7 @@
 #include "pool/pool.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Pool observer that turns pool events into trace records for one device.
 class TraceObserver final : public pool::PoolObserver {
@@ -54,5 +54,5 @@ ContextState* current_state() noexcept;
 // The device ordinal of the current context (-1 if none).
 int current_device() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -7,7 +7,7 @@
 #include <mutex>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 namespace {
 
@@ -141,5 +141,5 @@ void stats_reset_peak(int device) noexcept {
   }
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -10,7 +10,7 @@
 #include "format/trace.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 inline constexpr int kMaxStatsDevices = 64;  // devices beyond this are not counted
 
@@ -33,5 +33,5 @@ bool stats_get(int device, DeviceStats* out) noexcept;
 // Peaks restart from the current values; device -1: every device.
 void stats_reset_peak(int device) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

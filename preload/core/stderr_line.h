@@ -26,7 +26,7 @@
 #include "preload/core/fds.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // unknown: never remembered (the recorder linked into a unit test): written as before.
 enum class StderrAtLoad : int { unknown = 0, closed = 1, file = 2 };
@@ -93,5 +93,5 @@ inline std::size_t append_escaped(char* buf, std::size_t cap, std::size_t at, co
   return at;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

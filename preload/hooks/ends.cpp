@@ -14,7 +14,7 @@
 extern char** environ;
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 using exit_fn = void (*)(int);
@@ -92,5 +92,5 @@ int exec_list(const char* path, bool search, bool with_env, const char* arg0, va
   return search ? libc_execvpe(path, argv, envp) : libc_execve(path, argv, envp);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

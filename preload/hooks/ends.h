@@ -8,7 +8,7 @@
 #include <stdarg.h>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Writes `end` (async-signal-safe), then ends the process through the C library's _exit.
 [[noreturn]] void end_then_exit(int status) noexcept;
@@ -35,5 +35,5 @@ int libc_fexecve(int fd, char* const argv[], char* const envp[]) noexcept;
 // (search = false) or execvpe (true). Call inside an ExecScope.
 int exec_list(const char* path, bool search, bool with_env, const char* arg0, va_list ap) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -15,7 +15,7 @@
 #include "preload/core/runtime.h"
 #include "preload/gpuheap.h"
 
-using namespace gpuheap::detail;
+using namespace gpuheap::preload;
 using gpuheap::format::AllocKind;
 
 extern char** environ;
@@ -409,7 +409,7 @@ GPUHEAP_EXPORT int InitializeInjectionNvtx2(const void* (*get_export_table)(uint
 }  // extern "C"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 void* our_wrapper(Fn f) noexcept {
   static void* const table[kNumFns] = {
@@ -421,5 +421,5 @@ void* our_wrapper(Fn f) noexcept {
   return table[static_cast<int>(f)];
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -8,7 +8,7 @@
 #include "preload/core/runtime.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 namespace {
 
@@ -89,5 +89,5 @@ void* hooked_dlsym(void* handle, const char* name, const void* caller) noexcept 
   return wrapper;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

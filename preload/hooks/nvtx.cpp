@@ -86,15 +86,15 @@ const char* intern(const char* s, std::size_t n) noexcept {
 void phase(PhaseOp op, const EventAttributes* a) noexcept {
   // Older attribute structs may end before the message: read it only when present.
   constexpr std::size_t kNeed = offsetof(EventAttributes, message) + sizeof(void*);
-  if (!a || a->size < kNeed) return gpuheap::detail::record_phase(op, PhaseSource::nvtx, nullptr);
+  if (!a || a->size < kNeed) return gpuheap::preload::record_phase(op, PhaseSource::nvtx, nullptr);
   switch (a->message_type) {
     case kMessageAscii:
     case kMessageRegistered:  // our handle is the interned string
-      return gpuheap::detail::record_phase(op, PhaseSource::nvtx, static_cast<const char*>(a->message));
+      return gpuheap::preload::record_phase(op, PhaseSource::nvtx, static_cast<const char*>(a->message));
     case kMessageUnicode:
-      return gpuheap::detail::record_phase(op, PhaseSource::nvtx,
+      return gpuheap::preload::record_phase(op, PhaseSource::nvtx,
                                            WideName(static_cast<const wchar_t*>(a->message)).buf);
-    default: return gpuheap::detail::record_phase(op, PhaseSource::nvtx, nullptr);
+    default: return gpuheap::preload::record_phase(op, PhaseSource::nvtx, nullptr);
   }
 }
 
@@ -103,23 +103,23 @@ void phase(PhaseOp op, const EventAttributes* a) noexcept {
 thread_local int t_depth = 0;
 int pushed() noexcept { return t_depth++; }
 int popped() noexcept {
-  gpuheap::detail::record_phase(PhaseOp::pop, PhaseSource::nvtx, nullptr);
+  gpuheap::preload::record_phase(PhaseOp::pop, PhaseSource::nvtx, nullptr);
   return t_depth > 0 ? --t_depth : -1;
 }
 
 void mark_ex(const EventAttributes* a) { phase(PhaseOp::mark, a); }
-void mark_a(const char* m) { gpuheap::detail::record_phase(PhaseOp::mark, PhaseSource::nvtx, m); }
-void mark_w(const wchar_t* m) { gpuheap::detail::record_phase(PhaseOp::mark, PhaseSource::nvtx, WideName(m).buf); }
+void mark_a(const char* m) { gpuheap::preload::record_phase(PhaseOp::mark, PhaseSource::nvtx, m); }
+void mark_w(const wchar_t* m) { gpuheap::preload::record_phase(PhaseOp::mark, PhaseSource::nvtx, WideName(m).buf); }
 int push_ex(const EventAttributes* a) {
   phase(PhaseOp::push, a);
   return pushed();
 }
 int push_a(const char* m) {
-  gpuheap::detail::record_phase(PhaseOp::push, PhaseSource::nvtx, m);
+  gpuheap::preload::record_phase(PhaseOp::push, PhaseSource::nvtx, m);
   return pushed();
 }
 int push_w(const wchar_t* m) {
-  gpuheap::detail::record_phase(PhaseOp::push, PhaseSource::nvtx, WideName(m).buf);
+  gpuheap::preload::record_phase(PhaseOp::push, PhaseSource::nvtx, WideName(m).buf);
   return pushed();
 }
 int pop() { return popped(); }
@@ -141,7 +141,7 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, F* fn) noexcep
 }  // namespace
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 int nvtx_attach(const void* (*get_export_table)(std::uint32_t)) noexcept {
   NvtxGetExportTableFunc get_table = get_export_table;
@@ -168,5 +168,5 @@ int nvtx_attach(const void* (*get_export_table)(std::uint32_t)) noexcept {
   return 1;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -4,12 +4,12 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Fills NVTX's CORE/CORE2 function-table slots of the calls gpuheap records, through the
 // export-table getter NVTX hands its injection. 1: attached; 0: not (tracing off, or an
 // NVTX whose tables we do not understand), and NVTX then keeps its no-ops.
 int nvtx_attach(const void* (*get_export_table)(std::uint32_t)) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

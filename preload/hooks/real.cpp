@@ -13,7 +13,7 @@
 #include <mutex>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 std::atomic<void*> g_real[kNumFns];
 
@@ -285,5 +285,5 @@ __attribute__((noinline)) void* lookup_after(dlsym_fn dl, link_map* lm, const ch
 }
 }  // namespace
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

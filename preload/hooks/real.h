@@ -21,7 +21,7 @@
 #undef cuDevicePrimaryCtxReset
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // X(name, declared_as): the function `name` has the signature of `declared_as` from the
 // CUDA headers (the _ptsz variants are not declared unless per-thread streams are on).
@@ -103,7 +103,7 @@ namespace detail {
   X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2)    \
   X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState)
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap
 
 // CUDA 13's cuda.h declares the 4-argument cuGetProcAddress only for its own build.
@@ -113,7 +113,7 @@ extern "C" CUresult gpuheap_cuGetProcAddress_v1_decl(const char* symbol, void** 
 extern "C" CUresult gpuheap_cuDevicePrimaryCtxReset_v1_decl(CUdevice dev);
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 enum class Fn : int {
 #define GPUHEAP_ENUM(name, decl) name,
@@ -169,5 +169,5 @@ inline typename FnType<F>::type real() noexcept {
   return reinterpret_cast<typename FnType<F>::type>(p);
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -15,7 +15,7 @@
 #include "preload/record/sink.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 constinit pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -180,5 +180,5 @@ void modules_fork_child() noexcept {
   modules_reset();
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 struct ModuleInfo {
   std::uint64_t base = 0, lo = 0, hi = 0;
@@ -38,5 +38,5 @@ void modules_fork_prepare() noexcept;
 void modules_fork_parent() noexcept;
 void modules_fork_child() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

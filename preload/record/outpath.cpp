@@ -15,8 +15,8 @@
 #include "preload/core/fds.h"
 
 namespace gpuheap {
-namespace detail {
-void current_outpath_vars(OutpathVars* v, char* host, std::size_t host_cap, char* prog,
+namespace preload {
+void current_outpath_vars(common::OutpathVars* v, char* host, std::size_t host_cap, char* prog,
                           std::size_t prog_cap) noexcept {
   v->pid = static_cast<long>(getpid());
   host[0] = '\0';
@@ -112,5 +112,5 @@ int create_trace_file(const char* path, char* final_path, std::size_t cap) noexc
   return -EEXIST;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -15,10 +15,10 @@
 #include "common/outpath_pattern.h"  // the pattern rule, shared with `gpuheap run`
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Fills `vars` for the calling process; strings point into the caller's buffers.
-void current_outpath_vars(OutpathVars* vars, char* host, std::size_t host_cap, char* prog,
+void current_outpath_vars(common::OutpathVars* vars, char* host, std::size_t host_cap, char* prog,
                           std::size_t prog_cap) noexcept;
 
 // What an existing `path` is when it is neither a regular file nor a symlink ("a character
@@ -47,5 +47,5 @@ bool append_to_path_file(const char* path_file, const char* a, const char* b) no
 // the last name tried).
 int create_trace_file(const char* path, char* final_path, std::size_t cap) noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -19,7 +19,7 @@
 #include "preload/record/sink.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 using get_ts_fn = void* (*)();
@@ -373,5 +373,5 @@ void pystack_fork_child() noexcept {
   pystack_reset();
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -21,7 +21,7 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // GPUHEAP_PYTHON_STACKS. Looks for the interpreter (cheap when absent).
 void pystack_configure(bool enabled) noexcept;
@@ -45,5 +45,5 @@ void pystack_fork_prepare() noexcept;
 void pystack_fork_parent() noexcept;
 void pystack_fork_child() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

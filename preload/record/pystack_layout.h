@@ -17,7 +17,7 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 struct PyLayout {
   int minor;
@@ -56,5 +56,5 @@ inline const PyLayout* py_layout(int major, int minor) {
 // PyASCIIObject.length and .state (interned:2, kind:3, compact:1, ascii:1, ...).
 inline constexpr int kObType = 8, kVarSize = 16, kBytesData = 32, kStrLength = 16, kStrState = 32;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

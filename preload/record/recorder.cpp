@@ -34,7 +34,7 @@
 #endif
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 constexpr int kMaxTrackedDevices = 1024;
@@ -132,9 +132,9 @@ void prepare_open_locked() {
   g_open.process = nullptr, g_open.process_len = 0;
   g_open.pid = getpid();
   char host[256], prog[256], rel[4096];
-  OutpathVars vars;
+  common::OutpathVars vars;
   current_outpath_vars(&vars, host, sizeof host, prog, sizeof prog);
-  g_open.path_ok = expand_output_pattern(g_cfg.output, vars, rel, sizeof rel) >= 0;
+  g_open.path_ok = common::expand_output_pattern(g_cfg.output, vars, rel, sizeof rel) >= 0;
   if (g_open.path_ok) {
     snprintf(g_open.path, sizeof g_open.path, "%s", rel);
     // Absolute path, so `gpuheap run` (another cwd) can find the file.
@@ -484,5 +484,5 @@ RecorderCounters recorder_counters() noexcept {
   return c;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

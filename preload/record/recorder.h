@@ -27,7 +27,7 @@
 #include "preload/core/options.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // What the recorder keeps of the settings (options.h) given to recorder_start().
 struct RecorderConfig {
@@ -103,5 +103,5 @@ struct RecorderCounters {
 };
 RecorderCounters recorder_counters() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -21,7 +21,7 @@ extern "C" void* __dso_handle;
 // back. The CFI describes the frame through %rbp, so unwinders (libunwind's fast trace, gdb)
 // step from fn's frames on the scratch stack back onto the thread's own: a stack captured
 // there still reaches the program's frames.
-extern "C" void gpuheap_call_on_stack(void* arg, gpuheap::detail::DeepFn fn, void* top)
+extern "C" void gpuheap_call_on_stack(void* arg, gpuheap::preload::DeepFn fn, void* top)
     __attribute__((visibility("hidden")));
 asm(R"(
   .text
@@ -51,7 +51,7 @@ gpuheap_call_on_stack:
 #endif
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 // Sanitizers keep their own picture of each thread's stack: never switch under them.
@@ -182,5 +182,5 @@ __attribute__((noinline)) bool run_deep(DeepFn fn, void* arg) noexcept {
 
 std::size_t deep_refused_count() noexcept { return g_refused.load(std::memory_order_relaxed); }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -8,7 +8,7 @@
 #include <cstddef>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // fn(arg, on_scratch): on_scratch says whether it runs on the scratch stack (one more frame,
 // the switch, between it and run_deep's caller: stack capture counts frames).
@@ -34,5 +34,5 @@ inline constexpr std::size_t kScratchBytes = 96u << 10;  // the scratch stack's 
 // How many times run_deep refused (tests and counters).
 std::size_t deep_refused_count() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

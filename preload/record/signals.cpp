@@ -12,7 +12,7 @@
 #include "preload/core/fork.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 // Every signal whose default action terminates the process (signal(7): "Term" or "Core"),
@@ -215,5 +215,5 @@ int signals_rearm() noexcept {
   return n;
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

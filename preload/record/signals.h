@@ -36,7 +36,7 @@
 #pragma once
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 using FatalSignalFn = void (*)(int sig, bool terminating) noexcept;
 // Installs the chained class once per process (later calls only update the callback).
@@ -48,5 +48,5 @@ void signals_install_default_only() noexcept;
 // async-signal-safe; called from the sink's background thread. Returns how many were re-armed.
 int signals_rearm() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -25,7 +25,7 @@
 #endif
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 // File windows grow with the file: the first is kFirstWindowBytes, each later one as long
@@ -644,5 +644,5 @@ void sink_warn_once(const char* msg) noexcept {
 void sink_set_failure_listener(SinkFailureFn fn) noexcept { g_failure_fn.store(fn); }
 void sink_reset_warning() noexcept { g_warned.store(false); }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -33,7 +33,7 @@
 #include "format/trace.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 enum class SinkState : int {
   off = 0,      // never started, or tracing refused
@@ -103,5 +103,5 @@ using SinkFailureFn = void (*)(const char* msg) noexcept;
 void sink_set_failure_listener(SinkFailureFn fn) noexcept;
 void sink_reset_warning() noexcept;
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -20,7 +20,7 @@
 #include "preload/record/sink.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 // Open-addressing table, lock-free lookups. A slot is published by storing its key
@@ -358,5 +358,5 @@ void stacks_fork_child() noexcept {
   stacks_reset();
 }
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

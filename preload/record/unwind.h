@@ -6,7 +6,7 @@
 #include <cstdint>
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 
 // Sets capture parameters (GPUHEAP_STACKS, GPUHEAP_STACK_DEPTH, GPUHEAP_PYTHON_STACKS) and
 // libunwind's per-thread cache policy (once). max_depth bounds the native frames; Python
@@ -39,5 +39,5 @@ void stacks_fork_prepare() noexcept;
 void stacks_fork_parent() noexcept;
 void stacks_fork_child() noexcept;  // also resets the table
 
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptsz) {
@@ -66,9 +66,9 @@ CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bo
 CUdeviceptr dp(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
 }  // namespace
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 SIM_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream h) {
   SIM_COUNT("cuMemAllocAsync");

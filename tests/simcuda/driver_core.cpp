@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 // Parses "17179869184", "256M", "4G", "1.5GiB"-style values (binary suffixes). 0 on error.
@@ -132,9 +132,9 @@ CUresult check_init() {
 bool valid_device(int d) { return d >= 0 && d < state().device_count; }
 Device& device(int ordinal) { return state().devices[ordinal]; }
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 // ---- initialisation, version, errors ------------------------------------------------------------
 

@@ -11,7 +11,7 @@
 
 #include <vector>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 thread_local std::vector<CUctx_st*> t_ctx_stack;  // top = current context
@@ -79,9 +79,9 @@ CUresult ctx_device(int* dev) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 // ---- primary contexts -------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@
 
 #define SIM_API extern "C" __attribute__((visibility("default")))
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 
 constexpr int kDriverVersion = 13000;
 // The version the driver reports: kDriverVersion, or SIMCUDA_DRIVER_VERSION (1000..13000),
@@ -39,7 +39,7 @@ inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 std::atomic<uint64_t>* counter_slot(const char* name);
 #define SIM_COUNT(name)                                                                   \
   do {                                                                                    \
-    static std::atomic<uint64_t>* sim_counter_ = ::gpuheap::detail::sim::counter_slot(name); \
+    static std::atomic<uint64_t>* sim_counter_ = ::simcuda::drv::counter_slot(name); \
     sim_counter_->fetch_add(1, std::memory_order_relaxed);                                \
   } while (0)
 
@@ -62,7 +62,7 @@ struct Allocation {
   CUctx_st* ctx = nullptr;
 };
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
 // Opaque handle types of cuda.h are defined here (the runtime shares them: cudaStream_t is
 // CUstream_st*, cudaEvent_t is CUevent_st*, cudaMemPool_t is CUmemPoolHandle_st*).
@@ -92,12 +92,12 @@ struct CUevent_st {
   std::atomic<int> refs{1};          // handle + one per pending record
 };
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 struct Op {
   std::function<void()> fn;
   std::vector<std::pair<CUstream_st*, uint64_t>> deps;  // wait until stream completed >= seq
 };
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
 struct CUstream_st {
   int device = 0;
@@ -109,14 +109,14 @@ struct CUstream_st {
   std::mutex mu;
   std::condition_variable cv_work;
   std::condition_variable cv_done;
-  std::deque<gpuheap::detail::sim::Op> queue;
+  std::deque<simcuda::drv::Op> queue;
   uint64_t enqueued = 0;              // guarded by mu
   std::atomic<uint64_t> completed{0}; // written under mu, read lock-free by queries
   bool worker_started = false;
   bool destroyed = false;
 };
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 
 struct Device {
   int ordinal = 0;
@@ -190,4 +190,4 @@ void free_context_allocations(CUctx_st* ctx);
 // ---- vmm (driver_vmm.cpp) ---------------------------------------------------------------------
 void vmm_unref_handle(uint64_t handle);
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv

@@ -10,7 +10,7 @@
 
 #include <climits>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 size_t page_size() {
@@ -168,9 +168,9 @@ CUresult free_device_memory(uintptr_t p) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 SIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) {
   SIM_COUNT("cuMemAlloc_v2");

@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 struct Entry {
@@ -162,15 +162,15 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
 }
 
 }  // namespace
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
 SIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* symbolStatus) {
   SIM_COUNT("cuGetProcAddress_v2");
-  return gpuheap::detail::sim::lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+  return simcuda::drv::lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 SIM_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   SIM_COUNT("cuGetProcAddress");
-  return gpuheap::detail::sim::lookup(symbol, pfn, cudaVersion, flags, nullptr);
+  return simcuda::drv::lookup(symbol, pfn, cudaVersion, flags, nullptr);
 }

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <thread>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 int64_t now_ns() {
@@ -298,9 +298,9 @@ void destroy_context_streams(CUctx_st* ctx) {
   for (CUstream_st* s : victims) retire_stream(s);
 }
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 SIM_API CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
   SIM_COUNT("cuStreamCreate");

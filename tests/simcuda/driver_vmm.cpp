@@ -12,7 +12,7 @@
 
 #include <vector>
 
-namespace gpuheap::detail::sim {
+namespace simcuda::drv {
 namespace {
 
 struct Physical {
@@ -85,9 +85,9 @@ void vmm_unref_handle(uint64_t handle) {
   unref_locked(handle);
 }
 
-}  // namespace gpuheap::detail::sim
+}  // namespace simcuda::drv
 
-using namespace gpuheap::detail::sim;
+using namespace simcuda::drv;
 
 SIM_API CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                CUmemAllocationGranularity_flags option) {

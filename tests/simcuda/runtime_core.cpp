@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace gpuheap::detail::rt {
+namespace simcuda::rt {
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -152,9 +152,9 @@ cudaError_t enter(const Api** api, bool per_thread) {
   return to_runtime((*api)->cuCtxSetCurrent(ctx));
 }
 
-}  // namespace gpuheap::detail::rt
+}  // namespace simcuda::rt
 
-using namespace gpuheap::detail::rt;
+using namespace simcuda::rt;
 
 RT_API cudaError_t cudaGetLastError() {
   cudaError_t e = t_last_error;

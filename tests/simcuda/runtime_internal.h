@@ -13,7 +13,7 @@
 
 #define RT_API extern "C" __attribute__((visibility("default")))
 
-namespace gpuheap::detail::rt {
+namespace simcuda::rt {
 
 // X(member, base name)
 #define SIMCUDA_DRIVER_FUNCTIONS(X)                         \
@@ -83,4 +83,4 @@ cudaError_t record(cudaError_t e);
 cudaError_t to_runtime(CUresult r);
 int current_device();  // thread's device (0 until cudaSetDevice)
 
-}  // namespace gpuheap::detail::rt
+}  // namespace simcuda::rt

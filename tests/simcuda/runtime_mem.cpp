@@ -1,7 +1,7 @@
 // Simulated runtime: memory API, implemented on the driver entry points (see runtime_internal.h).
 #include "runtime_internal.h"
 
-using namespace gpuheap::detail::rt;
+using namespace simcuda::rt;
 
 namespace {
 

@@ -2,7 +2,7 @@
 // The _ptsz variants use the per-thread driver table, so stream 0 means the per-thread stream.
 #include "runtime_internal.h"
 
-using namespace gpuheap::detail::rt;
+using namespace simcuda::rt;
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "preload/core/fork.h"
 
 namespace gpuheap {
-namespace detail {
+namespace preload {
 namespace {
 
 struct FakeState {
@@ -228,5 +228,5 @@ TEST(ForkOrder, ParentAndChildRunOnlyWhatPrepareTook) {
 }
 
 }  // namespace
-}  // namespace detail
+}  // namespace preload
 }  // namespace gpuheap

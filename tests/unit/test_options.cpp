@@ -13,7 +13,7 @@
 
 #include "preload/core/options.h"
 
-namespace d = gpuheap::detail;
+namespace d = gpuheap::preload;
 
 namespace {
 
@@ -256,32 +256,32 @@ TEST(Options, ParseBool) {
   bool b = false;
   for (const char* t : {"1", "true", "TRUE", "True", "yes", "YES", "on", "On"}) {
     b = false;
-    EXPECT_TRUE(d::parse_bool(t, &b) && b) << t;
+    EXPECT_TRUE(gpuheap::common::parse_bool(t, &b) && b) << t;
   }
   for (const char* f : {"0", "false", "FALSE", "no", "No", "off", "OFF"}) {
     b = true;
-    EXPECT_TRUE(d::parse_bool(f, &b) && !b) << f;
+    EXPECT_TRUE(gpuheap::common::parse_bool(f, &b) && !b) << f;
   }
-  for (const char* x : {"", "2", "t", "f", "onn", "yes please", " 1"}) EXPECT_FALSE(d::parse_bool(x, &b)) << x;
+  for (const char* x : {"", "2", "t", "f", "onn", "yes please", " 1"}) EXPECT_FALSE(gpuheap::common::parse_bool(x, &b)) << x;
 }
 
 TEST(Options, ParseSizeAndDuration) {
   std::uint64_t v = 0;
-  EXPECT_TRUE(d::parse_size("1k", &v) && v == 1024);
-  EXPECT_TRUE(d::parse_size("1KB", &v) && v == 1000);
-  EXPECT_TRUE(d::parse_size("3TiB", &v) && v == 3ull << 40);
-  EXPECT_TRUE(d::parse_size("7b", &v) && v == 7);
-  EXPECT_FALSE(d::parse_size("", &v));
-  EXPECT_FALSE(d::parse_size("+5", &v));
-  EXPECT_FALSE(d::parse_size("5 k", &v));
-  EXPECT_TRUE(d::parse_duration("7", kMs, &v) && v == 7 * kMs);
-  EXPECT_TRUE(d::parse_duration("7S", kMs, &v) && v == 7 * kS);
-  EXPECT_TRUE(d::parse_duration("7us", kMs, &v) && v == 7 * kUs);
-  EXPECT_FALSE(d::parse_duration("", kMs, &v));
-  EXPECT_FALSE(d::parse_duration("ms", kMs, &v));
-  EXPECT_FALSE(d::parse_duration("20000000000s", kMs, &v));  // overflows u64 ns
-  EXPECT_TRUE(d::parse_uint("18446744073709551615", &v) && v == UINT64_MAX);
-  EXPECT_FALSE(d::parse_uint("18446744073709551616", &v));
+  EXPECT_TRUE(gpuheap::common::parse_size("1k", &v) && v == 1024);
+  EXPECT_TRUE(gpuheap::common::parse_size("1KB", &v) && v == 1000);
+  EXPECT_TRUE(gpuheap::common::parse_size("3TiB", &v) && v == 3ull << 40);
+  EXPECT_TRUE(gpuheap::common::parse_size("7b", &v) && v == 7);
+  EXPECT_FALSE(gpuheap::common::parse_size("", &v));
+  EXPECT_FALSE(gpuheap::common::parse_size("+5", &v));
+  EXPECT_FALSE(gpuheap::common::parse_size("5 k", &v));
+  EXPECT_TRUE(gpuheap::common::parse_duration("7", kMs, &v) && v == 7 * kMs);
+  EXPECT_TRUE(gpuheap::common::parse_duration("7S", kMs, &v) && v == 7 * kS);
+  EXPECT_TRUE(gpuheap::common::parse_duration("7us", kMs, &v) && v == 7 * kUs);
+  EXPECT_FALSE(gpuheap::common::parse_duration("", kMs, &v));
+  EXPECT_FALSE(gpuheap::common::parse_duration("ms", kMs, &v));
+  EXPECT_FALSE(gpuheap::common::parse_duration("20000000000s", kMs, &v));  // overflows u64 ns
+  EXPECT_TRUE(gpuheap::common::parse_uint("18446744073709551615", &v) && v == UINT64_MAX);
+  EXPECT_FALSE(gpuheap::common::parse_uint("18446744073709551616", &v));
 }
 
 // README.md's "Environment variables it reads" table lists exactly the option table's

@@ -11,11 +11,11 @@
 #include "preload/core/stderr_line.h"
 #include "preload/record/outpath.h"
 
-using gpuheap::detail::absolute_output_pattern;
-using gpuheap::detail::create_trace_file;
-using gpuheap::detail::current_outpath_vars;
-using gpuheap::detail::expand_output_pattern;
-using gpuheap::detail::OutpathVars;
+using gpuheap::common::absolute_output_pattern;
+using gpuheap::preload::create_trace_file;
+using gpuheap::preload::current_outpath_vars;
+using gpuheap::common::expand_output_pattern;
+using gpuheap::common::OutpathVars;
 
 namespace {
 
@@ -209,17 +209,17 @@ TEST(Outpath, PathListEscapesNewlinesAndBackslashes) {
   int fd = open(list.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);
   close(fd);
-  ASSERT_TRUE(gpuheap::detail::append_to_path_file(list.c_str(), "", "/t/two\nlines\\x.trace"));
-  ASSERT_TRUE(gpuheap::detail::append_to_path_file(list.c_str(), "!12 ", "plain"));
-  EXPECT_FALSE(gpuheap::detail::append_to_path_file(list.c_str(), "", std::string(2200, '\n').c_str()));
+  ASSERT_TRUE(gpuheap::preload::append_to_path_file(list.c_str(), "", "/t/two\nlines\\x.trace"));
+  ASSERT_TRUE(gpuheap::preload::append_to_path_file(list.c_str(), "!12 ", "plain"));
+  EXPECT_FALSE(gpuheap::preload::append_to_path_file(list.c_str(), "", std::string(2200, '\n').c_str()));
   char buf[256] = {};
   fd = open(list.c_str(), O_RDONLY);
   ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
   close(fd);
   EXPECT_STREQ(buf, "/t/two\\nlines\\\\x.trace\n!12 plain\n");
   char line[32];
-  std::size_t n = gpuheap::detail::append_escaped(line, sizeof line, 0, "a\nb\\c\x1b\t");
+  std::size_t n = gpuheap::preload::append_escaped(line, sizeof line, 0, "a\nb\\c\x1b\t");
   EXPECT_EQ(std::string(line, n), "a\\nb\\\\c\\x1b\\t");
-  n = gpuheap::detail::append_escaped(line, 6, 0, "abcd\n");  // "\n" does not fit whole: cut before it
+  n = gpuheap::preload::append_escaped(line, 6, 0, "abcd\n");  // "\n" does not fit whole: cut before it
   EXPECT_EQ(std::string(line, n), "abcd");
 }

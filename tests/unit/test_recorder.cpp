@@ -20,7 +20,7 @@
 #include "test_recorder_util.h"
 
 using namespace rec_test;
-namespace d = gpuheap::detail;
+namespace d = gpuheap::preload;
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "test_recorder_util.h"
 
 using namespace rec_test;
-namespace d = gpuheap::detail;
+namespace d = gpuheap::preload;
 
 TEST(Recorder, StartCreatesNoFileBeforeTheFirstEvent) {
   TempDir dir;

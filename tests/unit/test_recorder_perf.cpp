@@ -11,7 +11,7 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-namespace d = gpuheap::detail;
+namespace d = gpuheap::preload;
 
 namespace {
 

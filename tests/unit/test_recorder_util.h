@@ -24,7 +24,7 @@ namespace f = gpuheap::format;
 
 // A stack captured right here (not inlined, so its own frame is the innermost one).
 __attribute__((noinline)) inline std::uint32_t capture_here() {
-  std::uint32_t id = gpuheap::detail::capture_stack(0);
+  std::uint32_t id = gpuheap::preload::capture_stack(0);
   asm volatile("" ::: "memory");
   return id;
 }
@@ -81,9 +81,9 @@ inline Trace read_trace(const std::string& path) {
 // Starts a session with the settings the environment holds now: libgpuheap.so reads them
 // once at load (options.h), these tests change them between sessions.
 inline bool start_recorder() {
-  static gpuheap::detail::Settings s;
-  gpuheap::detail::read_settings(&s);
-  return gpuheap::detail::recorder_start(s);
+  static gpuheap::preload::Settings s;
+  gpuheap::preload::read_settings(&s);
+  return gpuheap::preload::recorder_start(s);
 }
 
 // Points the recorder at `dir` for the next start_recorder().
@@ -124,13 +124,13 @@ struct CaptureStderr {
 
 inline f::AllocRecord alloc_rec(std::uint64_t ptr, std::uint32_t stack = 0) {
   f::AllocRecord a;
-  a.ts = gpuheap::detail::now_ns(), a.tid = gpuheap::detail::current_tid();
+  a.ts = gpuheap::preload::now_ns(), a.tid = gpuheap::preload::current_tid();
   a.ptr = ptr, a.requested = 100, a.size = 512, a.stack = stack;
   return a;
 }
 inline f::FreeRecord free_rec(std::uint64_t ptr, std::uint32_t stack = 0) {
   f::FreeRecord x;
-  x.ts = gpuheap::detail::now_ns(), x.tid = gpuheap::detail::current_tid();
+  x.ts = gpuheap::preload::now_ns(), x.tid = gpuheap::preload::current_tid();
   x.ptr = ptr, x.size = 512, x.stack = stack;
   return x;
 }
