@@ -54,6 +54,118 @@ std::string flags(std::uint8_t f) {
   return o;
 }
 
+// One record as one line of text.
+void format_record(const format::Record& r, fmt::memory_buffer& b) {
+  using T = format::RecordType;
+  auto it = std::back_inserter(b);
+  switch (r.type) {
+    case T::process: {
+      const auto& p = r.process;
+      fmt::format_to(it, "process pid={} ppid={} wall_ns={} mono_ns={} host=\"{}\" cmdline=\"{}\" version=\"{}\" exe=\"{}\"\n",
+                     p.pid, p.ppid, p.wall_ns, p.mono_ns, printable(p.hostname), printable(p.cmdline),
+                     printable(p.version), printable(p.exe));
+      break;
+    }
+    case T::device:
+      fmt::format_to(it, "device device={} total_memory={} name=\"{}\"\n", r.device.device, r.device.total_memory,
+                     printable(r.device.name));
+      break;
+    case T::module:
+      fmt::format_to(it, "module base={:#x} lo={:#x} hi={:#x} path=\"{}\" build_id={}\n", r.module.base, r.module.lo,
+                     r.module.hi, printable(r.module.path), r.module.build_id.empty() ? "-" : hex(r.module.build_id));
+      break;
+    case T::module_unload:
+      fmt::format_to(it, "module_unload ts={} base={:#x}\n", r.module_unload.ts, r.module_unload.base);
+      break;
+    case T::stack: {
+      fmt::format_to(it, "stack id={} depth={} ips=", r.stack.id, r.stack.depth);
+      for (std::size_t i = 0; i < r.stack.depth; ++i) {
+        std::uint64_t e = r.stack.ip(i);
+        if (format::is_py_frame(e))  // a Python frame: py:CODE_ID@LASTI ("-" when not started)
+          fmt::format_to(it, "{}py:{}@{}", i ? "," : "", format::py_frame_code(e),
+                         format::py_frame_lasti(e) == format::kPyNoLasti ? std::string("-")
+                                                                         : std::to_string(format::py_frame_lasti(e)));
+        else
+          fmt::format_to(it, "{}{:#x}", i ? "," : "", e);
+      }
+      fmt::format_to(it, "\n");
+      break;
+    }
+    case T::alloc: {
+      const auto& a = r.alloc;
+      fmt::format_to(it, "alloc ts={} device={} kind={} ptr={:#x} requested={} size={} stream={:#x} tid={} stack={} flags={}\n",
+                     a.ts, a.device, format::alloc_kind_name(a.kind), a.ptr, a.requested, a.size, a.stream, a.tid,
+                     a.stack, flags(a.flags));
+      break;
+    }
+    case T::free: {
+      const auto& f = r.free;
+      fmt::format_to(it, "free ts={} device={} kind={} ptr={:#x} size={} stream={:#x} tid={} stack={} flags={}\n", f.ts,
+                     f.device, format::alloc_kind_name(f.kind), f.ptr, f.size, f.stream, f.tid, f.stack, flags(f.flags));
+      break;
+    }
+    case T::free_completed:
+      fmt::format_to(it, "free_completed ts={} device={} ptr={:#x} size={}\n", r.free_completed.ts,
+                     r.free_completed.device, r.free_completed.ptr, r.free_completed.size);
+      break;
+    case T::segment_alloc:
+    case T::segment_free:
+      fmt::format_to(it, "{} ts={} device={} ptr={:#x} size={} flags={}\n",
+                     r.type == T::segment_alloc ? "segment_alloc" : "segment_free", r.segment.ts, r.segment.device,
+                     r.segment.ptr, r.segment.size, flags(r.segment.flags));
+      break;
+    case T::oom: {
+      const auto& o = r.oom;
+      fmt::format_to(it, "oom ts={} device={} kind={} requested={} stream={:#x} tid={} device_free={} device_total={} "
+                     "limit={} reserved={} allocated={} largest_free={} stack={}\n",
+                     o.ts, o.device, format::alloc_kind_name(o.kind), o.requested, o.stream, o.tid, o.device_free,
+                     o.device_total, o.limit, o.reserved, o.allocated, o.largest_free, o.stack);
+      break;
+    }
+    case T::retry:
+      fmt::format_to(it, "retry ts={} device={} requested={}\n", r.retry.ts, r.retry.device, r.retry.requested);
+      break;
+    case T::empty_cache:
+      fmt::format_to(it, "empty_cache ts={} device={} reason={} released={}\n", r.empty_cache.ts,
+                     r.empty_cache.device, empty_reason(r.empty_cache.reason), r.empty_cache.released);
+      break;
+    case T::thread:
+      fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name));
+      break;
+    case T::py_code:
+      fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",
+                     r.py_code.id, r.py_code.py_major, r.py_code.py_minor, r.py_code.firstlineno,
+                     printable(r.py_code.filename), printable(r.py_code.name),
+                     r.py_code.linetable.empty() ? "-" : hex(r.py_code.linetable));
+      break;
+    case T::phase: {
+      static constexpr const char* kOps[] = {"mark", "push", "pop"};
+      static constexpr const char* kSources[] = {"api", "nvtx"};
+      fmt::format_to(it, "phase ts={} tid={} op={} source={} name=\"{}\"\n", r.phase.ts, r.phase.tid,
+                     kOps[static_cast<int>(r.phase.op)], kSources[static_cast<int>(r.phase.source)],
+                     printable(r.phase.name));
+      break;
+    }
+    case T::symbol_string:
+      fmt::format_to(it, "symbol_string id={} text=\"{}\"\n", r.symbol_string.id, printable(r.symbol_string.text));
+      break;
+    case T::symbol_frames: {
+      // Each frame: function and file as symbol_string ids (0: unknown), line, innermost first.
+      fmt::format_to(it, "symbol_frames ip={:#x} count={} frames=", r.symbol_frames.ip, r.symbol_frames.count);
+      for (std::size_t i = 0; i < r.symbol_frames.count; ++i) {
+        auto e = r.symbol_frames.entry(i);
+        fmt::format_to(it, "{}function={},file={},line={}{}", i ? ";" : "", e.function, e.file, e.line,
+                       (e.flags & format::kSymbolInlined) != 0 ? ",inlined" : "");
+      }
+      fmt::format_to(it, "\n");
+      break;
+    }
+    case T::end:
+      fmt::format_to(it, "end ts={} reason={} records={}\n", r.end.ts, end_reason(r.end.reason), r.end.records);
+      break;
+  }
+}
+
 }  // namespace
 
 int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
@@ -66,115 +178,8 @@ int dump_trace(const std::string& path, std::FILE* out, bool progress_on) {
     std::fwrite(b.data(), 1, b.size(), out);
     b.clear();
   };
-  using T = format::RecordType;
   while (rd.next(r)) {
-    auto it = std::back_inserter(b);
-    switch (r.type) {
-      case T::process: {
-        const auto& p = r.process;
-        fmt::format_to(it, "process pid={} ppid={} wall_ns={} mono_ns={} host=\"{}\" cmdline=\"{}\" version=\"{}\" exe=\"{}\"\n",
-                       p.pid, p.ppid, p.wall_ns, p.mono_ns, printable(p.hostname), printable(p.cmdline),
-                       printable(p.version), printable(p.exe));
-        break;
-      }
-      case T::device:
-        fmt::format_to(it, "device device={} total_memory={} name=\"{}\"\n", r.device.device, r.device.total_memory,
-                       printable(r.device.name));
-        break;
-      case T::module:
-        fmt::format_to(it, "module base={:#x} lo={:#x} hi={:#x} path=\"{}\" build_id={}\n", r.module.base, r.module.lo,
-                       r.module.hi, printable(r.module.path), r.module.build_id.empty() ? "-" : hex(r.module.build_id));
-        break;
-      case T::module_unload:
-        fmt::format_to(it, "module_unload ts={} base={:#x}\n", r.module_unload.ts, r.module_unload.base);
-        break;
-      case T::stack: {
-        fmt::format_to(it, "stack id={} depth={} ips=", r.stack.id, r.stack.depth);
-        for (std::size_t i = 0; i < r.stack.depth; ++i) {
-          std::uint64_t e = r.stack.ip(i);
-          if (format::is_py_frame(e))  // a Python frame: py:CODE_ID@LASTI ("-" when not started)
-            fmt::format_to(it, "{}py:{}@{}", i ? "," : "", format::py_frame_code(e),
-                           format::py_frame_lasti(e) == format::kPyNoLasti ? std::string("-")
-                                                                           : std::to_string(format::py_frame_lasti(e)));
-          else
-            fmt::format_to(it, "{}{:#x}", i ? "," : "", e);
-        }
-        fmt::format_to(it, "\n");
-        break;
-      }
-      case T::alloc: {
-        const auto& a = r.alloc;
-        fmt::format_to(it, "alloc ts={} device={} kind={} ptr={:#x} requested={} size={} stream={:#x} tid={} stack={} flags={}\n",
-                       a.ts, a.device, format::alloc_kind_name(a.kind), a.ptr, a.requested, a.size, a.stream, a.tid,
-                       a.stack, flags(a.flags));
-        break;
-      }
-      case T::free: {
-        const auto& f = r.free;
-        fmt::format_to(it, "free ts={} device={} kind={} ptr={:#x} size={} stream={:#x} tid={} stack={} flags={}\n", f.ts,
-                       f.device, format::alloc_kind_name(f.kind), f.ptr, f.size, f.stream, f.tid, f.stack, flags(f.flags));
-        break;
-      }
-      case T::free_completed:
-        fmt::format_to(it, "free_completed ts={} device={} ptr={:#x} size={}\n", r.free_completed.ts,
-                       r.free_completed.device, r.free_completed.ptr, r.free_completed.size);
-        break;
-      case T::segment_alloc:
-      case T::segment_free:
-        fmt::format_to(it, "{} ts={} device={} ptr={:#x} size={} flags={}\n",
-                       r.type == T::segment_alloc ? "segment_alloc" : "segment_free", r.segment.ts, r.segment.device,
-                       r.segment.ptr, r.segment.size, flags(r.segment.flags));
-        break;
-      case T::oom: {
-        const auto& o = r.oom;
-        fmt::format_to(it, "oom ts={} device={} kind={} requested={} stream={:#x} tid={} device_free={} device_total={} "
-                       "limit={} reserved={} allocated={} largest_free={} stack={}\n",
-                       o.ts, o.device, format::alloc_kind_name(o.kind), o.requested, o.stream, o.tid, o.device_free,
-                       o.device_total, o.limit, o.reserved, o.allocated, o.largest_free, o.stack);
-        break;
-      }
-      case T::retry:
-        fmt::format_to(it, "retry ts={} device={} requested={}\n", r.retry.ts, r.retry.device, r.retry.requested);
-        break;
-      case T::empty_cache:
-        fmt::format_to(it, "empty_cache ts={} device={} reason={} released={}\n", r.empty_cache.ts,
-                       r.empty_cache.device, empty_reason(r.empty_cache.reason), r.empty_cache.released);
-        break;
-      case T::thread:
-        fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name));
-        break;
-      case T::py_code:
-        fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",
-                       r.py_code.id, r.py_code.py_major, r.py_code.py_minor, r.py_code.firstlineno,
-                       printable(r.py_code.filename), printable(r.py_code.name),
-                       r.py_code.linetable.empty() ? "-" : hex(r.py_code.linetable));
-        break;
-      case T::phase: {
-        static constexpr const char* kOps[] = {"mark", "push", "pop"};
-        static constexpr const char* kSources[] = {"api", "nvtx"};
-        fmt::format_to(it, "phase ts={} tid={} op={} source={} name=\"{}\"\n", r.phase.ts, r.phase.tid,
-                       kOps[static_cast<int>(r.phase.op)], kSources[static_cast<int>(r.phase.source)],
-                       printable(r.phase.name));
-        break;
-      }
-      case T::symbol_string:
-        fmt::format_to(it, "symbol_string id={} text=\"{}\"\n", r.symbol_string.id, printable(r.symbol_string.text));
-        break;
-      case T::symbol_frames: {
-        // Each frame: function and file as symbol_string ids (0: unknown), line, innermost first.
-        fmt::format_to(it, "symbol_frames ip={:#x} count={} frames=", r.symbol_frames.ip, r.symbol_frames.count);
-        for (std::size_t i = 0; i < r.symbol_frames.count; ++i) {
-          auto e = r.symbol_frames.entry(i);
-          fmt::format_to(it, "{}function={},file={},line={}{}", i ? ";" : "", e.function, e.file, e.line,
-                         (e.flags & format::kSymbolInlined) != 0 ? ",inlined" : "");
-        }
-        fmt::format_to(it, "\n");
-        break;
-      }
-      case T::end:
-        fmt::format_to(it, "end ts={} reason={} records={}\n", r.end.ts, end_reason(r.end.reason), r.end.records);
-        break;
-    }
+    format_record(r, b);
     if (b.size() > (1u << 16)) flush();
     if ((rd.records() & (Progress::kCheckEvery - 1)) == 0) progress.update(rd.file_pos(), rd.records());
   }

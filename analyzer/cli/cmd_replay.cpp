@@ -1,11 +1,14 @@
 // `gpuheap replay` as a command: one replay (text or --json), a --sweep table of policies x
 // limits, or --find-min-limit. Engine in replay.cpp, reports in replay_report.cpp.
 #include <iostream>
+#include <memory>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
+#include "analyzer/cli/cli_options.h"
+#include "analyzer/cli/command.h"
 #include "analyzer/replay/replay.h"
 #include "analyzer/base/units.h"
 
@@ -122,3 +125,38 @@ int replay_command(const ReplayCli& cli) {
 }
 
 }  // namespace gpuheap
+
+namespace gpuheap::cli {
+namespace {
+
+struct ReplayCliOptions {
+  ReplayCli replay;
+  DebuginfodOptions debuginfod;
+};
+
+}  // namespace
+
+// The trace through gpuheap's pool under other policies and limits (analyzer/replay/).
+Command add_replay(CLI::App& app) {
+  auto o = std::make_shared<ReplayCliOptions>();
+  ReplayCli& rp = o->replay;
+  auto* cmd = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
+  cmd->add_option("trace", rp.trace, "The trace (raw or .zst)")->required();
+  cmd->add_option("--policy", rp.policy,
+                  "Pool policy: gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch's "
+                  "caching allocator) or none");
+  cmd->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
+  cmd->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
+  cmd->add_option("--sweep", rp.sweep,
+                  "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
+  cmd->add_option("--limits", rp.limits, "Limits separated by ',' for the --sweep table");
+  cmd->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
+  cmd->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
+  add_debuginfod(cmd, o->debuginfod);
+  return {cmd, [o] {
+            o->debuginfod.apply();
+            return replay_command(o->replay);
+          }};
+}
+
+}  // namespace gpuheap::cli

@@ -1,0 +1,66 @@
+#include "analyzer/cli/cli_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "analyzer/base/error.h"
+#include "analyzer/base/units.h"
+#include "analyzer/symbolize/debuginfo.h"
+
+namespace gpuheap::cli {
+
+// CLI11's NonNegativeNumber lets "nan" and "inf" through (nan > limit is false, so
+// --tolerance nan passed every check).
+const CLI::Validator& finite_non_negative() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        double d = std::strtod(s.c_str(), &end);
+        if (s.empty() || end == s.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d) || d < 0)
+          return "a finite number >= 0 is needed, not '" + s + "'";
+        return {};
+      },
+      "FINITE>=0", "finite non-negative number");
+  return v;
+}
+
+std::optional<std::uint64_t> size_opt(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return parse_size(s);
+}
+
+// A full disk or a closed pipe must not leave a silently cut baseline behind with exit 0.
+void flush_or_throw() {
+  std::cout.flush();
+  bool bad = !std::cout.good();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) bad = true;
+  if (bad) throw InputError(fmt::format("cannot write the output: {}", std::strerror(errno ? errno : EIO)));
+}
+
+void DebuginfodOptions::apply() const { configure_debuginfod(on, timeout_s); }
+
+void add_debuginfod(CLI::App* cmd, DebuginfodOptions& o) {
+  cmd->add_flag("--debuginfod", o.on, "Ask the debuginfod servers in DEBUGINFOD_URLS for missing debug info");
+  cmd->add_option("--debuginfod-timeout", o.timeout_s, "Seconds per download with --debuginfod (default 10)")
+      ->check(finite_non_negative());
+}
+
+void add_verbose(CLI::App* cmd, bool& verbose) {
+  cmd->add_flag("-v,--verbose", verbose, "List the trace's modules that are not on this machine");
+}
+
+void add_window(CLI::App* cmd, WindowSpec& window, std::string& growth_phase) {
+  cmd->add_option("--phase", window.phase, "Only the time inside this phase's instances (NAME)");
+  cmd->add_option("--time", window.time, "Only FROM:TO (seconds from the start, or phase/mark names; either optional)");
+  cmd->add_option("--after", window.after, "Only after TIME (seconds) or the end of phase/mark NAME's first instance");
+  cmd->add_option("--growth-phase", growth_phase, "Phase whose instances measure growth (default: most repeated)");
+}
+
+}  // namespace gpuheap::cli

@@ -1,0 +1,43 @@
+// Options and habits several subcommands share (cmd_*.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "analyzer/model/phases.h"
+
+namespace gpuheap::cli {
+
+// The TRACE... positional of the commands that read several traces, and their -q/--quiet.
+inline constexpr const char* kTracesHelp = "One or more traces (raw or .zst)";
+inline constexpr const char* kQuietHelp = "No progress line on stderr (it is shown only on a terminal, after 1 s)";
+
+// Every number option is a finite, non-negative number (cli_options.cpp says why).
+const CLI::Validator& finite_non_negative();
+
+// A SIZE option's value ("" when not given).
+std::optional<std::uint64_t> size_opt(const std::string& s);
+
+// A report is only as good as its last byte: throws InputError when stdout could not be
+// written in full.
+void flush_or_throw();
+
+// --debuginfod on the commands that symbolize; apply() before the command reads a trace.
+struct DebuginfodOptions {
+  bool on = false;
+  double timeout_s = 10;
+  void apply() const;
+};
+void add_debuginfod(CLI::App* cmd, DebuginfodOptions& o);
+
+// -v/--verbose on the commands that symbolize: list the trace's modules not found here
+// (without it, one line says how many).
+void add_verbose(CLI::App* cmd, bool& verbose);
+
+// Windows (analyzer/model/phases.h, docs/cli.md "Phases and windows"), on summary and check.
+void add_window(CLI::App* cmd, WindowSpec& window, std::string& growth_phase);
+
+}  // namespace gpuheap::cli
