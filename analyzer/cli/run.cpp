@@ -287,27 +287,12 @@ std::string find_preload_library() {
   return {};
 }
 
-int run_traced(const RunOptions& opt) {
-  if (opt.command.empty())
-    throw UsageError("run: no program given (usage: gpuheap run [OPTIONS] [--] PROGRAM [ARGS...])");
-  const bool quiet = opt.quiet || env_true("GPUHEAP_QUIET");
-  // -o, else a GPUHEAP_OUTPUT you exported, else the preload's default: made absolute here
-  // and exported, so the preload need not setenv in its constructor.
-  const char* env_out = std::getenv("GPUHEAP_OUTPUT");
-  std::string pattern = !opt.output.empty() ? opt.output : env_out ? env_out : "";
-  std::string cwd = current_dir();
-  pattern = absolute_pattern(pattern, cwd);
-  if (!opt.output.empty()) {
-    std::string name = fixed_name(pattern);
-    if (!name.empty()) check_fixed_output(name, opt);
-  }
-  std::string lib = find_preload_library();
-  if (lib.empty())
-    throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
-                                 self_dir()));
-  PathList list = make_path_list();
-  const std::string& path_file = list.file;
+namespace {
 
+// The environment the program runs in: the preload, the path list, the options as the
+// preload's variables, and framework caching allocators off unless kept.
+void prepare_environment(const RunOptions& opt, bool quiet, const std::string& pattern, const std::string& lib,
+                         const std::string& path_file) {
   prepend_env("LD_PRELOAD", lib, ':');
   // NVTX ranges become phases: NVTX's loader dlopens this path (the preload, already loaded)
   // and calls its InitializeInjectionNvtx2. Another tool the user chose wins.
@@ -341,9 +326,11 @@ int run_traced(const RunOptions& opt) {
                  "--framework-pools=keep leaves them alone\n",
                  set.empty() ? "nothing, already set by you " : set.c_str());
   }
+}
 
-  // The program gets ^C and what is sent to run (Forwarding); run waits and still reports
-  // the trace paths.
+// Starts the program and waits for it. It gets ^C and what is sent to run (Forwarding); run
+// waits and still reports the trace paths. The wait status.
+int run_program(const RunOptions& opt) {
   Forwarding fw;
   fw.install();
   pid_t pid = ::fork();
@@ -365,13 +352,20 @@ int run_traced(const RunOptions& opt) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   fw.restore();
+  return status;
+}
 
-  // Lines are trace paths, or "!PID MESSAGE" for a process whose tracing failed
-  // (preload/record/recorder.cpp). The list is read through a descriptor opened inside our
-  // private directory, then removed with it: a process that outlives the command finds no
-  // list and never re-creates one (preload/record/outpath.h).
+struct ListedTraces {
+  std::vector<std::string> failures, written, gone;
+};
+
+// Lines are trace paths, or "!PID MESSAGE" for a process whose tracing failed
+// (preload/record/recorder.cpp). The list is read through a descriptor opened inside our
+// private directory, then removed with it: a process that outlives the command finds no
+// list and never re-creates one (preload/record/outpath.h).
+ListedTraces read_path_list(PathList& list) {
   std::string text;
-  if (int fd = ::open(path_file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); fd >= 0) {
+  if (int fd = ::open(list.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); fd >= 0) {
     char buf[4096];
     ssize_t n;
     while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
@@ -379,7 +373,7 @@ int run_traced(const RunOptions& opt) {
   }
   list.remove();
   std::set<std::string> seen;
-  std::vector<std::string> failures, written, gone;
+  ListedTraces out;
   std::size_t at = 0;
   while (at < text.size()) {
     std::size_t nl = text.find('\n', at);
@@ -387,25 +381,29 @@ int run_traced(const RunOptions& opt) {
     std::string line = path_list_entry(text.substr(at, nl - at));
     at = nl + 1;
     if (line.empty() || !seen.insert(line).second) continue;
-    if (line[0] == '!') failures.push_back(line.substr(1));
-    else if (!exists_as_file(line)) gone.push_back(line);  // removed while the program ran
-    else if (holds_events(line)) written.push_back(line);
+    if (line[0] == '!') out.failures.push_back(line.substr(1));
+    else if (!exists_as_file(line)) out.gone.push_back(line);  // removed while the program ran
+    else if (holds_events(line)) out.written.push_back(line);
   }
-  // Symbolized and compressed once the program is gone (analyzer/cli/run_finish.h).
-  // Then the exact paths and the next command, as heaptrack does (absolute: the preload
-  // resolves every path against the directory run started in).
-  std::vector<std::string> finished = finish_traces(written, opt.finish);
-  if (!quiet && !finished.empty()) {
-    std::string words;
-    for (const auto& p : finished) {
-      std::fprintf(stderr, "gpuheap: trace written to %s\n", text_safe(p).c_str());
-      words += " " + shell_word(p);
-    }
-    std::fprintf(stderr, "Now run: gpuheap summary%s\n", words.c_str());
+  return out;
+}
+
+// The exact paths and the next command, as heaptrack does (absolute: the preload resolves
+// every path against the directory run started in).
+void print_finished(const std::vector<std::string>& finished) {
+  std::string words;
+  for (const auto& p : finished) {
+    std::fprintf(stderr, "gpuheap: trace written to %s\n", text_safe(p).c_str());
+    words += " " + shell_word(p);
   }
-  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
-  // Last, so they are what a CI log ends with: a trace that could not be written must not
-  // pass as a job that made no GPU allocation.
+  std::fprintf(stderr, "Now run: gpuheap summary%s\n", words.c_str());
+}
+
+// Last, so they are what a CI log ends with: a trace that could not be written must not
+// pass as a job that made no GPU allocation. The exit status.
+int report_lost(const ListedTraces& listed, const RunOptions& opt, int rc) {
+  const auto& failures = listed.failures;
+  const auto& gone = listed.gone;
   const char* level = opt.allow_no_trace ? "warning" : "error";
   for (const auto& f : failures) {
     std::size_t sp = f.find(' ');
@@ -426,6 +424,39 @@ int run_traced(const RunOptions& opt) {
     return kExitNoTrace;
   }
   return rc;
+}
+
+}  // namespace
+
+int run_traced(const RunOptions& opt) {
+  if (opt.command.empty())
+    throw UsageError("run: no program given (usage: gpuheap run [OPTIONS] [--] PROGRAM [ARGS...])");
+  const bool quiet = opt.quiet || env_true("GPUHEAP_QUIET");
+  // -o, else a GPUHEAP_OUTPUT you exported, else the preload's default: made absolute here
+  // and exported, so the preload need not setenv in its constructor.
+  const char* env_out = std::getenv("GPUHEAP_OUTPUT");
+  std::string pattern = !opt.output.empty() ? opt.output : env_out ? env_out : "";
+  std::string cwd = current_dir();
+  pattern = absolute_pattern(pattern, cwd);
+  if (!opt.output.empty()) {
+    std::string name = fixed_name(pattern);
+    if (!name.empty()) check_fixed_output(name, opt);
+  }
+  std::string lib = find_preload_library();
+  if (lib.empty())
+    throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
+                                 self_dir()));
+  PathList list = make_path_list();
+  const std::string& path_file = list.file;
+
+  prepare_environment(opt, quiet, pattern, lib, path_file);
+  int status = run_program(opt);
+  ListedTraces listed = read_path_list(list);
+  // Symbolized and compressed once the program is gone (analyzer/cli/run_finish.h).
+  std::vector<std::string> finished = finish_traces(listed.written, opt.finish);
+  if (!quiet && !finished.empty()) print_finished(finished);
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  return report_lost(listed, opt, rc);
 }
 
 }  // namespace gpuheap

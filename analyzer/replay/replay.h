@@ -98,7 +98,7 @@ MinLimit find_min_limit(const std::string& path, const ReplayOptions& opt, std::
 
 namespace gpuheap {
 
-// The `replay` subcommand as the CLI parsed it (analyzer/cli/replay_cli.cpp). Returns the exit
+// The `replay` subcommand as the CLI parsed it (analyzer/cli/cmd_replay.cpp). Returns the exit
 // status: 1 when the single replay runs out of memory under --limit, else 0.
 struct ReplayCli {
   std::string trace, policy = "gpuheap", limit, sweep, limits;
