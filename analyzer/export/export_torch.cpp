@@ -18,7 +18,7 @@
 #include "analyzer/export/export.h"
 #include "analyzer/export/export_out.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 namespace {
 
@@ -419,4 +419,4 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
   p.op('.');
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter

@@ -11,7 +11,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/export/export.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 std::string utf8_clean(const std::string& s) {
   std::string o;
@@ -204,7 +204,7 @@ void merge_paths(RawTree& t, const std::vector<FlameSample>& samples, FlameLabel
   // (parent, label) -> child: one integer-keyed lookup per frame. Sized for a tree of distinct
   // paths (no shared frames), up to a million nodes: growing it step by step cost more than
   // filling it.
-  detail::FlatMap<std::uint32_t> child;
+  base::FlatMap<std::uint32_t> child;
   std::size_t steps = 0;
   for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
   child.reserve_more(std::min<std::size_t>(steps, std::size_t{1} << 20));
@@ -352,4 +352,4 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   return out;
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter
