@@ -14,7 +14,7 @@
 #include <utility>
 
 namespace gpuheap {
-namespace detail {
+namespace base {
 
 // A prefetch of p's cache line that the compiler cannot delete. GCC 12 (-O1 and up) deems a
 // function of loads and __builtin_prefetch free of side effects and deletes the calls to it
@@ -302,5 +302,5 @@ class FlatMap {
   bool has_sentinel_ = false;
 };
 
-}  // namespace detail
+}  // namespace base
 }  // namespace gpuheap

@@ -41,7 +41,7 @@ struct ReportOptions {
 };
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt);
 
-namespace detail {
+namespace exporter {
 
 // Replays one trace record by record into a Model (the running totals come from the same
 // replay as every report) and calls fn(record, model) after each record was fed.
@@ -115,7 +115,7 @@ class FlameLabels {
   std::unordered_map<std::string, std::uint32_t> ids_;        // "name\x1ffile\x1fline" -> id
   // frame (its address) -> id: an integer-keyed open-addressing map, as a node-based map
   // allocates per entry, which cost more than the rest of building a tree.
-  detail::FlatMap<std::uint32_t> of_frame_;
+  base::FlatMap<std::uint32_t> of_frame_;
   std::string key_;  // one buffer for every lookup's key: no string made per frame
 };
 // The tree of the samples: node 0 "all", every node's children largest first (ties by name).
@@ -127,5 +127,5 @@ class FlameLabels {
 FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels,
                       std::size_t max_nodes = SIZE_MAX, std::size_t* uncapped = nullptr);
 
-}  // namespace detail
+}  // namespace exporter
 }  // namespace gpuheap

@@ -12,7 +12,7 @@
 #include "analyzer/base/progress.h"
 #include "analyzer/trace/reader.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 void walk_trace(const std::string& path, bool progress_on,
                 const std::function<void(const format::Record&, const Model&)>& fn) {
@@ -326,4 +326,4 @@ void export_chrome(const std::vector<std::string>& traces, const ExportOptions& 
   out.put("}\n");
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter

@@ -11,7 +11,7 @@
 #include "analyzer/base/safe_file.h"
 #include "analyzer/export/export.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 OutFile::OutFile(std::string path, const std::vector<std::string>& inputs, bool force, const char* cmd)
     : path_(std::move(path)) {
@@ -111,4 +111,4 @@ void csv_str(fmt::memory_buffer& b, std::string_view s) {
   b.push_back('"');
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 class OutFile {
  public:
@@ -47,4 +47,4 @@ void json_str(fmt::memory_buffer& b, std::string_view s);
 // CSV field: quoted when it holds a comma, quote, CR or LF (quotes doubled).
 void csv_str(fmt::memory_buffer& b, std::string_view s);
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter

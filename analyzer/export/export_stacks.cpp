@@ -11,7 +11,7 @@
 #include "analyzer/export/export_out.h"
 
 namespace gpuheap {
-namespace detail {
+namespace exporter {
 
 namespace {
 // A folded line is split on ';' between frames and on its last space before the value: a
@@ -112,7 +112,7 @@ void export_speedscope(const Analysis& a, const ExportOptions& opt, OutFile& out
   out.put("]}\n");
 }
 
-}  // namespace detail
+}  // namespace exporter
 
 int export_command(const std::vector<std::string>& traces, const ExportOptions& opt) {
   const auto& f = opt.format;
@@ -120,24 +120,24 @@ int export_command(const std::vector<std::string>& traces, const ExportOptions& 
   if (one_trace && traces.size() != 1)
     throw UsageError(fmt::format("export --format {} takes one trace (it describes one process)", f));
   if (f != "folded" && opt.metric != "peak") throw UsageError("--metric applies to --format folded only");
-  detail::parse_metric(opt.metric);  // a bad metric fails before any work
-  detail::OutFile out(opt.output, traces, opt.force, "export");
+  exporter::parse_metric(opt.metric);  // a bad metric fails before any work
+  exporter::OutFile out(opt.output, traces, opt.force, "export");
   if (f == "csv") {
-    detail::export_csv(traces, opt, out);
+    exporter::export_csv(traces, opt, out);
   } else if (f == "rmm-csv") {
-    detail::export_rmm_csv(traces[0], opt, out);
+    exporter::export_rmm_csv(traces[0], opt, out);
   } else if (f == "chrome") {
-    detail::export_chrome(traces, opt, out);
+    exporter::export_chrome(traces, opt, out);
   } else if (f == "torch-snapshot") {
-    detail::export_torch(traces[0], opt, out);
+    exporter::export_torch(traces[0], opt, out);
   } else if (f == "folded" || f == "speedscope") {
     if (opt.device >= 0) throw UsageError("--device does not apply to folded or speedscope exports");
     AnalyzeOptions aopt;
     aopt.progress = opt.progress;
     aopt.timeline_buckets = 2;
     Analysis a = analyze(traces, aopt);
-    if (f == "folded") detail::export_folded(a, opt, out);
-    else detail::export_speedscope(a, opt, out);
+    if (f == "folded") exporter::export_folded(a, opt, out);
+    else exporter::export_speedscope(a, opt, out);
   } else {
     throw UsageError(fmt::format("unknown export format '{}'", f));
   }

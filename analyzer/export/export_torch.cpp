@@ -18,7 +18,7 @@
 #include "analyzer/export/export.h"
 #include "analyzer/export/export_out.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 namespace {
 
@@ -173,38 +173,41 @@ void dropped_entries(Pickler& p, const std::map<int, EntryRing>& traces, int max
   p.end_items();
 }
 
-}  // namespace
-
-void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& out) {
-  // Frames need the whole trace's modules: a first replay collects them.
-  AnalyzeOptions aopt;
-  aopt.progress = opt.progress;
-  aopt.timeline_buckets = 2;
-  Analysis a = analyze({trace}, aopt);
-  StackResolver res(*a.traces[0], opt.all_frames);
-
-  Pickler p(out);
-  std::unordered_map<std::uint32_t, std::uint32_t> frame_memo;  // stack id -> memo index
-  auto frames = [&](std::uint32_t stack) {
-    auto it = frame_memo.find(stack);
-    if (it != frame_memo.end()) return p.get(it->second);
-    p.op(']');
-    std::uint32_t idx = p.put();
-    const auto& fr = res.frames(stack);  // innermost first, as torch lists them
+// Each stack's frame list is pickled once and memoized; later uses refer to the memo.
+class FrameMemo {
+ public:
+  FrameMemo(Pickler& p, StackResolver& res) : p_(p), res_(res) {}
+  void operator()(std::uint32_t stack) {
+    auto it = memo_.find(stack);
+    if (it != memo_.end()) return p_.get(it->second);
+    p_.op(']');
+    std::uint32_t idx = p_.put();
+    const auto& fr = res_.frames(stack);  // innermost first, as torch lists them
     if (!fr.empty()) {
-      p.op('(');  // at most 256 frames (kMaxStackDepth, plus inlined ones): one batch
+      p_.op('(');  // at most 256 frames (kMaxStackDepth, plus inlined ones): one batch
       for (const auto& f : fr) {
-        p.op('}'), p.op('(');
-        p.skey("filename", f.file.empty() ? f.module : f.file);
-        p.key("line", f.line);
-        p.skey("name", frame_name(f));
-        p.op('u');
+        p_.op('}'), p_.op('(');
+        p_.skey("filename", f.file.empty() ? f.module : f.file);
+        p_.key("line", f.line);
+        p_.skey("name", frame_name(f));
+        p_.op('u');
       }
-      p.op('e');
+      p_.op('e');
     }
-    frame_memo.emplace(stack, idx);
-  };
+    memo_.emplace(stack, idx);
+  }
 
+ private:
+  Pickler& p_;
+  StackResolver& res_;
+  std::unordered_map<std::uint32_t, std::uint32_t> memo_;  // stack id -> memo index
+};
+
+// The snapshot's state replayed from the trace: the segments and blocks at the end, and the
+// entries kept per device.
+struct TorchState {
+  explicit TorchState(const ExportOptions& o) : opt(o) {}
+  const ExportOptions& opt;
   std::map<std::uint64_t, Seg> segs;
   std::map<std::uint64_t, Blk> blocks;
   std::unordered_map<std::uint64_t, bool> own;  // ptr -> has its own synthetic segment
@@ -216,92 +219,122 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
   // entries as already there.
   std::map<int, EntryRing> traces;
   int max_dev = -1;
-  walk_trace(trace, opt.progress, [&](const format::Record& r, const Model& m) {
+
+  bool add(const Model& m, int dev, const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+           std::uint64_t ts, std::uint32_t stack) {
+    if (opt.device >= 0 && dev != opt.device) return false;
+    if (dev < 0 || dev >= static_cast<int>(Model::kMaxDevices)) return false;
+    max_dev = std::max(max_dev, dev);
+    traces[dev].push({action, addr, size, stream, m.info.to_wall(ts) / 1000, stack}, opt.max_entries);
+    return true;
+  }
+
+  void on_alloc(const Model& m, const format::AllocRecord& x) {
+    bool mine = own_segment(x.kind);
+    if (x.kind != format::AllocKind::device_pooled && !mine) return;
+    if (!mine) {
+      // A pooled block in no recorded segment (a trace that does not start at the
+      // pool's start): its own segment, since the viewer needs every block inside one.
+      auto sg = segs.upper_bound(x.ptr);
+      mine = sg == segs.begin() || x.ptr >= std::prev(sg)->first + std::prev(sg)->second.size;
+    }
+    if (mine && add(m, x.device, "segment_alloc", x.ptr, x.size, x.stream, x.ts, x.stack))
+      segs[x.ptr] = {x.device, x.size, x.stream, false, x.stack};
+    if (add(m, x.device, "alloc", x.ptr, x.size, x.stream, x.ts, x.stack)) {
+      blocks[x.ptr] = {x.device, x.size, x.requested, x.stream, x.stack, false};
+      own[x.ptr] = mine;
+    }
+  }
+
+  void on_free(const Model& m, const format::FreeRecord& x) {
+    if (x.flags & format::kFlagFailed) return;
+    auto b = blocks.find(x.ptr);
+    if (b == blocks.end() || b->second.pending) return;
+    if (!add(m, b->second.device, "free_requested", x.ptr, b->second.size, b->second.stream, x.ts, x.stack)) return;
+    if (own[x.ptr]) {
+      add(m, b->second.device, "free_completed", x.ptr, b->second.size, b->second.stream, x.ts, x.stack);
+      add(m, b->second.device, "segment_free", x.ptr, b->second.size, b->second.stream, x.ts, x.stack);
+      segs.erase(x.ptr);
+      own.erase(x.ptr);
+      blocks.erase(b);
+    } else {
+      b->second.pending = true;
+    }
+  }
+
+  void on_free_completed(const Model& m, const format::FreeCompletedRecord& x) {
+    auto b = blocks.find(x.ptr);
+    if (b == blocks.end() || !b->second.pending) return;
+    if (add(m, b->second.device, "free_completed", x.ptr, b->second.size, b->second.stream, x.ts, b->second.stack)) {
+      own.erase(x.ptr);
+      blocks.erase(b);
+    }
+  }
+
+  void on_record(const format::Record& r, const Model& m) {
     using format::RecordType;
-    auto us = [&](std::uint64_t ts) { return m.info.to_wall(ts) / 1000; };
-    auto add = [&](int dev, const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-                   std::uint64_t ts, std::uint32_t stack) {
-      if (opt.device >= 0 && dev != opt.device) return false;
-      if (dev < 0 || dev >= static_cast<int>(Model::kMaxDevices)) return false;
-      max_dev = std::max(max_dev, dev);
-      traces[dev].push({action, addr, size, stream, us(ts), stack}, opt.max_entries);
-      return true;
-    };
     switch (r.type) {
       case RecordType::segment_alloc: {
         const auto& s = r.segment;
-        if (add(s.device, "segment_alloc", s.ptr, s.size, 0, s.ts, 0))
+        if (add(m, s.device, "segment_alloc", s.ptr, s.size, 0, s.ts, 0))
           segs[s.ptr] = {s.device, s.size, 0, (s.flags & format::kFlagSmallPool) != 0, 0};
         break;
       }
       case RecordType::segment_free: {
         const auto& s = r.segment;
-        if (add(s.device, "segment_free", s.ptr, s.size, 0, s.ts, 0)) segs.erase(s.ptr);
+        if (add(m, s.device, "segment_free", s.ptr, s.size, 0, s.ts, 0)) segs.erase(s.ptr);
         break;
       }
-      case RecordType::alloc: {
-        const auto& x = r.alloc;
-        bool mine = own_segment(x.kind);
-        if (x.kind != format::AllocKind::device_pooled && !mine) break;
-        if (!mine) {
-          // A pooled block in no recorded segment (a trace that does not start at the
-          // pool's start): its own segment, since the viewer needs every block inside one.
-          auto sg = segs.upper_bound(x.ptr);
-          mine = sg == segs.begin() || x.ptr >= std::prev(sg)->first + std::prev(sg)->second.size;
-        }
-        if (mine && add(x.device, "segment_alloc", x.ptr, x.size, x.stream, x.ts, x.stack))
-          segs[x.ptr] = {x.device, x.size, x.stream, false, x.stack};
-        if (add(x.device, "alloc", x.ptr, x.size, x.stream, x.ts, x.stack)) {
-          blocks[x.ptr] = {x.device, x.size, x.requested, x.stream, x.stack, false};
-          own[x.ptr] = mine;
-        }
-        break;
-      }
-      case RecordType::free: {
-        const auto& x = r.free;
-        if (x.flags & format::kFlagFailed) break;
-        auto b = blocks.find(x.ptr);
-        if (b == blocks.end() || b->second.pending) break;
-        if (!add(b->second.device, "free_requested", x.ptr, b->second.size, b->second.stream, x.ts, x.stack)) break;
-        if (own[x.ptr]) {
-          add(b->second.device, "free_completed", x.ptr, b->second.size, b->second.stream, x.ts, x.stack);
-          add(b->second.device, "segment_free", x.ptr, b->second.size, b->second.stream, x.ts, x.stack);
-          segs.erase(x.ptr);
-          own.erase(x.ptr);
-          blocks.erase(b);
-        } else {
-          b->second.pending = true;
-        }
-        break;
-      }
-      case RecordType::free_completed: {
-        const auto& x = r.free_completed;
-        auto b = blocks.find(x.ptr);
-        if (b == blocks.end() || !b->second.pending) break;
-        if (add(b->second.device, "free_completed", x.ptr, b->second.size, b->second.stream, x.ts, b->second.stack)) {
-          own.erase(x.ptr);
-          blocks.erase(b);
-        }
-        break;
-      }
+      case RecordType::alloc: on_alloc(m, r.alloc); break;
+      case RecordType::free: on_free(m, r.free); break;
+      case RecordType::free_completed: on_free_completed(m, r.free_completed); break;
       case RecordType::oom: {
         const auto& o = r.oom;
         // torch's oom entry carries the driver's free bytes where others have an address.
-        add(o.device, "oom", o.device_free, o.requested, o.stream, o.ts, o.stack);
+        add(m, o.device, "oom", o.device_free, o.requested, o.stream, o.ts, o.stack);
         break;
       }
       default: break;
     }
-  });
+  }
+};
 
-  p.op('}');
-  p.put();
-  p.op('(');
+// One segment's blocks inside [addr, addr + size): the live ones, and the gaps between as
+// inactive. Nested in the segments' batch: blocks batch on their own counter.
+void write_segment_blocks(Pickler& p, FrameMemo& frames, const TorchState& st, std::uint64_t addr, const Seg& s) {
+  p.op(']'), p.put();
+  std::size_t nb = 0;
+  auto block = [&](std::uint64_t at, std::uint64_t size, std::uint64_t req, const char* state, std::uint32_t stack) {
+    if (nb % 1000 == 0) {
+      if (nb) p.op('e');
+      p.op('(');
+    }
+    ++nb;
+    p.op('}'), p.op('(');
+    p.ukey("address", at);
+    p.ukey("size", size);
+    p.ukey("requested_size", req);
+    p.skey("state", state);
+    p.str("frames"), frames(stack);
+    p.op('u');
+  };
+  std::uint64_t at = addr;
+  for (auto b = st.blocks.lower_bound(addr); b != st.blocks.end() && b->first < addr + s.size; ++b) {
+    if (b->first > at) block(at, b->first - at, 0, "inactive", 0);
+    block(b->first, b->second.size, b->second.requested,
+          b->second.pending ? "active_pending_free" : "active_allocated", b->second.stack);
+    at = std::max(at, b->first + b->second.size);
+  }
+  if (at < addr + s.size) block(at, addr + s.size - at, 0, "inactive", 0);
+  if (nb) p.op('e');
+}
+
+void write_segments(Pickler& p, FrameMemo& frames, const TorchState& st) {
   p.str("segments");
   p.op(']');
   p.put();
   p.begin_items();
-  for (const auto& [addr, s] : segs) {
+  for (const auto& [addr, s] : st.segs) {
     p.item();
     p.op('}'), p.op('(');
     p.key("device", s.device);
@@ -309,8 +342,8 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     p.ukey("total_size", s.size);
     // Blocks inside [addr, addr + size): the live ones, and the gaps between as inactive.
     std::uint64_t allocated = 0, active = 0, requested = 0, stream = s.stream;
-    auto first = blocks.lower_bound(addr);
-    for (auto b = first; b != blocks.end() && b->first < addr + s.size; ++b) {
+    auto first = st.blocks.lower_bound(addr);
+    for (auto b = first; b != st.blocks.end() && b->first < addr + s.size; ++b) {
       active += b->second.size;
       requested += b->second.requested;
       if (!b->second.pending) allocated += b->second.size;
@@ -326,65 +359,64 @@ void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& o
     p.str("is_expandable"), p.boolean(false);
     p.str("frames"), frames(s.stack);
     p.str("blocks");
-    // Nested in the segments' batch: blocks batch on their own counter.
-    p.op(']'), p.put();
-    std::size_t nb = 0;
-    auto block = [&](std::uint64_t at, std::uint64_t size, std::uint64_t req, const char* state, std::uint32_t stack) {
-      if (nb % 1000 == 0) {
-        if (nb) p.op('e');
-        p.op('(');
-      }
-      ++nb;
-      p.op('}'), p.op('(');
-      p.ukey("address", at);
-      p.ukey("size", size);
-      p.ukey("requested_size", req);
-      p.skey("state", state);
-      p.str("frames"), frames(stack);
-      p.op('u');
-    };
-    std::uint64_t at = addr;
-    for (auto b = first; b != blocks.end() && b->first < addr + s.size; ++b) {
-      if (b->first > at) block(at, b->first - at, 0, "inactive", 0);
-      block(b->first, b->second.size, b->second.requested,
-            b->second.pending ? "active_pending_free" : "active_allocated", b->second.stack);
-      at = std::max(at, b->first + b->second.size);
-    }
-    if (at < addr + s.size) block(at, addr + s.size - at, 0, "inactive", 0);
-    if (nb) p.op('e');
+    write_segment_blocks(p, frames, st, addr, s);
     p.op('u');
     p.flush();
   }
   p.end_items();
+}
+
+void write_device_traces(Pickler& p, FrameMemo& frames, const TorchState& st) {
   p.str("device_traces");
   p.op(']');
   p.put();
   p.op('(');
-  for (int d = 0; d <= max_dev; ++d) {
+  for (int d = 0; d <= st.max_dev; ++d) {
     p.op(']'), p.put();
-    auto it = traces.find(d);
-    if (it != traces.end()) {
-      p.begin_items();
-      for (std::size_t i = 0; i < it->second.v.size(); ++i) {
-        const Entry& e = it->second.at(i);
-        p.item();
-        p.op('}'), p.op('(');
-        p.str("action"), p.str(e.action);
-        p.ukey(std::string_view(e.action) == "oom" ? "device_free" : "addr", e.addr);
-        p.ukey("size", e.size);
-        p.ukey("stream", e.stream);
-        p.ukey("time_us", e.time_us);
-        p.str("frames"), frames(e.stack);
-        p.op('u');
-        p.flush();
-      }
-      p.end_items();
+    auto it = st.traces.find(d);
+    if (it == st.traces.end()) continue;
+    p.begin_items();
+    for (std::size_t i = 0; i < it->second.v.size(); ++i) {
+      const Entry& e = it->second.at(i);
+      p.item();
+      p.op('}'), p.op('(');
+      p.str("action"), p.str(e.action);
+      p.ukey(std::string_view(e.action) == "oom" ? "device_free" : "addr", e.addr);
+      p.ukey("size", e.size);
+      p.ukey("stream", e.stream);
+      p.ukey("time_us", e.time_us);
+      p.str("frames"), frames(e.stack);
+      p.op('u');
+      p.flush();
     }
+    p.end_items();
   }
   p.op('e');
-  dropped_entries(p, traces, max_dev, opt.max_entries);
+}
+
+}  // namespace
+
+void export_torch(const std::string& trace, const ExportOptions& opt, OutFile& out) {
+  // Frames need the whole trace's modules: a first replay collects them.
+  AnalyzeOptions aopt;
+  aopt.progress = opt.progress;
+  aopt.timeline_buckets = 2;
+  Analysis a = analyze({trace}, aopt);
+  StackResolver res(*a.traces[0], opt.all_frames);
+
+  Pickler p(out);
+  FrameMemo frames(p, res);
+  TorchState st(opt);
+  walk_trace(trace, opt.progress, [&](const format::Record& r, const Model& m) { st.on_record(r, m); });
+
+  p.op('}');
+  p.put();
+  p.op('(');
+  write_segments(p, frames, st);
+  write_device_traces(p, frames, st);
+  dropped_entries(p, st.traces, st.max_dev, opt.max_entries);
   p.op('u');
   p.op('.');
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::exporter

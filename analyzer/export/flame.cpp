@@ -11,7 +11,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/export/export.h"
 
-namespace gpuheap::detail {
+namespace gpuheap::exporter {
 
 std::string utf8_clean(const std::string& s) {
   std::string o;
@@ -171,62 +171,21 @@ std::uint32_t FlameLabels::of(const Frame* f) {
   return id;
 }
 
-FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels, std::size_t max_nodes,
-                      std::size_t* uncapped) {
-  // The whole tree as numbers: a node's label (kRoot: "all"), parent and value, in the order
-  // nodes are first reached.
-  constexpr std::uint32_t kRoot = ~0u;
+namespace {
+
+// The whole tree as numbers: a node's label (kRoot: "all"), parent and value, in the order
+// nodes are first reached; children of node i: kids[first[i] .. first[i + 1]).
+struct RawTree {
+  static constexpr std::uint32_t kRoot = ~0u;
   std::vector<std::uint32_t> label{kRoot}, parent{0};
   std::vector<std::uint64_t> value{0};
-  // (parent, label) -> child: one integer-keyed lookup per frame. Sized for a tree of distinct
-  // paths (no shared frames), up to a million nodes: growing it step by step cost more than
-  // filling it.
-  detail::FlatMap<std::uint32_t> child;
-  std::size_t steps = 0;
-  for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
-  child.reserve_more(std::min<std::size_t>(steps, std::size_t{1} << 20));
-  auto step = [&](std::uint32_t p, std::uint32_t l, std::uint64_t w) {
-    bool fresh = false;
-    std::uint32_t& at = child.get(std::uint64_t{p} << 32 | l, &fresh);
-    if (fresh) at = static_cast<std::uint32_t>(label.size());
-    const std::uint32_t node = at;
-    if (fresh) {
-      label.push_back(l);
-      parent.push_back(p);
-      value.push_back(0);
-    }
-    value[node] += w;
-    return node;
-  };
-  for (const auto& s : samples) {
-    value[0] += s.weight;
-    std::uint32_t at = 0;
-    for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
-    for (const Frame* f : s.frames) at = step(at, labels.of(f), s.weight);
-  }
-  const std::size_t n = label.size();
-  if (uncapped != nullptr) *uncapped = n;
-  // Children of node i: kids[first[i] .. first[i + 1]), listed in the order they were reached,
-  // then sorted largest first (ties by name).
-  std::vector<std::uint32_t> first(n + 1, 0), kids(n - 1);
-  for (std::size_t i = 1; i < n; ++i) ++first[parent[i] + 1];
-  for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
-  {
-    std::vector<std::uint32_t> next(first.begin(), first.end() - 1);
-    for (std::uint32_t i = 1; i < n; ++i) kids[next[parent[i]]++] = i;
-  }
-  auto kids_of = [&](std::uint32_t i) {
+  std::vector<std::uint32_t> first, kids;
+
+  auto kids_of(std::uint32_t i) const {
     return std::pair{kids.begin() + static_cast<std::ptrdiff_t>(first[i]),
                      kids.begin() + static_cast<std::ptrdiff_t>(first[i + 1])};
-  };
-  for (std::uint32_t i = 0; i < n; ++i) {
-    auto [b, e] = kids_of(i);
-    std::sort(b, e, [&](std::uint32_t x, std::uint32_t y) {
-      if (value[x] != value[y]) return value[x] > value[y];
-      return labels[label[x]].name < labels[label[y]].name;
-    });
   }
-  auto make = [&](std::uint32_t i, std::uint32_t parent_now) {
+  FlameNode make(const FlameLabels& labels, std::uint32_t i, std::uint32_t parent_now) const {
     FlameNode x;
     if (label[i] == kRoot) {
       x.name = "all";
@@ -237,24 +196,70 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
     x.value = value[i];
     x.parent = parent_now;
     return x;
-  };
-
-  FlameTree out;
-  if (max_nodes < 2) max_nodes = 2;
-  if (n <= max_nodes) {  // the whole tree, in the order its nodes were reached
-    out.nodes.reserve(n);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      out.nodes.push_back(make(i, parent[i]));
-      auto [b, e] = kids_of(i);
-      out.nodes.back().children.assign(b, e);
-    }
-    return out;
   }
-  // Rank by value (ties: lower index = nearer the root or earlier, so parents precede
-  // children); keep the first max_nodes. A child never outranks its parent: its value is at
-  // most the parent's and its index is larger. Merged nodes added below count against the cap.
-  // Only the first max_nodes ranks are ever read: those are selected, then sorted (the order
-  // is total, so they are the same nodes in the same order as a whole sort's).
+};
+
+// Merges the samples' paths into label/parent/value.
+void merge_paths(RawTree& t, const std::vector<FlameSample>& samples, FlameLabels& labels) {
+  // (parent, label) -> child: one integer-keyed lookup per frame. Sized for a tree of distinct
+  // paths (no shared frames), up to a million nodes: growing it step by step cost more than
+  // filling it.
+  base::FlatMap<std::uint32_t> child;
+  std::size_t steps = 0;
+  for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
+  child.reserve_more(std::min<std::size_t>(steps, std::size_t{1} << 20));
+  auto step = [&](std::uint32_t p, std::uint32_t l, std::uint64_t w) {
+    bool fresh = false;
+    std::uint32_t& at = child.get(std::uint64_t{p} << 32 | l, &fresh);
+    if (fresh) at = static_cast<std::uint32_t>(t.label.size());
+    const std::uint32_t node = at;
+    if (fresh) {
+      t.label.push_back(l);
+      t.parent.push_back(p);
+      t.value.push_back(0);
+    }
+    t.value[node] += w;
+    return node;
+  };
+  for (const auto& s : samples) {
+    t.value[0] += s.weight;
+    std::uint32_t at = 0;
+    for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
+    for (const Frame* f : s.frames) at = step(at, labels.of(f), s.weight);
+  }
+}
+
+// Children of node i: kids[first[i] .. first[i + 1]), listed in the order they were reached,
+// then sorted largest first (ties by name).
+void index_children(RawTree& t, const FlameLabels& labels) {
+  const std::size_t n = t.label.size();
+  t.first.assign(n + 1, 0);
+  t.kids.assign(n - 1, 0);
+  for (std::size_t i = 1; i < n; ++i) ++t.first[t.parent[i] + 1];
+  for (std::size_t i = 0; i < n; ++i) t.first[i + 1] += t.first[i];
+  {
+    std::vector<std::uint32_t> next(t.first.begin(), t.first.end() - 1);
+    for (std::uint32_t i = 1; i < n; ++i) t.kids[next[t.parent[i]]++] = i;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto b = t.kids.begin() + static_cast<std::ptrdiff_t>(t.first[i]);
+    auto e = t.kids.begin() + static_cast<std::ptrdiff_t>(t.first[i + 1]);
+    std::sort(b, e, [&](std::uint32_t x, std::uint32_t y) {
+      if (t.value[x] != t.value[y]) return t.value[x] > t.value[y];
+      return labels[t.label[x]].name < labels[t.label[y]].name;
+    });
+  }
+}
+
+// The nodes kept under the cap, as a mask. Rank by value (ties: lower index = nearer the root
+// or earlier, so parents precede children); keep the first k. A child never outranks its
+// parent: its value is at most the parent's and its index is larger. Merged nodes added below
+// count against the cap. Only the first max_nodes ranks are ever read: those are selected,
+// then sorted (the order is total, so they are the same nodes in the same order as a whole
+// sort's).
+std::vector<char> kept_nodes(const RawTree& t, std::size_t max_nodes) {
+  const std::size_t n = t.label.size();
+  const auto& value = t.value;
   std::vector<std::uint32_t> order(n);
   for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
   auto by_rank = [&](std::uint32_t x, std::uint32_t y) { return value[x] != value[y] ? value[x] > value[y] : x < y; };
@@ -269,13 +274,13 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   std::vector<char> keep(n, 0);
   {
     std::vector<std::uint32_t> unkept(n);
-    for (std::size_t i = 0; i < n; ++i) unkept[i] = first[i + 1] - first[i];
+    for (std::size_t i = 0; i < n; ++i) unkept[i] = t.first[i + 1] - t.first[i];
     std::size_t merged = 0;
     for (std::size_t k = 1; k <= max_nodes; ++k) {
       const std::uint32_t v = order[k - 1];
       keep[v] = 1;
       if (unkept[v] > 0) ++merged;
-      if (v != 0 && --unkept[parent[v]] == 0 && keep[parent[v]]) --merged;
+      if (v != 0 && --unkept[t.parent[v]] == 0 && keep[t.parent[v]]) --merged;
       total[k] = k + merged;
     }
   }
@@ -287,25 +292,31 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   }
   std::fill(keep.begin(), keep.end(), 0);
   for (std::size_t i = 0; i < lo; ++i) keep[order[i]] = 1;
-  // Breadth-first copy of the kept nodes, so that parents come before their children.
-  std::vector<std::uint32_t> remap(n, ~0u);
+  return keep;
+}
+
+// Breadth-first copy of the kept nodes, so that parents come before their children; a kept
+// node's dropped children become one "[N smaller frames]" node.
+FlameTree copy_kept(const RawTree& t, const FlameLabels& labels, const std::vector<char>& keep) {
+  FlameTree out;
+  std::vector<std::uint32_t> remap(t.label.size(), ~0u);
   std::vector<std::uint32_t> queue{0};
-  out.nodes.push_back(make(0, 0));
+  out.nodes.push_back(t.make(labels, 0, 0));
   remap[0] = 0;
   for (std::size_t qi = 0; qi < queue.size(); ++qi) {
     std::uint32_t old = queue[qi], now = remap[old];
     std::uint64_t dropped = 0, dropped_n = 0;
-    auto [b, e] = kids_of(old);
+    auto [b, e] = t.kids_of(old);
     for (auto it = b; it != e; ++it) {
       const std::uint32_t c = *it;
       if (!keep[c]) {
-        dropped += value[c];
+        dropped += t.value[c];
         ++dropped_n;
         continue;
       }
       remap[c] = static_cast<std::uint32_t>(out.nodes.size());
       out.nodes[now].children.push_back(remap[c]);
-      out.nodes.push_back(make(c, now));
+      out.nodes.push_back(t.make(labels, c, now));
       queue.push_back(c);
     }
     if (dropped_n) {
@@ -320,4 +331,25 @@ FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labe
   return out;
 }
 
-}  // namespace gpuheap::detail
+}  // namespace
+
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels, std::size_t max_nodes,
+                      std::size_t* uncapped) {
+  RawTree t;
+  merge_paths(t, samples, labels);
+  const std::size_t n = t.label.size();
+  if (uncapped != nullptr) *uncapped = n;
+  index_children(t, labels);
+  if (max_nodes < 2) max_nodes = 2;
+  if (n > max_nodes) return copy_kept(t, labels, kept_nodes(t, max_nodes));
+  FlameTree out;  // the whole tree, in the order its nodes were reached
+  out.nodes.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    out.nodes.push_back(t.make(labels, i, t.parent[i]));
+    auto [b, e] = t.kids_of(i);
+    out.nodes.back().children.assign(b, e);
+  }
+  return out;
+}
+
+}  // namespace gpuheap::exporter

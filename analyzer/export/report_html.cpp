@@ -68,10 +68,10 @@ void phase_marks(json& t, const Model& m, const At& at) {
   if (left_out) t["phases_left_out"] = left_out;
 }
 
-json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, const ReportOptions& opt,
-                std::vector<std::unique_ptr<StackResolver>>& res, detail::FlameLabels& labels) {
+json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, const ReportOptions& opt,
+                std::vector<std::unique_ptr<StackResolver>>& res, exporter::FlameLabels& labels) {
   std::size_t before = 0;
-  auto tree = detail::build_flame(detail::flame_samples(a, m, opt.all_frames, res), labels, opt.max_nodes, &before);
+  auto tree = exporter::build_flame(exporter::flame_samples(a, m, opt.all_frames, res), labels, opt.max_nodes, &before);
   // Names and files through one string table: deep stacks repeat them on every path.
   json names = json::array(), nodes = json::array();
   std::unordered_map<std::string, std::size_t> idx;
@@ -83,9 +83,9 @@ json flame_json(const Analysis& a, detail::FlameMetric m, const char* title, con
   name_id("");
   for (const auto& n : tree.nodes)
     nodes.push_back({name_id(n.name), name_id(n.file), n.line, n.value, n.parent});
-  return {{"id", detail::metric_name(m)},
+  return {{"id", exporter::metric_name(m)},
           {"title", title},
-          {"unit", m == detail::FlameMetric::count ? "count" : "bytes"},
+          {"unit", m == exporter::FlameMetric::count ? "count" : "bytes"},
           {"total", tree.total()},
           {"capped", before > tree.nodes.size() ? before - tree.nodes.size() : 0},
           {"names", std::move(names)},
@@ -115,7 +115,7 @@ std::string script_json(const json& j) {
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt) {
   // Before the replay: an output that is refused (an input, or existing without --force)
   // costs no work.
-  detail::OutFile out(opt.output, traces, opt.force, "report");
+  exporter::OutFile out(opt.output, traces, opt.force, "report");
   AnalyzeOptions aopt;
   aopt.progress = opt.progress;
   aopt.timeline_buckets = opt.points;
@@ -160,10 +160,10 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   // and keyed once), and the summaries' merged site lists computed once for both.
   SiteLists sites(a, opt.all_frames);
   auto& res = sites.resolvers();
-  detail::FlameLabels labels;  // after sites: it keys by their resolvers' frames
-  data["flames"] = {flame_json(a, detail::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res, labels),
-                    flame_json(a, detail::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
-                    flame_json(a, detail::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
+  exporter::FlameLabels labels;  // after sites: it keys by their resolvers' frames
+  data["flames"] = {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res, labels),
+                    flame_json(a, exporter::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
+                    flame_json(a, exporter::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
   SummaryOptions sopt;
   sopt.all_frames = opt.all_frames;
   data["summary"] = summary_json(a, sopt, sites);

@@ -58,6 +58,148 @@ void warn_trace(const TraceReader& rd, const Model& m) {
                  rd.unwritten_tail() ? fmt::format(", byte {} (the rest is space it never wrote)", rd.offset()) : "");
 }
 
+// One trace: the batched replay.
+void replay_single(TraceReader& rd, Model& m, Progress& progress) {
+  // Events are decoded a batch of kBatch records ahead of the replay (in place, into small
+  // EventRecords), and their hash slots prefetched while the batch before is replayed, one
+  // record's before each record there: each event's cache misses are in flight kBatch
+  // records before it is replayed. A batch ends before any
+  // record but alloc/free/free_completed; that record (stacks, modules, segments...) is fed
+  // once the batches before it are: those holding views into the reader's buffer must be
+  // fed before the next read.
+  // One prefetch stage only: a second one half a window later (reading the live entry to
+  // prefetch what it points at) stalled on that entry, which had often not arrived 8 or 16
+  // records after its prefetch, and cost instructions on every record; without it the
+  // replay was no slower.
+  constexpr std::size_t kBatch = 16;
+  std::vector<format::EventRecord> batches(2 * kBatch);
+  format::EventRecord* ahead = batches.data();
+  format::EventRecord* behind = ahead + kBatch;
+  std::size_t n_behind = 0;
+  format::EventRecord e;
+  format::Record slow;
+  std::uint64_t n = 0, next_progress = Progress::kCheckEvery;
+  for (;;) {
+    const std::size_t got = rd.next_events(ahead, kBatch);
+    m.feed_batch(behind, n_behind, ahead, got);
+    std::swap(ahead, behind);
+    n_behind = got;
+    n += got;
+    if (got < kBatch) {
+      m.feed_batch(behind, n_behind, nullptr, 0);
+      n_behind = 0;
+      auto one = rd.next_any(e, slow);
+      if (one == TraceReader::Got::none) break;
+      if (one == TraceReader::Got::event) m.feed(e);
+      else m.feed(slow);
+      ++n;
+    }
+    if (n >= next_progress) {
+      progress.update(rd.file_pos(), n);
+      next_progress = n + Progress::kCheckEvery;
+    }
+  }
+}
+
+// The simultaneous totals of one device across the merged traces, created on first use.
+MergedDevice& merged_device(Analysis& out, int device, const AnalyzeOptions& opt) {
+  for (auto& m : out.merged)
+    if (m.device == device) return m;
+  out.merged.push_back({});
+  out.merged.back().device = device;
+  out.merged.back().timeline = Timeline{opt.timeline_buckets};
+  return out.merged.back();
+}
+
+// Feeds one event of a device to its trace's model and adds what it changed to the merged
+// totals at aligned time bw.
+void feed_merged_event(Analysis& out, Model& m, const format::Record& rec, int device, std::uint64_t bw,
+                       const AnalyzeOptions& opt) {
+  auto before = m.totals(device);
+  m.feed(rec);
+  auto after = m.totals(device);
+  auto& md = merged_device(out, device, opt);
+  if (after.requested != before.requested) md.requested.add(after.requested - before.requested);
+  if (after.reserved != before.reserved) md.reserved.add(after.reserved - before.reserved);
+  if (after.allocated != before.allocated) {
+    md.allocated.add(after.allocated - before.allocated);
+    if (md.allocated.current == md.allocated.peak && after.allocated > before.allocated)
+      md.peak_allocated_wall_ns = bw;
+  }
+  md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current, md.allocated.current,
+                     md.reserved.current);
+}
+
+// The process exited: the driver frees everything it still held (its cache, its leaks), so it
+// leaves the simultaneous totals. Without an end record (killed, or still running) nothing is
+// known, and its memory stays counted.
+void release_at_end(Analysis& out, const Model& m, std::uint64_t bw) {
+  for (auto& md : out.merged) {
+    auto left = m.totals(md.device);
+    if (!left.requested && !left.allocated && !left.reserved) continue;
+    md.requested.add(-left.requested);
+    md.allocated.add(-left.allocated);
+    md.reserved.add(-left.reserved);
+    md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current, md.allocated.current,
+                       md.reserved.current);
+  }
+}
+
+// Several traces: k-way merge by aligned (wall-clock) time. Each stream holds one decoded
+// record ahead.
+void replay_merged(std::vector<std::unique_ptr<TraceReader>>& readers, Analysis& out, const AnalyzeOptions& opt,
+                   Progress& progress) {
+  struct Stream {
+    format::Record rec;
+    bool have = false;
+    std::uint64_t last_ts = 0;
+  };
+  std::vector<Stream> st(readers.size());
+  auto pull = [&](std::size_t i) {
+    st[i].have = readers[i]->next(st[i].rec);
+    if (st[i].have) st[i].last_ts = record_ts(st[i].rec, st[i].last_ts);
+  };
+  // The process record comes first; read it so the clock alignment is known.
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    pull(i);
+    while (st[i].have && st[i].rec.type != format::RecordType::alloc &&
+           st[i].rec.type != format::RecordType::free && st[i].rec.type != format::RecordType::segment_alloc &&
+           st[i].rec.type != format::RecordType::free_completed && st[i].rec.type != format::RecordType::oom) {
+      out.traces[i]->feed(st[i].rec);
+      pull(i);
+    }
+  }
+  auto wall = [&](std::size_t i) { return out.traces[i]->info.to_wall(st[i].last_ts); };
+  out.merged_start_wall_ns = UINT64_MAX;
+  for (auto& t : out.traces)
+    out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
+  std::uint64_t n = 0;
+  for (;;) {
+    std::size_t best = SIZE_MAX;
+    std::uint64_t bw = 0;
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      if (!st[i].have) continue;
+      auto w = wall(i);
+      if (best == SIZE_MAX || w < bw) best = i, bw = w;
+    }
+    if (best == SIZE_MAX) break;
+    auto& m = *out.traces[best];
+    int device = record_device(st[best].rec);
+    if (device != INT32_MIN) {
+      feed_merged_event(out, m, st[best].rec, device, bw, opt);
+    } else {
+      m.feed(st[best].rec);
+      if (st[best].rec.type == format::RecordType::end) release_at_end(out, m, bw);
+    }
+    pull(best);
+    if ((++n & (Progress::kCheckEvery - 1)) == 0 && progress.active()) {
+      std::uint64_t done = 0;
+      for (auto& r : readers) done += r->file_pos();
+      progress.update(done, n);
+    }
+  }
+}
+
 }  // namespace
 
 Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& opt) {
@@ -72,133 +214,8 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
   for (auto& r : readers) total += r->file_size();
   Progress progress(paths.size() == 1 ? paths[0] : fmt::format("{} traces", paths.size()), total, opt.progress);
 
-  if (readers.size() == 1) {
-    auto& rd = *readers[0];
-    auto& m = *out.traces[0];
-    // Events are decoded a batch of kBatch records ahead of the replay (in place, into small
-    // EventRecords), and their hash slots prefetched while the batch before is replayed, one
-    // record's before each record there: each event's cache misses are in flight kBatch
-    // records before it is replayed. A batch ends before any
-    // record but alloc/free/free_completed; that record (stacks, modules, segments...) is fed
-    // once the batches before it are: those holding views into the reader's buffer must be
-    // fed before the next read.
-    // One prefetch stage only: a second one half a window later (reading the live entry to
-    // prefetch what it points at) stalled on that entry, which had often not arrived 8 or 16
-    // records after its prefetch, and cost instructions on every record; without it the
-    // replay was no slower.
-    constexpr std::size_t kBatch = 16;
-    std::vector<format::EventRecord> batches(2 * kBatch);
-    format::EventRecord* ahead = batches.data();
-    format::EventRecord* behind = ahead + kBatch;
-    std::size_t n_behind = 0;
-    format::EventRecord e;
-    format::Record slow;
-    std::uint64_t n = 0, next_progress = Progress::kCheckEvery;
-    for (;;) {
-      const std::size_t got = rd.next_events(ahead, kBatch);
-      m.feed_batch(behind, n_behind, ahead, got);
-      std::swap(ahead, behind);
-      n_behind = got;
-      n += got;
-      if (got < kBatch) {
-        m.feed_batch(behind, n_behind, nullptr, 0);
-        n_behind = 0;
-        auto one = rd.next_any(e, slow);
-        if (one == TraceReader::Got::none) break;
-        if (one == TraceReader::Got::event) m.feed(e);
-        else m.feed(slow);
-        ++n;
-      }
-      if (n >= next_progress) {
-        progress.update(rd.file_pos(), n);
-        next_progress = n + Progress::kCheckEvery;
-      }
-    }
-  } else {
-    // k-way merge by aligned (wall-clock) time. Each stream holds one decoded record ahead.
-    struct Stream {
-      format::Record rec;
-      bool have = false;
-      std::uint64_t last_ts = 0;
-    };
-    std::vector<Stream> st(readers.size());
-    auto pull = [&](std::size_t i) {
-      st[i].have = readers[i]->next(st[i].rec);
-      if (st[i].have) st[i].last_ts = record_ts(st[i].rec, st[i].last_ts);
-    };
-    // The process record comes first; read it so the clock alignment is known.
-    for (std::size_t i = 0; i < st.size(); ++i) {
-      pull(i);
-      while (st[i].have && st[i].rec.type != format::RecordType::alloc &&
-             st[i].rec.type != format::RecordType::free && st[i].rec.type != format::RecordType::segment_alloc &&
-             st[i].rec.type != format::RecordType::free_completed && st[i].rec.type != format::RecordType::oom) {
-        out.traces[i]->feed(st[i].rec);
-        pull(i);
-      }
-    }
-    auto wall = [&](std::size_t i) { return out.traces[i]->info.to_wall(st[i].last_ts); };
-    out.merged_start_wall_ns = UINT64_MAX;
-    for (auto& t : out.traces)
-      out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
-    auto merged_dev = [&](int device) -> MergedDevice& {
-      for (auto& m : out.merged)
-        if (m.device == device) return m;
-      out.merged.push_back({});
-      out.merged.back().device = device;
-      out.merged.back().timeline = Timeline{opt.timeline_buckets};
-      return out.merged.back();
-    };
-    std::uint64_t n = 0;
-    for (;;) {
-      std::size_t best = SIZE_MAX;
-      std::uint64_t bw = 0;
-      for (std::size_t i = 0; i < st.size(); ++i) {
-        if (!st[i].have) continue;
-        auto w = wall(i);
-        if (best == SIZE_MAX || w < bw) best = i, bw = w;
-      }
-      if (best == SIZE_MAX) break;
-      auto& m = *out.traces[best];
-      int device = record_device(st[best].rec);
-      if (device != INT32_MIN) {
-        auto before = m.totals(device);
-        m.feed(st[best].rec);
-        auto after = m.totals(device);
-        auto& md = merged_dev(device);
-        if (after.requested != before.requested) md.requested.add(after.requested - before.requested);
-        if (after.reserved != before.reserved) md.reserved.add(after.reserved - before.reserved);
-        if (after.allocated != before.allocated) {
-          md.allocated.add(after.allocated - before.allocated);
-          if (md.allocated.current == md.allocated.peak && after.allocated > before.allocated)
-            md.peak_allocated_wall_ns = bw;
-        }
-        md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current,
-                           md.allocated.current, md.reserved.current);
-      } else {
-        m.feed(st[best].rec);
-        if (st[best].rec.type == format::RecordType::end) {
-          // The process exited: the driver frees everything it still held (its cache, its
-          // leaks), so it leaves the simultaneous totals. Without an end record (killed, or
-          // still running) nothing is known, and its memory stays counted.
-          for (auto& md : out.merged) {
-            auto left = m.totals(md.device);
-            if (!left.requested && !left.allocated && !left.reserved) continue;
-            md.requested.add(-left.requested);
-            md.allocated.add(-left.allocated);
-            md.reserved.add(-left.reserved);
-            md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current,
-                               md.allocated.current, md.reserved.current);
-          }
-        }
-      }
-      pull(best);
-      if ((++n & (Progress::kCheckEvery - 1)) == 0 && progress.active()) {
-        std::uint64_t done = 0;
-        for (auto& r : readers) done += r->file_pos();
-        progress.update(done, n);
-      }
-    }
-  }
+  if (readers.size() == 1) replay_single(*readers[0], *out.traces[0], progress);
+  else replay_merged(readers, out, opt, progress);
   progress.finish();  // before any warning, so that none lands on the progress line
   for (std::size_t i = 0; i < readers.size(); ++i) {
     auto& rd = *readers[i];

@@ -246,14 +246,14 @@ void Model::on_oom(const format::OomRecord& o) {
   oi.model_held = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current + d.held -
                                                 d.stat[kAllocatedBytes][0].current);
   oi.frag = snapshot(di, o.ts);
-  detail::FlatMap<SiteBytes> by;
+  base::FlatMap<SiteBytes> by;
   live_.for_each([&](std::uint64_t, const Live& e) {
     if (e.dev != di || pending(e) || !format::holds_device_memory(static_cast<AllocKind>(e.kind))) return;
     auto& s = by.get(e.stack);
     s.stack = e.stack, s.bytes += e.requested, s.allocated += e.size, s.count++;
   });
   by.for_each([&](std::uint64_t, const SiteBytes& s) { oi.top_live.push_back(s); });
-  detail::sort_sites(oi.top_live);
+  model::sort_sites(oi.top_live);
   if (oi.top_live.size() > kOomTopSites) oi.top_live.resize(kOomTopSites);
   ooms.push_back(std::move(oi));
 }

@@ -29,10 +29,10 @@ struct SiteBytes {
   std::uint64_t bytes = 0, allocated = 0, count = 0;
 };
 
-namespace detail {
+namespace model {
 // Largest requested bytes first, then by stack id, so equal sites list in a stable order.
 void sort_sites(std::vector<SiteBytes>& v);
-}  // namespace detail
+}  // namespace model
 
 // Usage of a kind the pool does not serve (async, managed, vmm, host pinned, ...).
 struct KindUsage {
@@ -109,7 +109,7 @@ struct DeviceState {
   // stack -> allocations live at the peak and freed since: indexed by stack id (ids are dense)
   // on the per-event path; `acc_wild` holds ids beyond the stacks seen (corrupt traces).
   std::vector<Acc> acc;
-  detail::FlatMap<Acc> acc_wild;
+  base::FlatMap<Acc> acc_wild;
 };
 
 // Bytes are requested bytes; *_allocated the block bytes of the same allocations.
@@ -366,14 +366,14 @@ class Model {
 
   void add_acc(DeviceState& d, const Live& e);
 
-  detail::FlatMap<Live> live_;
+  base::FlatMap<Live> live_;
   // Address -> number of active segment blocks starting / ending there: answers "does a
   // neighbour touch this block" in O(1) for the free-piece count, one slot per block edge,
   // for the segments without a bitmap (below).
   struct Edges {
     std::uint32_t starts = 0, ends = 0;
   };
-  detail::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
+  base::FlatMap<Edges, 2> edges_;  // entries come and go every event: kept at most 1/4 full
   // Segments of up to kBitsMaxSegment bytes keep their block edges in a bitmap instead
   // (model_edges.cpp says when and why): two bits per 512-byte boundary, owned here by slot.
   static constexpr std::uint64_t kBitsMaxSegment = std::uint64_t{32} << 20;
@@ -389,7 +389,7 @@ class Model {
   };
   static constexpr std::size_t kThreadSlots = 64;  // power of two
   std::array<ThreadLast, kThreadSlots> thread_slots_{};
-  detail::FlatMap<std::uint64_t> thread_last_;
+  base::FlatMap<std::uint64_t> thread_last_;
   std::uint64_t& thread_last(std::uint32_t tid) {
     auto& t = thread_slots_[tid & (kThreadSlots - 1)];
     const std::uint64_t key = std::uint64_t{tid} + 1;
@@ -439,7 +439,7 @@ class Model {
     }
     site_drops_[(site_drops_head_ + n_site_drops_) & (kSiteDrops - 1)] = x;
     ++n_site_drops_;
-    detail::prefetch_line(&sites[x.site]);
+    base::prefetch_line(&sites[x.site]);
   }
   void flush_site_drops() {
     for (; n_site_drops_; --n_site_drops_) {
@@ -509,7 +509,7 @@ class Model {
   std::uint64_t entry_seq_ = 0;
   std::vector<DevWin> dev_win_;
   std::vector<Site> site_acc_, site_base_;
-  detail::FlatMap<Leak> win_leaks_;
+  base::FlatMap<Leak> win_leaks_;
   std::uint64_t win_leaked_bytes_ = 0, win_leaked_allocated_ = 0, win_leaked_count_ = 0;
   std::uint64_t seq_ = 0;
   std::size_t timeline_buckets_;

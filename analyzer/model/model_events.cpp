@@ -375,15 +375,15 @@ void Model::prefetch(const format::EventRecord& e) const {
   // prefetch loads the first site's line instead.
   const std::uint32_t stack = e.alloc_stack();
   const std::size_t site_idx = stack & (std::size_t{0} - static_cast<std::size_t>(is_alloc & (stack < sites.size())));
-  detail::prefetch_line(sites.data() + site_idx);
+  base::prefetch_line(sites.data() + site_idx);
   if (kind != AllocKind::device_pooled) return;
   const SegHint* h = seg_hint(ptr);
   // Its segment's first line (find_segment, seg_add_block).
-  if (h) detail::prefetch_line(segs_.data() + h->slot);
+  if (h) base::prefetch_line(segs_.data() + h->slot);
   if (const auto* w = h ? bits_word(*h, ptr) : nullptr) {
     // The block's edges in its segment's bitmap (model_edges.cpp): a line covers 128 KiB
     // of the segment, so usually both edges.
-    detail::prefetch_line(w);
+    base::prefetch_line(w);
   } else if (edges_.size()) {
     // The block's edges (seg_add_block), when some segment keeps them in the hash map.
     if (is_alloc) {

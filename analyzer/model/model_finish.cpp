@@ -14,7 +14,7 @@ bool leak_counted(AllocKind k) { return k != AllocKind::va_reserve && k != Alloc
 
 }  // namespace
 
-void detail::sort_sites(std::vector<SiteBytes>& v) {
+void model::sort_sites(std::vector<SiteBytes>& v) {
   std::sort(v.begin(), v.end(), [](const SiteBytes& a, const SiteBytes& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
   });
@@ -129,8 +129,8 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
   for (auto& o : ooms) finish_fragmentation(o.frag);
 
   // Peak consumers: allocations live at the peak = (freed since, accumulated) + (still live).
-  std::vector<detail::FlatMap<SiteBytes>> peak(devices.size());
-  detail::FlatMap<Leak> leak_by;
+  std::vector<base::FlatMap<SiteBytes>> peak(devices.size());
+  base::FlatMap<Leak> leak_by;
   live_.for_each([&](std::uint64_t, const Live& e) {
     if (pending(e)) return;
     auto kind = static_cast<AllocKind>(e.kind);
@@ -159,7 +159,7 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     d.acc_wild.for_each(add);
     d.acc = {}, d.acc_wild = {};
     peak[i].for_each([&](std::uint64_t, const SiteBytes& s) { d.peak_consumers.push_back(s); });
-    detail::sort_sites(d.peak_consumers);
+    model::sort_sites(d.peak_consumers);
   }
   if (windowed_) {
     leak_by = std::move(win_leaks_);

@@ -423,11 +423,11 @@ class Replayer {
   std::vector<int> dev_index_;  // by u16(device)
   std::vector<std::unique_ptr<DeviceSim>> devs_;
   TorchCallers callers_{model_};  // policy torch: which allocations torch's allocator makes
-  detail::FlatMap<Live> live_;         // trace address -> replayed block
+  base::FlatMap<Live> live_;         // trace address -> replayed block
   // Trace address -> fence of a pooled free whose address was allocated again before its
   // free_completed (the live entry is the new block's); empty in a well-formed trace.
-  detail::FlatMap<Pending> overflow_;
-  detail::FlatMap<std::uint64_t> other_;  // other device kinds: bytes held
+  base::FlatMap<Pending> overflow_;
+  base::FlatMap<std::uint64_t> other_;  // other device kinds: bytes held
   std::uint64_t mono0_ = 0;
   int last_device_ = 0;  // dev()'s last answer
   std::uint16_t last_idx_ = 0;

@@ -226,7 +226,7 @@ class SegTracker final : public pool::PoolObserver {
   std::vector<std::uint32_t> free_;
   std::vector<std::uint64_t> starts_;  // sorted
   std::vector<std::uint32_t> slots_;   // parallel to starts_
-  detail::FlatMap<std::uint32_t> by_base_;  // segment base -> slot
+  base::FlatMap<std::uint32_t> by_base_;  // segment base -> slot
   std::uint64_t non_releasable_ = 0, retries_ = 0;
 };
 

@@ -64,6 +64,53 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const Summa
   return arr;
 }
 
+json kinds_json(const DeviceState& d) {
+  json kinds = json::object();
+  for (int k = 0; k < format::kNumAllocKinds; ++k) {
+    const auto& u = d.kinds[k];
+    if (!u.used) continue;
+    kinds[format::alloc_kind_name(static_cast<format::AllocKind>(k))] = {
+        {"current", u.current}, {"peak", u.peak}, {"total", u.total},
+        {"count", u.count},     {"peak_count", u.peak_count}, {"total_count", u.total_count}};
+  }
+  return kinds;
+}
+
+// The OOMs recorded (of --device's only, if given), each with its advice and live sites.
+json ooms_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  const Model& m = *sites.analysis().traces[ti];
+  const auto& in = m.info;
+  StackResolver& res = sites.res(ti);
+  json ooms = json::array();
+  for (std::size_t oi = 0; oi < m.ooms.size(); ++oi) {
+    const auto& o = m.ooms[oi];
+    if (opt.device >= 0 && o.rec.device != opt.device) continue;
+    const auto& r = o.rec;
+    const OomAdvice adv = oom_advice(o);
+    ooms.push_back({{"device", r.device},
+                    {"ts_ns", rel(r.ts, in)},
+                    {"kind", format::alloc_kind_name(r.kind)},
+                    {"requested", r.requested},
+                    {"device_free", r.device_free},
+                    {"device_total", r.device_total},
+                    {"limit", r.limit},
+                    {"pool_reserved", r.reserved},
+                    {"pool_allocated", r.allocated},
+                    {"pool_largest_free", r.largest_free},
+                    {"replay_reserved", o.model_reserved},
+                    {"replay_allocated", o.model_allocated},
+                    {"held", adv.held},
+                    {"reserved_unused", adv.reserved_unused},
+                    {"fits_without_fragmentation", adv.fits_without_fragmentation},
+                    {"cause", adv.cause},
+                    {"suggestion", adv.suggestion},
+                    {"fragmentation", frag_json(o.frag, in)},
+                    {"top_live", site_list(sites.oom_live(ti, oi), res, opt)}});
+    put_stack(ooms.back(), res.frames(r.stack), opt);
+  }
+  return ooms;
+}
+
 json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];
   const auto& in = m.info;
@@ -96,17 +143,6 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
       {kOversizeSegments, "oversize_segments"},
   };
   json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array();
-  auto kinds_json = [](const DeviceState& d) {
-    json kinds = json::object();
-    for (int k = 0; k < format::kNumAllocKinds; ++k) {
-      const auto& u = d.kinds[k];
-      if (!u.used) continue;
-      kinds[format::alloc_kind_name(static_cast<format::AllocKind>(k))] = {
-          {"current", u.current}, {"peak", u.peak}, {"total", u.total},
-          {"count", u.count},     {"peak_count", u.peak_count}, {"total_count", u.total_count}};
-    }
-    return kinds;
-  };
   // Pinned host memory has no device (the trace's device -1): its own object, so that
   // devices[] holds GPUs only and devices[0] is the first GPU.
   doc["host"] = {{"other_kinds", json::object()}};
@@ -158,34 +194,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   doc["leaked_allocated_bytes"] = m.leaked_allocated_bytes;
   doc["leaked_count"] = m.leaked_count;
   doc["fragmentation"] = std::move(frag);
-  json ooms = json::array();
-  for (std::size_t oi = 0; oi < m.ooms.size(); ++oi) {
-    const auto& o = m.ooms[oi];
-    if (opt.device >= 0 && o.rec.device != opt.device) continue;
-    const auto& r = o.rec;
-    const OomAdvice adv = oom_advice(o);
-    ooms.push_back({{"device", r.device},
-                    {"ts_ns", rel(r.ts, in)},
-                    {"kind", format::alloc_kind_name(r.kind)},
-                    {"requested", r.requested},
-                    {"device_free", r.device_free},
-                    {"device_total", r.device_total},
-                    {"limit", r.limit},
-                    {"pool_reserved", r.reserved},
-                    {"pool_allocated", r.allocated},
-                    {"pool_largest_free", r.largest_free},
-                    {"replay_reserved", o.model_reserved},
-                    {"replay_allocated", o.model_allocated},
-                    {"held", adv.held},
-                    {"reserved_unused", adv.reserved_unused},
-                    {"fits_without_fragmentation", adv.fits_without_fragmentation},
-                    {"cause", adv.cause},
-                    {"suggestion", adv.suggestion},
-                    {"fragmentation", frag_json(o.frag, in)},
-                    {"top_live", site_list(sites.oom_live(ti, oi), res, opt)}});
-    put_stack(ooms.back(), res.frames(r.stack), opt);
-  }
-  doc["ooms"] = std::move(ooms);
+  doc["ooms"] = ooms_json(sites, ti, opt);
   doc["timeline"] = std::move(tl);
   phases_json(doc, m, opt);
   return doc;

@@ -220,10 +220,9 @@ void frag_text(std::string& out, const Fragmentation& f, const char* indent) {
                      human_bytes(f.median_request), human_bytes(f.unusable_bytes), 100.0 * f.unusable_share);
 }
 
-void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
-  const Model& m = *sites.analysis().traces[ti];
+// The trace's header: command, process, devices, events, window and filters, truncation.
+void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
-  StackResolver& res = sites.res(ti);
   std::string cmd;
   for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + text_safe(c);
   out += fmt::format("gpuheap summary of {}\n", text_safe(in.path));
@@ -251,17 +250,17 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
     out += fmt::format("  unmatched frees: {} (memory allocated before tracing started; ignored)\n",
                        in.unmatched_frees);
   out += "\n";
+}
 
-  for (const auto& d : m.devices) {
-    if (opt.device >= 0 && d.device != opt.device) continue;
-    torch_table(out, d, opt);
-    out += "\n";
-  }
-  phases_text(out, m, opt);
+// Stacks printed for peak consumers, by site key: a leak at the same site (a training job's
+// weights and library workspaces are both) refers to it instead of repeating it (not --full).
+using ShownStacks = std::unordered_map<std::string, std::string>;
 
-  // Stacks printed for peak consumers, by site key: a leak at the same site (a training job's
-  // weights and library workspaces are both) refers to it instead of repeating it (not --full).
-  std::unordered_map<std::string, std::string> shown_stacks;
+void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt,
+                         ShownStacks& shown_stacks) {
+  const Model& m = *sites.analysis().traces[ti];
+  const auto& in = m.info;
+  StackResolver& res = sites.res(ti);
   std::size_t devices_shown = 0;
   for (const auto& d : m.devices) devices_shown += (opt.device < 0 || d.device == opt.device) && d.peak_held > 0;
   for (std::size_t di = 0; di < m.devices.size(); ++di) {
@@ -292,8 +291,11 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
     }
     out += "\n";
   }
+}
 
-  // Merged by count; a list is empty exactly when no site has any.
+// The lists merged by count; a list is empty exactly when no site has any.
+void count_lists_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  StackResolver& res = sites.res(ti);
   auto list = [&](const char* title, const std::vector<SiteRow>& merged, const char* what) {
     if (merged.empty()) return;
     out += fmt::format("{}\n", title);
@@ -309,7 +311,13 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
   list("Most allocations (by count)", sites.most_allocations(ti), "allocations");
   list("Most temporary allocations (freed before the thread's next allocation)", sites.temporary(ti),
        "temporary allocations");
+}
 
+void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt,
+                const ShownStacks& shown_stacks) {
+  const Model& m = *sites.analysis().traces[ti];
+  const auto& in = m.info;
+  StackResolver& res = sites.res(ti);
   if (!m.leaks.empty()) {
     out += fmt::format("Leaks (live at the end of the trace{}): {} requested ({} allocated) in {} allocations\n",
                        in.truncated ? "; truncated trace, so the process may have freed them later" : "",
@@ -326,7 +334,10 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
   } else {
     out += "Leaks: none (every allocation was freed)\n\n";
   }
+}
 
+void fragmentation_text(std::string& out, const Model& m, const SummaryOptions& opt) {
+  const auto& in = m.info;
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
     const auto& f = d.frag_peak;
@@ -336,6 +347,12 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
     frag_text(out, f, "  ");
     out += "\n";
   }
+}
+
+void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  const Model& m = *sites.analysis().traces[ti];
+  const auto& in = m.info;
+  StackResolver& res = sites.res(ti);
   for (std::size_t oi = 0; oi < m.ooms.size(); ++oi) {
     const auto& o = m.ooms[oi];
     if (opt.device >= 0 && o.rec.device != opt.device) continue;
@@ -367,6 +384,23 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
   for (const auto& d : m.devices) more += d.num_ooms;
   if (more > m.ooms.size())
     out += fmt::format("({} more OOMs not detailed)\n\n", more - m.ooms.size());
+}
+
+void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
+  const Model& m = *sites.analysis().traces[ti];
+  header_text(out, m, opt);
+  for (const auto& d : m.devices) {
+    if (opt.device >= 0 && d.device != opt.device) continue;
+    torch_table(out, d, opt);
+    out += "\n";
+  }
+  phases_text(out, m, opt);
+  ShownStacks shown_stacks;
+  peak_consumers_text(out, sites, ti, opt, shown_stacks);
+  count_lists_text(out, sites, ti, opt);
+  leaks_text(out, sites, ti, opt, shown_stacks);
+  fragmentation_text(out, m, opt);
+  ooms_text(out, sites, ti, opt);
 }
 
 }  // namespace

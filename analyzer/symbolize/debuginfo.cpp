@@ -22,7 +22,7 @@ namespace gpuheap {
 namespace {
 
 bool g_debuginfod = false;
-thread_local detail::DebugLookup* t_lookup = nullptr;
+thread_local symbolize::DebugLookup* t_lookup = nullptr;
 thread_local int t_depth = 0;  // find_debuginfo re-entered through dwfl_module_getdwarf
 
 struct Reenter {
@@ -122,7 +122,7 @@ int from_debuginfod(const unsigned char* id, std::size_t n, char** out_name) {
   }
   // A file in the client's cache, but what a server sent: the same checks as a local one.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > detail::kMaxElfBytes ||
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > symbolize::kMaxElfBytes ||
       !matches_build_id(fd, id, n, false)) {
     ::close(fd);
     std::free(path);
@@ -137,7 +137,7 @@ template <class Valid>
 int try_candidate(const std::string& path, char** out_name, Valid valid) {
   std::uint64_t size = 0;
   std::string why;
-  int fd = open_regular(path, &size, &why, detail::kMinElfBytes, detail::kMaxElfBytes);
+  int fd = open_regular(path, &size, &why, symbolize::kMinElfBytes, symbolize::kMaxElfBytes);
   if (fd < 0) {
     if (why != std::strerror(ENOENT) && why != std::strerror(ENOTDIR))
       spdlog::debug("symbolize: debug file candidate '{}' skipped: {}", path, why);
@@ -218,7 +218,7 @@ int find_elf(Dwfl_Module* /*mod*/, void** /*userdata*/, const char* /*modname*/,
   if (file_name == nullptr || *file_name == nullptr) return -1;
   std::uint64_t size = 0;
   std::string why;
-  int fd = open_regular(*file_name, &size, &why, detail::kMinElfBytes, detail::kMaxElfBytes);
+  int fd = open_regular(*file_name, &size, &why, symbolize::kMinElfBytes, symbolize::kMaxElfBytes);
   if (fd < 0) {
     std::free(*file_name);
     *file_name = nullptr;
@@ -241,7 +241,7 @@ void configure_debuginfod(bool enabled, double timeout_s) {
   ::setenv("DEBUGINFOD_MAXTIME", t.c_str(), 1);
 }
 
-namespace detail {
+namespace symbolize {
 
 const Dwfl_Callbacks kGuardedCallbacks = {
     .find_elf = find_elf,
@@ -259,5 +259,5 @@ bool needs_alt(Dwarf* dw) {
   return dw != nullptr && dwelf_dwarf_gnu_debugaltlink(dw, &altname, &id) > 0;
 }
 
-}  // namespace detail
+}  // namespace symbolize
 }  // namespace gpuheap

@@ -20,7 +20,7 @@ namespace gpuheap {
 // DEBUGINFOD_MAXTIME). Call before the first symbolization.
 void configure_debuginfod(bool enabled, double timeout_s);
 
-namespace detail {
+namespace symbolize {
 
 // ELF and debug files larger than this are not opened (a bound for a file whose size a
 // trace or a planted file chooses; real debug files of the largest libraries are far smaller).
@@ -50,5 +50,5 @@ class DebugLookupScope {
 // Whether this Dwarf names a dwz alternate file (.gnu_debugaltlink).
 bool needs_alt(Dwarf* dw);
 
-}  // namespace detail
+}  // namespace symbolize
 }  // namespace gpuheap

@@ -52,7 +52,7 @@ void append_frame_name(std::string& out, const Frame& f) {
   else fmt::format_to(std::back_inserter(out), FMT_COMPILE("{:#x}"), f.ip);
 }
 
-namespace detail {
+namespace symbolize {
 namespace {
 
 // A C symbol of the CUDA runtime API (cudaMalloc, cudaMallocAsync, ...): a bare name, no
@@ -87,7 +87,7 @@ bool startup_function(std::string_view fn) {
 }
 
 }  // namespace
-}  // namespace detail
+}  // namespace symbolize
 
 namespace {
 std::vector<MissingModule>& missing_list() {
@@ -122,8 +122,8 @@ struct Symbolizer::Impl {
     bool use_dwarf = false;  // DWARF is read (not when its dwz file could not be opened safely)
     Dwfl* dwfl = nullptr;
     Dwfl_Module* mod = nullptr;
-    detail::SymbolIndex syms;
-    std::unordered_map<Dwarf_Off, std::unique_ptr<detail::CuIndex>> cus;  // by CU DIE offset
+    symbolize::SymbolIndex syms;
+    std::unordered_map<Dwarf_Off, std::unique_ptr<symbolize::CuIndex>> cus;  // by CU DIE offset
     ~Module() {
       cus.clear();
       if (dwfl != nullptr) dwfl_end(dwfl);
@@ -175,12 +175,12 @@ void Symbolizer::Impl::open(Module& m) {
   }
   std::uint64_t size = 0;
   std::string why;
-  int fd = open_regular(p, &size, &why, detail::kMinElfBytes, detail::kMaxElfBytes);
+  int fd = open_regular(p, &size, &why, symbolize::kMinElfBytes, symbolize::kMaxElfBytes);
   if (fd < 0) {
     warn_once(m, why);
     return;
   }
-  Dwfl* dwfl = dwfl_begin(&detail::kGuardedCallbacks);
+  Dwfl* dwfl = dwfl_begin(&symbolize::kGuardedCallbacks);
   if (dwfl == nullptr) {
     ::close(fd);
     return;
@@ -215,12 +215,12 @@ void Symbolizer::Impl::open(Module& m) {
   // for now, through the guarded callbacks (debuginfo.h). Should the DWARF name a dwz file
   // that was not found that way, libdw would search for it itself on first use, with a
   // plain open(2) of names the file chooses: the module's DWARF is then left unread.
-  detail::DebugLookup look;
-  detail::DebugLookupScope scope(&look);
+  symbolize::DebugLookup look;
+  symbolize::DebugLookupScope scope(&look);
   m.syms.build(mod);
   Dwarf_Addr bias = 0;
   Dwarf* dw = dwfl_module_getdwarf(mod, &bias);
-  m.use_dwarf = dw != nullptr && (!detail::needs_alt(dw) || look.alt_found);
+  m.use_dwarf = dw != nullptr && (!symbolize::needs_alt(dw) || look.alt_found);
   if (dw != nullptr && !m.use_dwarf)
     spdlog::debug("symbolize: the debug info of '{}' needs a dwz file that was not found; its frames are named "
                   "from the symbol table only", p);
@@ -237,12 +237,12 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
   Dwarf_Addr pc = addr - bias;
   auto& idx = m.cus[dwarf_dieoffset(cudie)];
   if (!idx) {
-    idx = std::make_unique<detail::CuIndex>();
+    idx = std::make_unique<symbolize::CuIndex>();
     idx->build(cudie);
   }
   std::vector<Dwarf_Die> chain;  // function scopes, innermost first, ending in the concrete one
   if (const Dwarf_Die* fn = idx->find(pc)) {
-    chain = detail::inline_chain(*fn, pc);
+    chain = symbolize::inline_chain(*fn, pc);
     chain.push_back(*fn);
   } else if (idx->fns.empty()) {
     // A unit whose functions the walk cannot see (e.g. a split-DWARF skeleton): ask libdw,
@@ -250,11 +250,11 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
     Dwarf_Die* scopes = nullptr;
     int n = dwarf_getscopes(cudie, pc, &scopes);
     for (int i = 0; i < n; ++i) {
-      if (!detail::is_function_scope(&scopes[i])) continue;
+      if (!symbolize::is_function_scope(&scopes[i])) continue;
       Dwarf_Die* concrete = nullptr;
       int k = dwarf_getscopes_die(&scopes[i], &concrete);
       for (int j = 0; j < k; ++j) {
-        if (!detail::is_function_scope(&concrete[j])) continue;
+        if (!symbolize::is_function_scope(&concrete[j])) continue;
         chain.push_back(concrete[j]);
         if (dwarf_tag(&concrete[j]) == DW_TAG_subprogram) break;
       }
@@ -273,7 +273,7 @@ void Symbolizer::Impl::dwarf_frames(Module& m, std::uint64_t addr, const Frame& 
   }
   for (auto& die : chain) {
     Frame f = proto;
-    f.function = detail::die_function_name(&die, idx.get());
+    f.function = symbolize::die_function_name(&die, idx.get());
     f.file = file;
     f.line = line;
     f.inlined = dwarf_tag(&die) == DW_TAG_inlined_subroutine;
@@ -322,7 +322,7 @@ void Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip, std::vector<
         f.file = stored->str(s.file);
         f.line = static_cast<int>(std::min<std::uint32_t>(s.line, INT32_MAX));
         f.inlined = s.inlined;
-        f.hidden = proto.hidden || detail::hidden_frame(f);
+        f.hidden = proto.hidden || symbolize::hidden_frame(f);
         out.push_back(std::move(f));
       }
       return;
@@ -342,8 +342,8 @@ void Symbolizer::Impl::lookup(std::uint64_t addr, std::uint64_t ip, std::vector<
   // nearest sizeless symbol.
   bool exact = false;
   const char* name = m->syms.find(addr, &exact);
-  if (name != nullptr && (exact || out.back().function.empty())) out.back().function = detail::demangle(name);
-  for (std::size_t i = first; i < out.size(); ++i) out[i].hidden = m->hidden || detail::hidden_frame(out[i]);
+  if (name != nullptr && (exact || out.back().function.empty())) out.back().function = symbolize::demangle(name);
+  for (std::size_t i = first; i < out.size(); ++i) out[i].hidden = m->hidden || symbolize::hidden_frame(out[i]);
 }
 
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
@@ -407,7 +407,7 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
     for (const auto& [first, n] : ranges) {
       for (std::uint32_t k = first; k < first + n && !at_main; ++k) {
         const Frame& f = im.frames[k];
-        if (f.hidden || detail::startup_function(f.function)) continue;
+        if (f.hidden || symbolize::startup_function(f.function)) continue;
         out.push_back(f);
         // The stack stops at main: what called it is the C runtime's startup.
         at_main = f.function == "main" && !f.inlined;

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace gpuheap::detail {
+namespace gpuheap::symbolize {
 
 std::string demangle(const char* name) {
   if (name == nullptr) return {};
@@ -84,4 +84,4 @@ std::vector<Dwarf_Die> inline_chain(Dwarf_Die fn, Dwarf_Addr pc) {
   return chain;
 }
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::symbolize

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace gpuheap::detail {
+namespace gpuheap::symbolize {
 
 // A C++ symbol demangled (Itanium names only), without an ELF version suffix.
 std::string demangle(const char* name);
@@ -142,4 +142,4 @@ std::string die_function_name(Dwarf_Die* die, const CuIndex* idx);
 // Chain of inlined_subroutine DIEs containing pc inside a concrete function, innermost first.
 std::vector<Dwarf_Die> inline_chain(Dwarf_Die fn, Dwarf_Addr pc);
 
-}  // namespace gpuheap::detail
+}  // namespace gpuheap::symbolize

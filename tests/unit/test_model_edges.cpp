@@ -213,7 +213,7 @@ namespace {
 struct Wide {
   std::uint64_t a[5];
 };
-__attribute__((noinline)) void prefetch_wide(const gpuheap::detail::FlatMap<Wide>& m, std::uint64_t k) {
+__attribute__((noinline)) void prefetch_wide(const gpuheap::base::FlatMap<Wide>& m, std::uint64_t k) {
   m.prefetch(k);
 }
 }  // namespace
@@ -229,7 +229,7 @@ __attribute__((noinline)) void prefetch_wide(const gpuheap::detail::FlatMap<Wide
 #endif
 TEST(FlatMapPrefetch, WholeLineSlotsArePrefetched) {
 #if defined(__x86_64__) && defined(__OPTIMIZE__) && !defined(GPUHEAP_TEST_SANITIZED)
-  const gpuheap::detail::FlatMap<Wide> m;
+  const gpuheap::base::FlatMap<Wide> m;
   prefetch_wide(m, 42);  // runs, and keeps the function
   const auto* code = reinterpret_cast<const unsigned char*>(&prefetch_wide);
   int prefetches = 0;

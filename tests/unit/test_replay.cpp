@@ -307,7 +307,7 @@ TEST(ReplayCli, ExitCodes) {
 // value comes out, the entry is gone, entries sharing its probe run stay findable, and the
 // all-ones key (stored beside the table, not in it) works like any other.
 TEST(ReplayFlatMap, TakeMovesTheValueOutAndErasesIncludingTheSentinelKey) {
-  gpuheap::detail::FlatMap<std::uint64_t> m;
+  gpuheap::base::FlatMap<std::uint64_t> m;
   for (std::uint64_t k = 1; k <= 1000; ++k) m.get(k << 21) = k;
   m.get(~std::uint64_t{0}) = 77;
   std::uint64_t v = 0;
@@ -333,7 +333,7 @@ TEST(ReplayFlatMap, TakeMovesTheValueOutAndErasesIncludingTheSentinelKey) {
 // (both edges of a block inserted after one capacity check): entries erased through them
 // are gone, every other entry stays findable, and the all-ones key works like any other.
 TEST(ReplayFlatMap, EraseFoundKeyAtAndReservedInsertsKeepTheOtherEntries) {
-  gpuheap::detail::FlatMap<std::uint64_t> m;
+  gpuheap::base::FlatMap<std::uint64_t> m;
   for (std::uint64_t k = 1; k <= 1000; ++k) {
     m.reserve_more(2);
     std::uint64_t* a = &m.get_reserved(k << 21);
@@ -370,7 +370,7 @@ TEST(ReplayFlatMap, EraseFoundKeyAtAndReservedInsertsKeepTheOtherEntries) {
 // bits in. Every entry must stay findable with its value through all of it.
 TEST(ReplayFlatMap, RandomOperationsMatchAnOrderedMap) {
   std::mt19937_64 rng(7);
-  gpuheap::detail::FlatMap<std::uint64_t> m;
+  gpuheap::base::FlatMap<std::uint64_t> m;
   std::map<std::uint64_t, std::uint64_t> ref;
   auto random_key = [&]() -> std::uint64_t {
     switch (rng() % 4) {

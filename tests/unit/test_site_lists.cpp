@@ -143,8 +143,8 @@ TEST(ReportSiteLists, SharedWithTheFlameGraphsTheSummariesAreUnchanged) {
       // As the report does: the flame graphs first, on the same resolvers, then both views;
       // and the other order.
       SiteLists sites(a, false);
-      for (auto m : {detail::FlameMetric::peak, detail::FlameMetric::leaked, detail::FlameMetric::allocated})
-        EXPECT_FALSE(detail::flame_samples(a, m, false, sites.resolvers()).empty());
+      for (auto m : {exporter::FlameMetric::peak, exporter::FlameMetric::leaked, exporter::FlameMetric::allocated})
+        EXPECT_FALSE(exporter::flame_samples(a, m, false, sites.resolvers()).empty());
       EXPECT_EQ(summary_json(a, o, sites).dump(), json_alone) << full << library;
       EXPECT_EQ(summary_text(a, o, sites), text_alone) << full << library;
       SiteLists other(a, false);
@@ -177,9 +177,9 @@ namespace {
 // build_flame and cap_flame as they were before the tree was built as numbers and capped
 // with totals from one pass: every node made, then a bisection whose every probe recounts
 // the merged nodes. The reference build_flame must match node for node.
-detail::FlameTree build_by_nodes(const std::vector<detail::FlameSample>& samples, detail::FlameLabels& labels) {
-  using detail::FlameNode;
-  detail::FlameTree t;
+exporter::FlameTree build_by_nodes(const std::vector<exporter::FlameSample>& samples, exporter::FlameLabels& labels) {
+  using exporter::FlameNode;
+  exporter::FlameTree t;
   t.nodes.emplace_back();
   t.nodes[0].name = "all";
   std::unordered_map<std::uint64_t, std::uint32_t> child;
@@ -209,8 +209,8 @@ detail::FlameTree build_by_nodes(const std::vector<detail::FlameSample>& samples
   return t;
 }
 
-void cap_by_probes(detail::FlameTree& t, std::size_t max_nodes) {
-  using detail::FlameNode;
+void cap_by_probes(exporter::FlameTree& t, std::size_t max_nodes) {
+  using exporter::FlameNode;
   if (max_nodes < 2) max_nodes = 2;
   if (t.nodes.size() <= max_nodes) return;
   std::vector<std::uint32_t> order(t.nodes.size());
@@ -241,7 +241,7 @@ void cap_by_probes(detail::FlameTree& t, std::size_t max_nodes) {
     else hi = mid - 1;
   }
   total_for(lo);
-  detail::FlameTree out;
+  exporter::FlameTree out;
   std::vector<std::uint32_t> remap(t.nodes.size(), ~0u);
   std::vector<std::uint32_t> queue{0};
   out.nodes.push_back(t.nodes[0]);
@@ -288,19 +288,19 @@ TEST(FlameCap, TreeOfNumbersCappedInOnePassIsWhatEveryNodeAndProbeGave) {
   }
   std::size_t capped = 0;
   for (int round = 0; round < 60; ++round) {
-    std::vector<detail::FlameSample> samples(1 + rng() % 300);
+    std::vector<exporter::FlameSample> samples(1 + rng() % 300);
     for (auto& s : samples) {
       s.weight = 1 + rng() % (round % 3 == 0 ? 4 : 100000);
       std::size_t depth = 1 + rng() % 9;
       for (std::size_t d = 0; d < depth; ++d) s.frames.push_back(&alphabet[rng() % (d < 2 ? 4 : alphabet.size())]);
       if (rng() % 5 == 0) s.prefix.push_back(fmt::format("pid {}", rng() % 3));
     }
-    detail::FlameLabels labels;
+    exporter::FlameLabels labels;
     const auto whole = build_by_nodes(samples, labels);
     for (std::size_t cap : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{17},
                             whole.nodes.size() / 2, whole.nodes.size() - 1, whole.nodes.size(), SIZE_MAX}) {
       std::size_t uncapped = 0;
-      auto fast = detail::build_flame(samples, labels, cap, &uncapped);
+      auto fast = exporter::build_flame(samples, labels, cap, &uncapped);
       auto slow = whole;
       cap_by_probes(slow, cap);
       EXPECT_EQ(uncapped, whole.nodes.size());
@@ -327,7 +327,7 @@ TEST(FlameLabels, OneIdPerNameFileAndLine) {
   d.module = "/lib/libm.so";  // no function: module+offset
   d.offset = 0x10;
   e = d, e.ip = 99;  // same module+offset, another address: the same label
-  detail::FlameLabels labels;
+  exporter::FlameLabels labels;
   const auto ia = labels.of(&a);
   EXPECT_EQ(labels.intern("f", "x.cc", 3), ia);  // interned names and frames share the table
   const auto ip = labels.intern("pid 7", "", 0);
