@@ -1,5 +1,7 @@
 // `diff` (and `check --baseline`) across an edit: orig/diff_prog and edited/diff_prog, the same
 // source with one line inserted above every allocation site, under the preload on simcuda.
+#include <fstream>
+
 #include "tests/golden/golden.h"
 
 namespace gpuheap::golden {
@@ -35,6 +37,26 @@ TEST(GoldenDiff, ANewBufferIsTheOnlyRow) {
   EXPECT_NE(r.out.find("make_scratch"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("#2 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  2 more site(s) moved"), std::string::npos) << r.out;
+}
+
+// check --baseline across the same edit names the new buffer with its growth, not the largest
+// site (before: "top site: 32.0 MiB in 1 allocations at ... make_weights").
+TEST(GoldenDiff, BaselineGateNamesTheSiteThatGrew) {
+  const std::string a = trace_of("orig/diff_prog"), b = trace_of("edited/diff_prog", {"grow"});
+  auto s = cli({"summary", "--json", a});
+  ASSERT_EQ(s.status, 0) << s.err;
+  const std::string base = test::make_dir() + "/base.json";
+  std::ofstream(base) << s.out;
+  auto r = cli({"check", "--baseline", base, b});
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  const auto fail = r.out.find("FAIL: peak requested bytes");
+  ASSERT_NE(fail, std::string::npos) << r.out;
+  const std::string line = r.out.substr(fail, r.out.find('\n', fail) - fail);
+  EXPECT_NE(line.find("grew: +7.00 MiB at "), std::string::npos) << line;
+  EXPECT_NE(line.find("make_scratch"), std::string::npos) << line;
+  EXPECT_NE(line.find("(0 B -> 7.00 MiB, new)"), std::string::npos) << line;
+  EXPECT_EQ(line.find("make_weights"), std::string::npos) << line;
+  EXPECT_EQ(line.find("top site"), std::string::npos) << line;
 }
 
 }  // namespace gpuheap::golden

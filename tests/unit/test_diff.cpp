@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "analyzer/base/units.h"
+#include "analyzer/summary/check.h"
 #include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
@@ -371,4 +373,38 @@ TEST(Diff, SitesOfOneFunctionPairInLineOrder) {
   auto again = diff_sites(*a.traces[0], *c.traces[0], false);
   ASSERT_EQ(again.size(), rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(again[i].key + again[i].key_b, rows[i].key + rows[i].key_b);
+}
+
+// check --baseline names the sites that grew (paired with the baseline's as diff pairs them),
+// not the largest site. Before: "top site: 32.0 MiB in 1 allocations at make_weights ...".
+TEST(CheckBaseline, NamesTheSitesThatGrew) {
+  auto base = analyze_one(sym_job(model_sites(0)), "chk_grow_a.gh");
+  const std::string path = TraceBuilder::dir() + "/grow_baseline.json";
+  std::ofstream(path) << summary_json(base, SummaryOptions{}).dump();
+  // One line inserted above everything; the activations grew 4 MiB, a 7 MiB buffer is new.
+  auto sites = model_sites(1, 20 * MiB);
+  sites.push_back({{{"make_scratch(int)", 31}, {"main", 42}}, 7 * MiB});
+  auto grown = analyze_one(sym_job(sites), "chk_grow_b.gh");
+  CheckOptions o;
+  o.baseline = path;
+  auto r = run_check(grown, o);
+  ASSERT_FALSE(r.violations.empty());
+  const std::string& v = r.violations[0];
+  EXPECT_NE(v.find("peak requested bytes"), std::string::npos) << v;
+  const auto scratch = v.find("grew: +7.00 MiB at make_scratch (model.cpp:31) ["), acts = v.find("+4.00 MiB at make_acts (model.cpp:21) [");
+  ASSERT_NE(scratch, std::string::npos) << v;
+  ASSERT_NE(acts, std::string::npos) << v;
+  EXPECT_LT(scratch, acts) << v;  // largest growth first
+  EXPECT_NE(v.find("(0 B -> 7.00 MiB, new)"), std::string::npos) << v;
+  EXPECT_NE(v.find("(16.0 MiB -> 20.0 MiB, moved)"), std::string::npos) << v;
+  EXPECT_EQ(v.find("make_weights"), std::string::npos) << v;  // unchanged: not named
+  // A baseline that lists only its largest site cannot tell new from cut: said so.
+  SummaryOptions top1;
+  top1.top = 1;
+  std::ofstream(path) << summary_json(base, top1).dump();
+  auto cut = run_check(grown, o);
+  ASSERT_FALSE(cut.violations.empty());
+  EXPECT_NE(cut.violations[0].find("7.00 MiB at make_scratch (model.cpp:31) [") , std::string::npos) << cut.violations[0];
+  EXPECT_NE(cut.violations[0].find("growth unknown"), std::string::npos) << cut.violations[0];
+  EXPECT_EQ(cut.violations[0].find(", new)"), std::string::npos) << cut.violations[0];
 }
