@@ -153,7 +153,12 @@ std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, int d
   constexpr std::size_t kShown = 3;
   std::string out = "grew: ";
   for (std::size_t i = 0; i < grown.size() && i < kShown; ++i) out += (i ? "; " : "") + growth_text(grown[i]);
-  if (grown.size() > kShown) out += fmt::format("; and {} more site(s)", grown.size() - kShown);
+  if (grown.size() > kShown) {
+    // How many of the rest are of unknown growth: with a cut baseline they may hold the most.
+    const auto unknown = std::count_if(grown.begin() + kShown, grown.end(), [](const Growth& g) { return !g.known; });
+    out += fmt::format("; and {} more site(s)", grown.size() - kShown);
+    if (unknown) out += fmt::format(", {} of them not among the sites the baseline lists", unknown);
+  }
   return out;
 }
 

@@ -408,3 +408,23 @@ TEST(CheckBaseline, NamesTheSitesThatGrew) {
   EXPECT_NE(cut.violations[0].find("growth unknown"), std::string::npos) << cut.violations[0];
   EXPECT_EQ(cut.violations[0].find(", new)"), std::string::npos) << cut.violations[0];
 }
+
+// With more sites grown than named, the rest are counted, and those the baseline does not
+// list (growth unknown) are said to be among them.
+TEST(CheckBaseline, CountsTheRestAndTheUnknown) {
+  std::vector<SymSite> few, many;
+  for (std::uint32_t i = 0; i < 6; ++i) few.push_back({{{"f", 10 + i}, {"main", 50}}, MiB});
+  many = few;
+  for (auto& s : many) s.bytes = 2 * MiB;  // every listed site grew 1 MiB
+  many.push_back({{{"g", 70}, {"main", 51}}, 3 * MiB});  // not in a --top 5 baseline
+  const std::string path = TraceBuilder::dir() + "/rest_baseline.json";
+  SummaryOptions top5;
+  std::ofstream(path) << summary_json(analyze_one(sym_job(few), "chk_rest_a.gh"), top5).dump();
+  CheckOptions o;
+  o.baseline = path;
+  auto r = run_check(analyze_one(sym_job(many), "chk_rest_b.gh"), o);
+  ASSERT_FALSE(r.violations.empty());
+  // 5 listed sites grew by 1 MiB, 1 unlisted of f and g each: unknown.
+  EXPECT_NE(r.violations[0].find("; and 4 more site(s), 2 of them not among the sites the baseline lists"),
+            std::string::npos) << r.violations[0];
+}
