@@ -191,15 +191,23 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     }
     auto base = measure_baseline(doc);
     std::int64_t bvals[] = {base.requested, base.allocated, base.reserved, base.leaked};
+    // Name what grew, not what is largest; /1 documents count sites in block bytes, so their
+    // sites are not compared with this run's requested bytes.
+    auto why = [&](const Item& it) {
+      std::string grew;
+      if (doc.value("schema", "") == "gpuheap.summary/2")
+        grew = grown_sites(a, doc, it.leaked ? -1 : it.dev, opt.all_frames);
+      return grew.empty() ? "top site: " + site(it) : grew;
+    };
     for (int i = 0; i < 4; ++i) {
       const auto& it = items[i];
       double allowed = static_cast<double>(bvals[i]) * (1.0 + opt.tolerance_pct / 100.0);
       if (static_cast<double>(it.value) > allowed) {
-        r.violations.push_back(fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); top site: {}",
+        r.violations.push_back(fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); {}",
                                            it.name, bytes_both(it.value), where(it), bytes_both(bvals[i]),
                                            opt.tolerance_pct,
                                            bvals[i] ? 100.0 * (static_cast<double>(it.value) / static_cast<double>(bvals[i]) - 1) : 100.0,
-                                           site(it)));
+                                           why(it)));
       } else {
         r.passed.push_back(fmt::format("{} {} within {}% of baseline {}", it.name, bytes_both(it.value),
                                        opt.tolerance_pct, bytes_both(bvals[i])));

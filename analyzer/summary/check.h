@@ -44,6 +44,12 @@ struct CheckResult {
   std::vector<std::string> notes;       // incomplete traces accepted with allow_truncated
 };
 CheckResult run_check(const Analysis& a, const CheckOptions& opt);
+// For a failing --baseline gate: "grew: +7.00 MiB at LABEL [LIBRARY] (0 B -> 7.00 MiB, new);
+// ..." for the sites of this run whose bytes exceed their baseline site's (paired as `diff`
+// pairs sites, site_match.h), largest growth first, at most 3 named: at the peak of
+// `device`, or among the leaks for device < 0. "" when no site grew. A site the baseline
+// does not list is new when its list is whole, else its growth is unknown and said so.
+std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, int device, bool all_frames);
 // Why a trace is not whole ("no end record: ..."), for the incomplete-trace lines that
 // check and diff --fail-on print.
 std::string incompleteness(const TraceInfo& in);

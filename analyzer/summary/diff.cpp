@@ -173,9 +173,17 @@ nlohmann::json diff_json(const std::vector<DeviceDiff>& devs, const std::vector<
   }
   doc["devices"] = std::move(jd);
   json js = json::array();
-  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
+  std::size_t changed = 0;
+  for (const auto& r : rows) changed += r.changed() ? 1 : 0;  // the moved-only rows come last
+  for (std::size_t i = 0; i < changed && i < top; ++i) {
     const auto& r = rows[i];
+    json moved = json::array();
+    for (const auto& mv : r.moved)
+      moved.push_back({{"frame", mv.frame}, {"function", r.frames[mv.frame].function},
+                       {"file", r.frames[mv.frame].file}, {"a", mv.line_a}, {"b", mv.line_b}});
     js.push_back({{"key", r.key},
+                  {"key_b", r.count_b == 0 ? json(nullptr) : json(r.count_a == 0 ? r.key : r.key_b)},
+                  {"moved", std::move(moved)},
                   {"stack", stack_json(r.frames)},
                   {"library", library_label(r.frames)},
                   {"peak_bytes", {{"a", r.peak_a}, {"b", r.peak_b}, {"delta", r.d_peak()}}},
@@ -183,7 +191,8 @@ nlohmann::json diff_json(const std::vector<DeviceDiff>& devs, const std::vector<
                   {"count", {{"a", r.count_a}, {"b", r.count_b}, {"delta", r.d_count()}}}});
   }
   doc["sites"] = std::move(js);
-  doc["sites_changed"] = rows.size();
+  doc["sites_changed"] = changed;
+  doc["sites_moved_unchanged"] = rows.size() - changed;
   json fail_on = json::array();
   for (int m : gate.fail_on) fail_on.push_back(kNames[m]);
   json breaches = json::array();

@@ -12,6 +12,7 @@
 #include "analyzer/model/analysis.h"
 #include "analyzer/symbolize/labels.h"  // library_label
 #include "analyzer/symbolize/symbolize.h"
+#include "analyzer/summary/site_match.h"
 
 namespace gpuheap {
 
@@ -124,16 +125,22 @@ nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLists& sites);  // as summary_text's
 nlohmann::json stack_json(const std::vector<Frame>& frames);
 
-// Per-site differences between two traces (first trace of each analysis).
+// Per-site differences between two traces (first trace of each analysis). Sites are paired
+// by site_match.h: a site whose lines moved is one row.
 struct DiffRow {
-  std::string key;
-  std::vector<Frame> frames;
+  std::string key;             // A's key (B's for a site only in B)
+  std::vector<Frame> frames;   // A's frames (B's for a site only in B)
+  std::string key_b;           // B's key when the site is in both runs
+  std::vector<LineMove> moved; // frames whose line differs in B (empty: not moved)
   std::int64_t peak_a = 0, peak_b = 0, total_a = 0, total_b = 0;
   std::int64_t count_a = 0, count_b = 0;  // allocations made
   std::int64_t d_peak() const { return peak_b - peak_a; }
   std::int64_t d_count() const { return count_b - count_a; }
   std::int64_t d_total() const { return total_b - total_a; }
+  bool changed() const { return d_peak() != 0 || d_total() != 0 || d_count() != 0; }
 };
+// Rows whose bytes or counts changed, largest change first, then the sites that only moved
+// (changed() false), which the text and JSON count but do not list.
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames);
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b);
 

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -229,32 +230,82 @@ nlohmann::json stack_json(const std::vector<Frame>& frames) {
   return arr;
 }
 
+namespace {
+
+// One run's sites merged by key, in key order.
+struct DiffSide {
+  std::string_view key;                  // the resolver's
+  const std::vector<Frame>* frames = nullptr;  // the resolver's: copied only into the rows shown
+  std::int64_t peak = 0, total = 0, count = 0;
+};
+
+// `res` (of `m`) must outlive the result.
+std::vector<DiffSide> diff_side(const Model& m, StackResolver& res) {
+  std::map<std::string_view, DiffSide> by_key;
+  for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
+    const auto& s = m.sites[id];
+    if (s.allocs == 0) continue;
+    const auto& k = res.key(id);
+    auto& r = by_key[k];
+    if (!r.frames) r.key = k, r.frames = &res.frames(id);
+    // Sites that merge under one key: peaks may not coincide, so the sum is an upper bound.
+    r.peak += s.max_live_bytes;
+    r.total += static_cast<std::int64_t>(s.alloc_bytes);
+    r.count += static_cast<std::int64_t>(s.allocs);
+  }
+  std::vector<DiffSide> out;
+  out.reserve(by_key.size());
+  for (auto& [k, r] : by_key) out.push_back(std::move(r));
+  return out;
+}
+
+// The pairs of sites of A and B: those without frames (no stack, unknown stack) by their
+// key, the others by site_match.h.
+std::vector<SitePair> pair_sides(const std::vector<DiffSide>& a, const std::vector<DiffSide>& b) {
+  std::vector<SitePair> out;
+  std::map<std::string, SitePair> bare;
+  std::vector<const std::vector<Frame>*> fa, fb;
+  std::vector<long> ia, ib;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].frames->empty()) bare[std::string(a[i].key)].a = static_cast<long>(i);
+    else fa.push_back(a[i].frames), ia.push_back(static_cast<long>(i));
+  }
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (b[i].frames->empty()) bare[std::string(b[i].key)].b = static_cast<long>(i);
+    else fb.push_back(b[i].frames), ib.push_back(static_cast<long>(i));
+  }
+  for (auto& [k, p] : bare) out.push_back(p);
+  for (auto p : match_sites(fa, fb))
+    out.push_back({p.a < 0 ? -1 : ia[static_cast<std::size_t>(p.a)], p.b < 0 ? -1 : ib[static_cast<std::size_t>(p.b)]});
+  return out;
+}
+
+}  // namespace
+
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames) {
-  std::unordered_map<std::string, DiffRow> rows;
-  auto add = [&](const Model& m, bool is_b) {
-    StackResolver res(m, all_frames);
-    for (std::uint32_t id = 0; id < m.sites.size(); ++id) {
-      const auto& s = m.sites[id];
-      if (s.allocs == 0) continue;
-      const auto& k = res.key(id);
-      auto& r = rows[k];
-      if (r.key.empty()) r.key = k, r.frames = res.frames(id);
-      // Sites that merge under one key: peaks may not coincide, so the sum is an upper bound.
-      (is_b ? r.peak_b : r.peak_a) += s.max_live_bytes;
-      (is_b ? r.total_b : r.total_a) += static_cast<std::int64_t>(s.alloc_bytes);
-      (is_b ? r.count_b : r.count_a) += static_cast<std::int64_t>(s.allocs);
-    }
-  };
-  add(a, false);
-  add(b, true);
+  StackResolver ra(a, all_frames), rb(b, all_frames);
+  const auto sa = diff_side(a, ra), sb = diff_side(b, rb);
   std::vector<DiffRow> out;
-  for (auto& [k, r] : rows)
-    if (r.d_peak() != 0 || r.d_total() != 0 || r.d_count() != 0) out.push_back(std::move(r));
+  for (auto p : pair_sides(sa, sb)) {
+    DiffRow r;
+    const DiffSide* x = p.a >= 0 ? &sa[static_cast<std::size_t>(p.a)] : nullptr;
+    const DiffSide* y = p.b >= 0 ? &sb[static_cast<std::size_t>(p.b)] : nullptr;
+    if (x) r.peak_a = x->peak, r.total_a = x->total, r.count_a = x->count;
+    if (y) r.peak_b = y->peak, r.total_b = y->total, r.count_b = y->count;
+    if (x && y) r.moved = line_moves(*x->frames, *y->frames);
+    if (!r.changed() && r.moved.empty()) continue;  // the same site, the same bytes
+    const DiffSide* named = x ? x : y;
+    r.key = named->key, r.frames = *named->frames;
+    if (x && y) r.key_b = y->key;
+    out.push_back(std::move(r));
+  }
   auto mag = [](std::int64_t v) { return v < 0 ? -v : v; };
   std::sort(out.begin(), out.end(), [&](const DiffRow& x, const DiffRow& y) {
+    if (x.changed() != y.changed()) return x.changed();
     if (mag(x.d_peak()) != mag(y.d_peak())) return mag(x.d_peak()) > mag(y.d_peak());
     if (mag(x.d_total()) != mag(y.d_total())) return mag(x.d_total()) > mag(y.d_total());
-    return x.key < y.key;
+    if (x.key != y.key) return x.key < y.key;
+    return x.key_b < y.key_b;
   });
   return out;
 }

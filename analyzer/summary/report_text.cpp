@@ -436,12 +436,31 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists
   return out;
 }
 
+namespace {
+
+// "moved: prog.cpp:12 -> 13 (make_weights)" per frame whose line changed, the first three.
+void append_moves(std::string& out, const DiffRow& r) {
+  constexpr std::size_t kShown = 3;
+  for (std::size_t i = 0; i < r.moved.size() && i < kShown; ++i) {
+    const auto& mv = r.moved[i];
+    const auto& f = r.frames[mv.frame];
+    out += fmt::format("        moved: {}:{} -> {} ({})\n", text_safe(base_name(f.file)), mv.line_a, mv.line_b,
+                       text_safe(f.function.empty() ? std::string("?") : f.function));
+  }
+  if (r.moved.size() > kShown) out += fmt::format("        moved: {} more frames\n", r.moved.size() - kShown);
+}
+
+}  // namespace
+
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b) {
   std::string out = fmt::format("gpuheap diff: A = {}\n              B = {}\n", text_safe(a.info.path),
                                 text_safe(b.info.path));
   out += "Per-site change (B - A) in peak held and total requested bytes, largest first\n";
-  if (rows.empty()) out += "  no differences\n";
-  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
+  const std::size_t changed = static_cast<std::size_t>(
+      std::count_if(rows.begin(), rows.end(), [](const DiffRow& r) { return r.changed(); }));
+  const std::size_t moved_unchanged = rows.size() - changed;  // last in rows
+  if (changed == 0) out += "  no differences\n";
+  for (std::size_t i = 0; i < changed && i < top; ++i) {
     const auto& r = rows[i];
     out += fmt::format("  #{:<2} peak {} ({} -> {}), total {} ({} -> {})\n", i + 1, signed_bytes(r.d_peak()),
                        human_bytes(static_cast<std::uint64_t>(r.peak_a)), human_bytes(static_cast<std::uint64_t>(r.peak_b)),
@@ -452,9 +471,13 @@ std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const M
       out += fmt::format("        {}\n", text_safe(r.key));
     } else {
       out += fmt::format("        [{}] {}\n", text_safe(library_label(r.frames)), site_label_text(r.frames, true));
+      append_moves(out, r);
       append_frames(out, r.frames, SummaryOptions{});
     }
   }
+  if (moved_unchanged)
+    out += fmt::format("  {} more site(s) moved (same functions and files, other lines) with no change in bytes\n",
+                       moved_unchanged);
   return out;
 }
 

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "analyzer/base/units.h"
+#include "analyzer/summary/check.h"
+#include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -257,4 +261,170 @@ TEST(Diff, BadGateOptionsAreUsageErrors) {
     EXPECT_EQ(r.code, 2) << opt << "\n" << r.out;
     EXPECT_EQ(r.out.find("ok"), std::string::npos) << opt << "\n" << r.out;
   }
+}
+
+namespace {
+
+// A site of a symbolized trace: (function, line) per frame in model.cpp, innermost first,
+// with one pass-through allocation of `bytes` (freed at the end).
+struct SymSite {
+  std::vector<std::pair<std::string, std::uint32_t>> frames;
+  std::uint64_t bytes;
+};
+
+// The trace's own symbol records name every frame (as `gpuheap symbolize` writes them), so
+// two traces can differ in exactly the lines of their sites.
+TraceBuilder sym_job(const std::vector<SymSite>& sites) {
+  TraceBuilder b;
+  std::map<std::string, std::uint32_t> ids{{"model.cpp", 1}};
+  b.put(format::SymbolStringRecord{1, "model.cpp"});
+  for (const auto& s : sites)
+    for (const auto& [fn, line] : s.frames)
+      if (ids.emplace(fn, static_cast<std::uint32_t>(ids.size() + 1)).second) b.put(format::SymbolStringRecord{ids[fn], fn});
+  std::uint64_t ip = 0x401000, addr = 0x1000000;
+  for (std::uint32_t id = 1; id <= sites.size(); ++id) {
+    std::vector<std::uint64_t> stack;
+    for (const auto& [fn, line] : sites[id - 1].frames) {
+      format::SymbolFrameEntry e{ids[fn], 1, line, 0};
+      unsigned char buf[256];
+      auto n = format::encode_symbol_frames(buf, sizeof buf, ip, &e, 1);
+      b.data.insert(b.data.end(), buf, buf + n);
+      stack.push_back(ip);
+      ip += 0x100;
+    }
+    b.stack(id, stack);
+  }
+  for (std::uint32_t id = 1; id <= sites.size(); ++id, addr += 0x10000000)
+    b.alloc(addr, sites[id - 1].bytes, sites[id - 1].bytes, id, AllocKind::device_passthrough);
+  addr = 0x1000000;
+  for (std::size_t i = 0; i < sites.size(); ++i, addr += 0x10000000) b.free(addr, AllocKind::device_passthrough);
+  b.end();
+  return b;
+}
+
+// The weights (32 MiB) and activations (16 MiB) of a model, called from main; `shift` lines
+// inserted above every allocation and call.
+std::vector<SymSite> model_sites(std::uint32_t shift, std::uint64_t acts = 16 * MiB) {
+  return {{{{"make_weights(int)", 10 + shift}, {"main", 40 + shift}}, 32 * MiB},
+          {{{"make_acts(int)", 20 + shift}, {"main", 41 + shift}}, acts}};
+}
+
+}  // namespace
+
+// One line inserted above every site: the same sites, moved, not two sites gone and two new
+// ones of the same size (before: "#1 peak -32.0 MiB (32.0 MiB -> 0 B)" and "#2 peak +32.0 MiB").
+TEST(Diff, SitesWhoseLinesMovedAreTheSameSites) {
+  auto a = analyze_one(sym_job(model_sites(0)), "diff_mv_a.gh");
+  auto b = analyze_one(sym_job(model_sites(1)), "diff_mv_b.gh");
+  auto rows = diff_sites(*a.traces[0], *b.traces[0], false);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    EXPECT_FALSE(r.changed()) << r.key << " -> " << r.key_b;
+    ASSERT_EQ(r.moved.size(), 2u) << r.key;  // the allocating function and main
+    EXPECT_EQ(r.moved[0].line_b, r.moved[0].line_a + 1);
+  }
+  auto text = diff_text(rows, 10, *a.traces[0], *b.traces[0]);
+  EXPECT_NE(text.find("  no differences\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 more site(s) moved"), std::string::npos) << text;
+  EXPECT_EQ(text.find("32.0 MiB"), std::string::npos) << text;
+}
+
+// A moved site whose bytes grew is one row: its growth, and the lines it moved from and to.
+TEST(Diff, MovedSiteThatGrewIsOneRow) {
+  auto a = sym_job(model_sites(0)).write("diff_mg_a.gh");
+  auto b = sym_job(model_sites(3, 20 * MiB)).write("diff_mg_b.gh");
+  auto r = sh("diff " + a + " " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("#1  peak +4.00 MiB (16.0 MiB -> 20.0 MiB)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("moved: model.cpp:20 -> 23 (make_acts(int))"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("#2 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 more site(s) moved"), std::string::npos) << r.out;  // the weights
+  json doc = json::parse(sh_out("diff --json " + a + " " + b).out);
+  ASSERT_EQ(doc["sites"].size(), 1u) << doc.dump();
+  const json& s = doc["sites"][0];
+  EXPECT_EQ(s["peak_bytes"]["delta"], 4 * MiB);
+  EXPECT_EQ(s["key"], "make_acts(int)|model.cpp|20;main|model.cpp|41;");
+  EXPECT_EQ(s["key_b"], "make_acts(int)|model.cpp|23;main|model.cpp|44;");
+  ASSERT_EQ(s["moved"].size(), 2u);
+  EXPECT_EQ(s["moved"][0], (json{{"frame", 0}, {"function", "make_acts(int)"}, {"file", "model.cpp"}, {"a", 20}, {"b", 23}}));
+  EXPECT_EQ(doc["sites_changed"], 1);
+  EXPECT_EQ(doc["sites_moved_unchanged"], 1);
+}
+
+// Two sites of one function, moved 15 and 16 lines: paired in the order of their lines (10 with
+// 25, 20 with 36), not each with the nearest line (20 with 25); a third site added below
+// them in B stays a new site.
+TEST(Diff, SitesOfOneFunctionPairInLineOrder) {
+  auto f = [](std::uint32_t line, std::uint64_t bytes) { return SymSite{{{"f", line}, {"main", 5}}, bytes}; };
+  auto a = analyze_one(sym_job({f(10, 1 * MiB), f(20, 2 * MiB)}), "diff_amb_a.gh");
+  auto b = analyze_one(sym_job({f(36, 2 * MiB), f(45, 3 * MiB), f(25, 1 * MiB)}), "diff_amb_b.gh");
+  auto rows = diff_sites(*a.traces[0], *b.traces[0], false);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].d_peak(), static_cast<std::int64_t>(3 * MiB));  // the new site, alone
+  EXPECT_EQ(rows[0].peak_a, 0);
+  EXPECT_TRUE(rows[0].moved.empty());
+  for (std::size_t i : {1u, 2u}) {
+    EXPECT_FALSE(rows[i].changed()) << rows[i].key << " -> " << rows[i].key_b;
+    ASSERT_EQ(rows[i].moved.size(), 1u);
+    EXPECT_EQ(rows[i].moved[0].line_b, rows[i].moved[0].line_a == 10 ? 25 : 36);
+  }
+  // The same pairs whatever order the sites were recorded in.
+  auto c = analyze_one(sym_job({f(25, 1 * MiB), f(45, 3 * MiB), f(36, 2 * MiB)}), "diff_amb_c.gh");
+  auto again = diff_sites(*a.traces[0], *c.traces[0], false);
+  ASSERT_EQ(again.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(again[i].key + again[i].key_b, rows[i].key + rows[i].key_b);
+}
+
+// check --baseline names the sites that grew (paired with the baseline's as diff pairs them),
+// not the largest site. Before: "top site: 32.0 MiB in 1 allocations at make_weights ...".
+TEST(CheckBaseline, NamesTheSitesThatGrew) {
+  auto base = analyze_one(sym_job(model_sites(0)), "chk_grow_a.gh");
+  const std::string path = TraceBuilder::dir() + "/grow_baseline.json";
+  std::ofstream(path) << summary_json(base, SummaryOptions{}).dump();
+  // One line inserted above everything; the activations grew 4 MiB, a 7 MiB buffer is new.
+  auto sites = model_sites(1, 20 * MiB);
+  sites.push_back({{{"make_scratch(int)", 31}, {"main", 42}}, 7 * MiB});
+  auto grown = analyze_one(sym_job(sites), "chk_grow_b.gh");
+  CheckOptions o;
+  o.baseline = path;
+  auto r = run_check(grown, o);
+  ASSERT_FALSE(r.violations.empty());
+  const std::string& v = r.violations[0];
+  EXPECT_NE(v.find("peak requested bytes"), std::string::npos) << v;
+  const auto scratch = v.find("grew: +7.00 MiB at make_scratch (model.cpp:31) ["), acts = v.find("+4.00 MiB at make_acts (model.cpp:21) [");
+  ASSERT_NE(scratch, std::string::npos) << v;
+  ASSERT_NE(acts, std::string::npos) << v;
+  EXPECT_LT(scratch, acts) << v;  // largest growth first
+  EXPECT_NE(v.find("(0 B -> 7.00 MiB, new)"), std::string::npos) << v;
+  EXPECT_NE(v.find("(16.0 MiB -> 20.0 MiB, moved)"), std::string::npos) << v;
+  EXPECT_EQ(v.find("make_weights"), std::string::npos) << v;  // unchanged: not named
+  // A baseline that lists only its largest site cannot tell new from cut: said so.
+  SummaryOptions top1;
+  top1.top = 1;
+  std::ofstream(path) << summary_json(base, top1).dump();
+  auto cut = run_check(grown, o);
+  ASSERT_FALSE(cut.violations.empty());
+  EXPECT_NE(cut.violations[0].find("7.00 MiB at make_scratch (model.cpp:31) [") , std::string::npos) << cut.violations[0];
+  EXPECT_NE(cut.violations[0].find("growth unknown"), std::string::npos) << cut.violations[0];
+  EXPECT_EQ(cut.violations[0].find(", new)"), std::string::npos) << cut.violations[0];
+}
+
+// With more sites grown than named, the rest are counted, and those the baseline does not
+// list (growth unknown) are said to be among them.
+TEST(CheckBaseline, CountsTheRestAndTheUnknown) {
+  std::vector<SymSite> few, many;
+  for (std::uint32_t i = 0; i < 6; ++i) few.push_back({{{"f", 10 + i}, {"main", 50}}, MiB});
+  many = few;
+  for (auto& s : many) s.bytes = 2 * MiB;  // every listed site grew 1 MiB
+  many.push_back({{{"g", 70}, {"main", 51}}, 3 * MiB});  // not in a --top 5 baseline
+  const std::string path = TraceBuilder::dir() + "/rest_baseline.json";
+  SummaryOptions top5;
+  std::ofstream(path) << summary_json(analyze_one(sym_job(few), "chk_rest_a.gh"), top5).dump();
+  CheckOptions o;
+  o.baseline = path;
+  auto r = run_check(analyze_one(sym_job(many), "chk_rest_b.gh"), o);
+  ASSERT_FALSE(r.violations.empty());
+  // 5 listed sites grew by 1 MiB, 1 unlisted of f and g each: unknown.
+  EXPECT_NE(r.violations[0].find("; and 4 more site(s), 2 of them not among the sites the baseline lists"),
+            std::string::npos) << r.violations[0];
 }
