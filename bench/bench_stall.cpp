@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
       "{\"threads\": %d, \"seconds\": %.1f, \"bytes\": %zu, \"rate\": %.0f, \"pairs\": %llu, \"failed\": %llu, "
       "\"p50_ns\": %.0f, \"p99_ns\": %.0f, \"p999_ns\": %.0f, \"p9999_ns\": %.0f, \"max_ns\": %llu, "
       "\"over_1ms\": %llu, \"over_10ms\": %llu}\n",
-      threads, seconds, bytes, rate, static_cast<unsigned long long>(all.pairs), static_cast<unsigned long long>(all.failed),
-      pct(0.5), pct(0.99), pct(0.999), pct(0.9999), static_cast<unsigned long long>(all.max_ns),
-      static_cast<unsigned long long>(all.over_1ms), static_cast<unsigned long long>(all.over_10ms));
+      threads, seconds, bytes, rate, static_cast<unsigned long long>(all.pairs),
+      static_cast<unsigned long long>(all.failed), pct(0.5), pct(0.99), pct(0.999), pct(0.9999),
+      static_cast<unsigned long long>(all.max_ns), static_cast<unsigned long long>(all.over_1ms),
+      static_cast<unsigned long long>(all.over_10ms));
   return all.failed ? 1 : 0;
 }

@@ -25,8 +25,7 @@ struct Out {
 
 }  // namespace
 
-long expand_output_pattern(const char* pattern, const OutpathVars& v, char* out,
-                           std::size_t cap) noexcept {
+long expand_output_pattern(const char* pattern, const OutpathVars& v, char* out, std::size_t cap) noexcept {
   if (!out || cap == 0) return -1;
   if (!pattern || !*pattern) pattern = kDefaultOutputPattern;
   Out o{out, cap};

@@ -26,8 +26,7 @@ inline constexpr const char* kDefaultOutputPattern = "./gpuheap.%n.%p.trace";
 
 // Expands `pattern` (nullptr or "" = default) into out[0..cap). Returns the length
 // written (NUL excluded), or -1 if the result does not fit.
-long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* out,
-                           std::size_t cap) noexcept;
+long expand_output_pattern(const char* pattern, const OutpathVars& vars, char* out, std::size_t cap) noexcept;
 
 // `pattern` (nullptr or "" = default) resolved against the directory `cwd` into out[0..cap):
 // a relative pattern becomes "CWD/PATTERN" ("./" dropped), with each '%' of CWD written

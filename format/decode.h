@@ -48,7 +48,9 @@ enum class FrameStatus {
 inline bool valid_kind(std::uint8_t k) { return k < kNumAllocKinds; }
 
 // Decodes the frame at p[0..n). Strings/ips in `out` point into p.
-inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& out, std::size_t* consumed) {  // NOLINT(readability-function-size): one switch, a case per record type
+inline FrameStatus decode_frame(
+    const unsigned char* p, std::size_t n, Record& out,
+    std::size_t* consumed) {  // NOLINT(readability-function-size): one switch, a case per record type
   if (n < kFrameHeaderSize) return FrameStatus::need_more;
   std::uint8_t type = p[0];
   std::uint32_t len;
@@ -56,8 +58,7 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
   // Type 0 is never written: the preload fills preallocated, zeroed file space and stores a
   // frame's type byte last, so a zero type byte is where the written data ends.
   if (type == 0) return FrameStatus::need_more;
-  if (type < 1 || type > kMaxRecordType || len > kMaxPayload)
-    return FrameStatus::corrupt;
+  if (type < 1 || type > kMaxRecordType || len > kMaxPayload) return FrameStatus::corrupt;
   if (n - kFrameHeaderSize < len) return FrameStatus::need_more;
   detail::Reader r{p + kFrameHeaderSize, p + kFrameHeaderSize + len};
   out.type = static_cast<RecordType>(type);
@@ -149,9 +150,7 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
       x.reason = static_cast<EmptyCacheReason>(reason), x.released = r.get<std::uint64_t>();
       break;
     }
-    case RecordType::thread:
-      out.thread.tid = r.get<std::uint32_t>(), out.thread.name = r.str();
-      break;
+    case RecordType::thread: out.thread.tid = r.get<std::uint32_t>(), out.thread.name = r.str(); break;
     case RecordType::end: {
       out.end.ts = r.get<std::uint64_t>();
       auto reason = r.get<std::uint8_t>();
@@ -203,8 +202,7 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
 // offsets into a small EventRecord (no bounds-checked Reader, no 600-byte Record). The
 // outcome is exactly decode_frame's: a payload of another length, or a bad kind, is corrupt.
 
-inline constexpr std::uint32_t kAllocPayload = 52, kFreePayload = 44, kFreeCompletedPayload = 26,
-                               kSegmentPayload = 27;
+inline constexpr std::uint32_t kAllocPayload = 52, kFreePayload = 44, kFreeCompletedPayload = 26, kSegmentPayload = 27;
 
 struct EventRecord {
   RecordType type{};  // alloc, free, free_completed, segment_alloc or segment_free
@@ -236,9 +234,10 @@ struct EventRecord {
   }
 };
 static_assert(offsetof(AllocRecord, ptr) == 16 && offsetof(FreeRecord, ptr) == 16 &&
-              offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(AllocRecord, kind) == EventRecord::kKindByte &&
-              offsetof(FreeRecord, kind) == EventRecord::kKindByte && offsetof(FreeCompletedRecord, device) + 2 <= 14 &&
-              offsetof(FreeCompletedRecord, ptr) > 14 && static_cast<int>(AllocKind::device_pooled) == 0,
+                  offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(AllocRecord, kind) == EventRecord::kKindByte &&
+                  offsetof(FreeRecord, kind) == EventRecord::kKindByte &&
+                  offsetof(FreeCompletedRecord, device) + 2 <= 14 && offsetof(FreeCompletedRecord, ptr) > 14 &&
+                  static_cast<int>(AllocKind::device_pooled) == 0,
               "EventRecord::ptr() and kind() read the three event structs at one offset");
 
 inline bool is_event_type(std::uint8_t t) {
@@ -258,16 +257,16 @@ inline T load(const unsigned char* p) {
 // instructions on every record of the replay's hot path. A layout change must fail here, not
 // decode garbage.
 static_assert(sizeof(AllocKind) == 1 && offsetof(AllocRecord, tid) == 8 && offsetof(AllocRecord, device) == 12 &&
-              offsetof(AllocRecord, kind) == 14 && offsetof(AllocRecord, flags) == 15 &&
-              offsetof(AllocRecord, ptr) == 16 && offsetof(AllocRecord, requested) == 24 &&
-              offsetof(AllocRecord, size) == 32 && offsetof(AllocRecord, stream) == 40 &&
-              offsetof(AllocRecord, stack) == 48 && sizeof(AllocRecord) >= kAllocPayload,
+                  offsetof(AllocRecord, kind) == 14 && offsetof(AllocRecord, flags) == 15 &&
+                  offsetof(AllocRecord, ptr) == 16 && offsetof(AllocRecord, requested) == 24 &&
+                  offsetof(AllocRecord, size) == 32 && offsetof(AllocRecord, stream) == 40 &&
+                  offsetof(AllocRecord, stack) == 48 && sizeof(AllocRecord) >= kAllocPayload,
               "AllocRecord is not the alloc payload's layout");
 static_assert(offsetof(FreeRecord, tid) == 8 && offsetof(FreeRecord, device) == 12 &&
-              offsetof(FreeRecord, kind) == 14 && offsetof(FreeRecord, flags) == 15 &&
-              offsetof(FreeRecord, ptr) == 16 && offsetof(FreeRecord, size) == 24 &&
-              offsetof(FreeRecord, stream) == 32 && offsetof(FreeRecord, stack) == 40 &&
-              sizeof(FreeRecord) >= kFreePayload,
+                  offsetof(FreeRecord, kind) == 14 && offsetof(FreeRecord, flags) == 15 &&
+                  offsetof(FreeRecord, ptr) == 16 && offsetof(FreeRecord, size) == 24 &&
+                  offsetof(FreeRecord, stream) == 32 && offsetof(FreeRecord, stack) == 40 &&
+                  sizeof(FreeRecord) >= kFreePayload,
               "FreeRecord is not the free payload's layout");
 static_assert(std::is_trivially_copyable_v<AllocRecord> && std::is_trivially_copyable_v<FreeRecord>);
 }  // namespace detail
@@ -341,8 +340,8 @@ inline constexpr BatchPayloads kBatchPayload{};
 }  // namespace detail
 inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint32_t len, EventRecord& out) {
   static_assert(sizeof(AllocRecord) <= kBatchRead && kAllocPayload <= kBatchRead &&
-                offsetof(FreeCompletedRecord, ts) == 0 && offsetof(FreeCompletedRecord, device) == 8 &&
-                offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(FreeCompletedRecord, size) == 24,
+                    offsetof(FreeCompletedRecord, ts) == 0 && offsetof(FreeCompletedRecord, device) == 8 &&
+                    offsetof(FreeCompletedRecord, ptr) == 16 && offsetof(FreeCompletedRecord, size) == 24,
                 "decode_batch_event's layout assumptions");
   const bool fc = t == static_cast<std::uint8_t>(RecordType::free_completed);
   // Bitwise, not short-circuit: one branch (the caller's, on the result), taken only on damage.

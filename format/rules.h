@@ -100,12 +100,9 @@ struct OomDiagnosis {
 inline constexpr OomDiagnosis diagnose_oom(const OomFacts& f) noexcept {
   OomDiagnosis d;
   d.fits_without_fragmentation = f.cached_unused >= f.requested && f.largest_free < f.requested;
-  if (d.fits_without_fragmentation)
-    d.cause = OomCause::fragmentation;
-  else if (f.limit && f.held + f.requested > f.limit && f.device_free > f.requested)
-    d.cause = OomCause::limit;
-  else
-    d.cause = OomCause::live_allocations;
+  if (d.fits_without_fragmentation) d.cause = OomCause::fragmentation;
+  else if (f.limit && f.held + f.requested > f.limit && f.device_free > f.requested) d.cause = OomCause::limit;
+  else d.cause = OomCause::live_allocations;
   return d;
 }
 

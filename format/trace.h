@@ -45,25 +45,25 @@ inline constexpr std::size_t kSymbolFrameEntrySize = 13;  // u32 function | u32 
 inline constexpr std::uint8_t kSymbolInlined = 1u << 0;   // symbol frame entry flag
 
 enum class RecordType : std::uint8_t {
-  process = 1,          // once, first record: who ran
-  device = 2,           // once per device, when first seen (CUDA is not touched at load)
-  module = 3,           // a loaded ELF object (for offline symbolization)
-  module_unload = 4,    // dlclose of a module
-  stack = 5,            // a distinct call stack, written once before first use
-  alloc = 6,            // memory handed to the program
-  free = 7,             // memory given back by the program
-  free_completed = 8,   // pooled block became reusable (GPU work before its free done)
-  segment_alloc = 9,    // pool took a segment from the driver
-  segment_free = 10,    // pool returned a segment to the driver
-  oom = 11,             // an allocation finally failed
-  retry = 12,           // pool released its cache and retried after a failed upstream alloc
-  empty_cache = 13,     // cached free segments released (API, policy or OOM path)
-  thread = 14,          // thread id -> name
-  end = 15,             // clean close: no record follows
-  py_code = 16,         // a Python code object, written once before a stack names it (v2)
-  phase = 17,           // a phase marker: gpuheap_mark/push/pop or an NVTX range (v3)
-  symbol_string = 18,   // a string of the stored symbols (function or file name), once (v3)
-  symbol_frames = 19,   // the frames of one stack ip, symbolized where the modules were (v3)
+  process = 1,         // once, first record: who ran
+  device = 2,          // once per device, when first seen (CUDA is not touched at load)
+  module = 3,          // a loaded ELF object (for offline symbolization)
+  module_unload = 4,   // dlclose of a module
+  stack = 5,           // a distinct call stack, written once before first use
+  alloc = 6,           // memory handed to the program
+  free = 7,            // memory given back by the program
+  free_completed = 8,  // pooled block became reusable (GPU work before its free done)
+  segment_alloc = 9,   // pool took a segment from the driver
+  segment_free = 10,   // pool returned a segment to the driver
+  oom = 11,            // an allocation finally failed
+  retry = 12,          // pool released its cache and retried after a failed upstream alloc
+  empty_cache = 13,    // cached free segments released (API, policy or OOM path)
+  thread = 14,         // thread id -> name
+  end = 15,            // clean close: no record follows
+  py_code = 16,        // a Python code object, written once before a stack names it (v2)
+  phase = 17,          // a phase marker: gpuheap_mark/push/pop or an NVTX range (v3)
+  symbol_string = 18,  // a string of the stored symbols (function or file name), once (v3)
+  symbol_frames = 19,  // the frames of one stack ip, symbolized where the modules were (v3)
 };
 inline constexpr std::uint8_t kMaxRecordType = 19;
 
@@ -208,8 +208,8 @@ struct OomRecord {
   std::int16_t device = 0;
   AllocKind kind = AllocKind::device_pooled;
   std::uint64_t requested = 0, stream = 0;
-  std::uint64_t device_free = 0, device_total = 0;  // cudaMemGetInfo's view (driver) at failure
-  std::uint64_t limit = 0;                          // per-process cap, 0 = none
+  std::uint64_t device_free = 0, device_total = 0;              // cudaMemGetInfo's view (driver) at failure
+  std::uint64_t limit = 0;                                      // per-process cap, 0 = none
   std::uint64_t reserved = 0, allocated = 0, largest_free = 0;  // pool state at failure
   std::uint32_t stack = 0;
 };
@@ -390,9 +390,8 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const ProcessReco
 }
 // device: i32 device | u64 total_memory | str name
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const DeviceRecord& r) {
-  return detail::frame(buf, cap, RecordType::device, [&](detail::Writer& w) {
-    w.put(r.device), w.put(r.total_memory), w.str(r.name);
-  });
+  return detail::frame(buf, cap, RecordType::device,
+                       [&](detail::Writer& w) { w.put(r.device), w.put(r.total_memory), w.str(r.name); });
 }
 // module: u64 base | u64 lo | u64 hi | str path | str build_id
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const ModuleRecord& r) {
@@ -402,15 +401,13 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const ModuleRecor
 }
 // module_unload: u64 ts | u64 base
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const ModuleUnloadRecord& r) {
-  return detail::frame(buf, cap, RecordType::module_unload,
-                       [&](detail::Writer& w) { w.put(r.ts), w.put(r.base); });
+  return detail::frame(buf, cap, RecordType::module_unload, [&](detail::Writer& w) { w.put(r.ts), w.put(r.base); });
 }
 // stack: u32 id | u16 depth | u64 ip[depth]  (innermost frame first; return addresses)
-inline std::size_t encode_stack(unsigned char* buf, std::size_t cap, std::uint32_t id,
-                                const std::uint64_t* ips, std::uint16_t depth) {
-  return detail::frame(buf, cap, RecordType::stack, [&](detail::Writer& w) {
-    w.put(id), w.put(depth), w.bytes(ips, 8u * depth);
-  });
+inline std::size_t encode_stack(unsigned char* buf, std::size_t cap, std::uint32_t id, const std::uint64_t* ips,
+                                std::uint16_t depth) {
+  return detail::frame(buf, cap, RecordType::stack,
+                       [&](detail::Writer& w) { w.put(id), w.put(depth), w.bytes(ips, 8u * depth); });
 }
 // alloc: u64 ts | u32 tid | i16 device | u8 kind | u8 flags | u64 ptr | u64 requested
 //        | u64 size | u64 stream | u32 stack        (52-byte payload)
@@ -430,9 +427,8 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const FreeRecord&
 }
 // free_completed: u64 ts | i16 device | u64 ptr | u64 size
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const FreeCompletedRecord& r) {
-  return detail::frame(buf, cap, RecordType::free_completed, [&](detail::Writer& w) {
-    w.put(r.ts), w.put(r.device), w.put(r.ptr), w.put(r.size);
-  });
+  return detail::frame(buf, cap, RecordType::free_completed,
+                       [&](detail::Writer& w) { w.put(r.ts), w.put(r.device), w.put(r.ptr), w.put(r.size); });
 }
 // segment_alloc / segment_free: u64 ts | i16 device | u8 flags | u64 ptr | u64 size
 inline std::size_t encode(unsigned char* buf, std::size_t cap, const SegmentRecord& r, bool is_free) {
@@ -508,9 +504,7 @@ inline constexpr std::size_t symbol_frames_record_size(std::uint16_t count) {
 }
 
 // Upper bound of an encoded stack record, for buffer reservation.
-inline constexpr std::size_t stack_record_size(std::uint16_t depth) {
-  return kFrameHeaderSize + 4 + 2 + 8u * depth;
-}
+inline constexpr std::size_t stack_record_size(std::uint16_t depth) { return kFrameHeaderSize + 4 + 2 + 8u * depth; }
 inline constexpr std::size_t kMaxEventRecordSize = 128;  // alloc/free/oom/etc. all fit
 
 }  // namespace format

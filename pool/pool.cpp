@@ -90,9 +90,7 @@ PoolStatus Pool::allocate(std::size_t requested, PoolBlock* out, std::uint32_t t
   return PoolStatus::ok;
 }
 
-bool Pool::deallocate(void* ptr, std::size_t* size_out) noexcept {
-  return deallocate(ptr, size_out, nullptr, nullptr);
-}
+bool Pool::deallocate(void* ptr, std::size_t* size_out) noexcept { return deallocate(ptr, size_out, nullptr, nullptr); }
 
 bool Pool::contains(const void* ptr) const noexcept {
   Impl& m = *impl_;

@@ -48,19 +48,19 @@ class PoolObserver {
 };
 
 struct PoolConfig {
-  std::size_t round = 512;                     // every request rounds up to a multiple
-  std::size_t small_max = 1u << 20;            // requests <= 1 MiB: small pool
-  std::size_t small_segment = 2u << 20;        // small-pool segments are 2 MiB
-  std::size_t medium_max = 10u << 20;          // requests < 10 MiB take large_segment
-  std::size_t large_segment = 20u << 20;       // 20 MiB segments for (1 MiB, 10 MiB)
-  std::size_t huge_round = 2u << 20;           // >= 10 MiB: own segment rounded to 2 MiB
-  std::size_t large_split_min = 1u << 20;      // large blocks split only if remainder > 1 MiB
-  std::size_t max_split_size = SIZE_MAX;       // blocks >= this are never split ("oversize")
+  std::size_t round = 512;                 // every request rounds up to a multiple
+  std::size_t small_max = 1u << 20;        // requests <= 1 MiB: small pool
+  std::size_t small_segment = 2u << 20;    // small-pool segments are 2 MiB
+  std::size_t medium_max = 10u << 20;      // requests < 10 MiB take large_segment
+  std::size_t large_segment = 20u << 20;   // 20 MiB segments for (1 MiB, 10 MiB)
+  std::size_t huge_round = 2u << 20;       // >= 10 MiB: own segment rounded to 2 MiB
+  std::size_t large_split_min = 1u << 20;  // large blocks split only if remainder > 1 MiB
+  std::size_t max_split_size = SIZE_MAX;   // blocks >= this are never split ("oversize")
   // Record a fence over pending frees at most this often. deallocate() reads the clock on
   // the first free after a seal and then every 8th free; a miss always seals.
   std::uint64_t seal_interval_ns = 200000;
-  bool unsafe_reuse = false;                   // TEST ONLY: reuse freed blocks without fences
-  std::size_t limit = 0;                       // per-device cap on reserved bytes, 0 = none
+  bool unsafe_reuse = false;  // TEST ONLY: reuse freed blocks without fences
+  std::size_t limit = 0;      // per-device cap on reserved bytes, 0 = none
 };
 
 struct PoolBlock {
@@ -81,13 +81,13 @@ struct OwnedBlock {
 };
 
 struct PoolStats {
-  std::size_t reserved = 0;         // bytes in segments
-  std::size_t allocated = 0;        // bytes in blocks handed out and not freed
-  std::size_t pending = 0;          // freed, waiting for a fence
-  std::size_t cached_free = 0;      // free and reusable now or later (reserved - allocated)
-  std::size_t largest_free = 0;     // largest free (reusable) block
+  std::size_t reserved = 0;      // bytes in segments
+  std::size_t allocated = 0;     // bytes in blocks handed out and not freed
+  std::size_t pending = 0;       // freed, waiting for a fence
+  std::size_t cached_free = 0;   // free and reusable now or later (reserved - allocated)
+  std::size_t largest_free = 0;  // largest free (reusable) block
   std::size_t segments = 0;
-  std::size_t blocks = 0;           // live blocks
+  std::size_t blocks = 0;  // live blocks
   std::uint64_t retries = 0, ooms = 0;
 };
 

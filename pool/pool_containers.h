@@ -64,7 +64,10 @@ class PtrMap {
   }
 
  private:
-  struct Slot { std::uintptr_t key; V* val; };
+  struct Slot {
+    std::uintptr_t key;
+    V* val;
+  };
   std::size_t home(std::uintptr_t k) const noexcept {
     return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
   }
@@ -85,7 +88,6 @@ class PtrMap {
   std::size_t cap_ = 0, mask_ = 0, count_ = 0;
   unsigned shift_ = 64;
 };
-
 
 // The pool's lock. Critical sections are tens of ns, so under contention a waiter that
 // sleeps at once (std::mutex) pays a futex round trip per operation: on a 16-core host,
@@ -118,7 +120,7 @@ class SpinFutexMutex {
 
  private:
   static constexpr int kSpins = 40;  // ~ a few critical sections; then sleep
-  std::atomic<int> state_{0};  // 0 free, 1 locked, 2 locked with (possible) sleepers
+  std::atomic<int> state_{0};        // 0 free, 1 locked, 2 locked with (possible) sleepers
 };
 static_assert(sizeof(std::atomic<int>) == sizeof(int), "futex word");
 

@@ -24,7 +24,7 @@ namespace pool {
 template <class B>
 class FreeIndex {
  public:
-  static constexpr unsigned kSubBits = 6;  // 64 bins per power of two
+  static constexpr unsigned kSubBits = 6;        // 64 bins per power of two
   static constexpr std::size_t kBins = 64 * 64;  // covers every 64-bit size
   static_assert(kBins <= 65536, "a bin number fits B::fbin");
 
@@ -100,7 +100,8 @@ class FreeIndex {
   // Forgets every block (their links are left as they are).
   void clear() noexcept {
     for (std::size_t w = 0; w < kBins / 64; ++w)
-      for (std::uint64_t m = bits_[w]; m; m &= m - 1) roots_[w * 64 + static_cast<unsigned>(__builtin_ctzll(m))] = nullptr;
+      for (std::uint64_t m = bits_[w]; m; m &= m - 1)
+        roots_[w * 64 + static_cast<unsigned>(__builtin_ctzll(m))] = nullptr;
     for (auto& w : bits_) w = 0;
     summary_ = 0, count_ = 0;
   }

@@ -47,7 +47,7 @@ struct Block {
   Block* link = nullptr;  // pending FIFO / batch list / recycling list
   State state = State::free_;
   std::uint16_t fbin = 0;  // FreeIndex's bin while free (in what was padding)
-  std::uint32_t tag = 0;  // caller's tag of a live block (the preload: its stack id)
+  std::uint32_t tag = 0;   // caller's tag of a live block (the preload: its stack id)
   // Links of a free block in its free set (FreeIndex): intrusive, so inserting allocates
   // nothing and coalescing erases a neighbour without a search (meaningful only while
   // state == free_).
@@ -87,8 +87,7 @@ struct Pool::Impl {
   using Batch = impl::Batch;
   using FreeSet = impl::FreeSet;
 
-  Impl(Upstream& u, PoolConfig c, PoolObserver* o) noexcept
-      : up(u), cfg(c), obs(o ? o : &noop) {}
+  Impl(Upstream& u, PoolConfig c, PoolObserver* o) noexcept : up(u), cfg(c), obs(o ? o : &noop) {}
 
   Upstream& up;
   PoolConfig cfg;
@@ -110,7 +109,7 @@ struct Pool::Impl {
   bool sealed_once = false;
   unsigned frees_since_check = 0;
   std::size_t reserved = 0, allocated = 0, pending = 0, nblocks = 0;
-  std::size_t owned = 0;  // live blocks of allocate_owned: counted in nblocks, not in `live`
+  std::size_t owned = 0;                 // live blocks of allocate_owned: counted in nblocks, not in `live`
   std::size_t pending_kind[2] = {0, 0};  // [small]
   std::uint64_t retries = 0, ooms = 0;
 
@@ -162,8 +161,7 @@ struct Pool::Impl {
   // b is free and in no set; splits off the tail when the remainder is worth keeping.
   Block* carve(Block* b, std::size_t s, bool small) noexcept {
     std::size_t rem = b->size - s;
-    bool split = small ? rem >= cfg.round
-                       : (s < cfg.max_split_size && rem > cfg.large_split_min);
+    bool split = small ? rem >= cfg.round : (s < cfg.max_split_size && rem > cfg.large_split_min);
     if (split) {
       if (Block* r = new_block()) {
         r->addr = b->addr + s, r->size = rem, r->seg = b->seg;

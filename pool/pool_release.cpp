@@ -133,8 +133,8 @@ bool Pool::check_consistency() const noexcept {
     }
     if (expect != base + sg->size) return false;
   }
-  return reserved == m.reserved && allocated == m.allocated && pending == m.pending &&
-         live == m.nblocks && unmapped == m.owned && live == m.live.size() + m.owned && nfree[0] == m.free_sets[0].size() &&
+  return reserved == m.reserved && allocated == m.allocated && pending == m.pending && live == m.nblocks &&
+         unmapped == m.owned && live == m.live.size() + m.owned && nfree[0] == m.free_sets[0].size() &&
          nfree[1] == m.free_sets[1].size() && m.pending_kind[0] + m.pending_kind[1] == pending;
 }
 

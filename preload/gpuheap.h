@@ -65,8 +65,8 @@ void gpuheap_pop(void);
  * kinds: cudaMalloc/cuMemAlloc (pooled or not), pitch, async, managed, VMM physical memory;
  * pinned host memory is not device memory and not counted. */
 typedef struct gpuheap_stats_t {
-  size_t size;  /* in: sizeof(gpuheap_stats_t) as the caller knows it */
-  int device;   /* out: the device these counters are for */
+  size_t size; /* in: sizeof(gpuheap_stats_t) as the caller knows it */
+  int device;  /* out: the device these counters are for */
   uint64_t requested_bytes, requested_peak_bytes;
   uint64_t allocated_bytes, allocated_peak_bytes;
   uint64_t reserved_bytes, reserved_peak_bytes;

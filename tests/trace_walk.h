@@ -15,7 +15,7 @@ namespace gpuheap::test {
 
 struct WalkEnd {
   format::FrameStatus status = format::FrameStatus::need_more;  // need_more: ran out of bytes
-  std::size_t offset = 0;  // where the first record not decoded starts
+  std::size_t offset = 0;                                       // where the first record not decoded starts
 };
 
 // Calls fn(const format::Record&) for each whole record of p[off..n), until the bytes end or a
@@ -25,8 +25,8 @@ inline WalkEnd walk_records(const unsigned char* p, std::size_t n, std::size_t o
   format::Record r;
   for (;;) {
     std::size_t used = 0;
-    const format::FrameStatus st =
-        off <= n ? format::decode_frame(p + off, n - off, r, &used) : format::FrameStatus::need_more;
+    const format::FrameStatus st = off <= n ? format::decode_frame(p + off, n - off, r, &used)
+                                            : format::FrameStatus::need_more;
     if (st != format::FrameStatus::ok) return {st, off};
     off += used;
     fn(static_cast<const format::Record&>(r));
@@ -35,8 +35,8 @@ inline WalkEnd walk_records(const unsigned char* p, std::size_t n, std::size_t o
 
 struct FileWalk {
   bool opened = false, header_ok = false;
-  bool corrupt = false;      // a frame did not decode
-  std::size_t bytes = 0;     // bytes read
+  bool corrupt = false;        // a frame did not decode
+  std::size_t bytes = 0;       // bytes read
   std::size_t tail_bytes = 0;  // bytes after the last whole record (a cut or unwritten tail)
 };
 

@@ -17,8 +17,12 @@ namespace gpuheap {
 namespace {
 
 std::string kind_of(mode_t m) {
-  const char* k = S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
-                  : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : nullptr;
+  const char* k = S_ISDIR(m)    ? "a directory"
+                  : S_ISFIFO(m) ? "a FIFO"
+                  : S_ISCHR(m)  ? "a character device"
+                  : S_ISBLK(m)  ? "a block device"
+                  : S_ISSOCK(m) ? "a socket"
+                                : nullptr;
   return k != nullptr ? fmt::format("{}, not a regular file", k) : std::string("not a regular file");
 }
 
@@ -127,16 +131,17 @@ bool is_special_output(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && special_mode(st.st_mode);
 }
 
-void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force,
-                       const char* cmd) {
+void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force, const char* cmd) {
   struct stat out {};
   if (::stat(output.c_str(), &out) == 0) {
     if (special_mode(out.st_mode)) return;  // /dev/null, a pipe: written directly, nothing replaced
     for (const auto& in : inputs) {
       struct stat st {};
       if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
-        throw UsageError(fmt::format("{}: {} is the input {}: writing it would replace the trace (name another "
-                                     "output)", cmd, output, in));
+        throw UsageError(
+            fmt::format("{}: {} is the input {}: writing it would replace the trace (name another "
+                        "output)",
+                        cmd, output, in));
     }
   }
   struct stat l {};

@@ -48,7 +48,6 @@ bool is_special_output(const std::string& path);
 // same device and inode, through links or another spelling of the path), with or without
 // `force`; and when it exists (as anything but a device, FIFO or socket) unless `force`.
 // `cmd` prefixes the message ("export: OUT exists; --force replaces it").
-void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force,
-                       const char* cmd);
+void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force, const char* cmd);
 
 }  // namespace gpuheap

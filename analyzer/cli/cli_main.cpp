@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "analyzer/base/error.h"
 #include "analyzer/base/text_safe.h"
@@ -36,11 +36,11 @@ int real_main(int argc, char** argv, bool& verbose) {
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
   app.require_subcommand(1);
   // In the order of the help's list (a braced list is evaluated in order).
-  const std::vector<cli::Command> commands{
-      cli::add_run(app, verbose),    cli::add_dump(app),           cli::add_summary(app, verbose),
-      cli::add_check(app, verbose),  cli::add_diff(app, verbose),  cli::add_export(app, verbose),
-      cli::add_report(app, verbose), cli::add_symbolize(app, verbose), cli::add_compress(app),
-      cli::add_replay(app)};
+  const std::vector<cli::Command> commands{cli::add_run(app, verbose),     cli::add_dump(app),
+                                           cli::add_summary(app, verbose), cli::add_check(app, verbose),
+                                           cli::add_diff(app, verbose),    cli::add_export(app, verbose),
+                                           cli::add_report(app, verbose),  cli::add_symbolize(app, verbose),
+                                           cli::add_compress(app),         cli::add_replay(app)};
   // After `run --`, CLI11 2.1 hands the rest of the line back to the app (cmd_run.cpp).
   // Set after the subcommands were added, so they do not inherit it; any leftover outside
   // `run` is refused below.

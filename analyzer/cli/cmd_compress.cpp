@@ -30,8 +30,9 @@ int run_compress(const CompressCliOptions& o) {
 
 Command add_compress(CLI::App& app) {
   auto o = std::make_shared<CompressCliOptions>();
-  auto* cmd = app.add_subcommand("compress", "Compress traces with zstd into TRACE.zst (verified, then the "
-                                             "original is removed)");
+  auto* cmd = app.add_subcommand("compress",
+                                 "Compress traces with zstd into TRACE.zst (verified, then the "
+                                 "original is removed)");
   cmd->add_option("traces", o->traces, kTracesHelp)->required();
   cmd->add_flag("-k,--keep", o->compress.keep, "Keep the original trace");
   cmd->add_flag("-f,--force", o->compress.force, "Replace an existing TRACE.zst");

@@ -33,7 +33,8 @@ void add_diff_options(CLI::App* cmd, DiffCliOptions& o) {
   add_debuginfod(cmd, o.debuginfod);
   cmd->add_flag("--json", o.json, "One JSON document (schema gpuheap.diff/1)");
   cmd->add_option("--fail-on", o.fail_on,
-                  "Exit 1 when one of these metrics (comma-separated) grows from A to B beyond the tolerance on any device")
+                  "Exit 1 when one of these metrics (comma-separated) grows from A to B beyond the tolerance on any "
+                  "device")
       ->delimiter(',')
       ->check(CLI::IsMember({"requested", "allocated", "reserved", "leaked", "count"}));
   cmd->add_option("--tolerance", o.gate.tolerance_pct, "Growth allowed with --fail-on, in % of A (default 5)")
@@ -82,8 +83,9 @@ int run_diff(DiffCliOptions o) {
 
 Command add_diff(CLI::App& app, bool& verbose) {
   auto o = std::make_shared<DiffCliOptions>();
-  auto* cmd = app.add_subcommand(
-      "diff", "Per-device totals and per-site differences between two traces (--fail-on: a CI gate)");
+  auto*
+      cmd = app.add_subcommand("diff",
+                               "Per-device totals and per-site differences between two traces (--fail-on: a CI gate)");
   add_diff_options(cmd, *o);
   add_verbose(cmd, verbose);
   return {cmd, [o] { return run_diff(*o); }};

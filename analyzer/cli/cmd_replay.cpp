@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
+#include "analyzer/base/units.h"
 #include "analyzer/cli/cli_options.h"
 #include "analyzer/cli/command.h"
 #include "analyzer/replay/replay.h"
-#include "analyzer/base/units.h"
 
 namespace gpuheap {
 namespace {
@@ -51,13 +51,14 @@ int sweep(const ReplayCli& cli, const std::vector<ReplayPolicy>& policies, const
       for (const auto& d : r.devices) {
         // Fragmentation: the free bytes pinned by live blocks at the reserved peak, as a
         // share of the peak (what empty_cache could not have given back then).
-        double share = d.reserved.peak ? static_cast<double>(d.non_releasable_at_peak) /
-                                             static_cast<double>(d.reserved.peak)
-                                       : 0.0;
+        double share = d.reserved.peak
+                           ? static_cast<double>(d.non_releasable_at_peak) / static_cast<double>(d.reserved.peak)
+                           : 0.0;
         bool fits = !(r.oom.hit && r.oom.device == d.device);
         const char* verdict = !lim ? "-" : fits ? (r.oom.hit ? "yes (another device fails)" : "yes") : "NO";
-        text += fmt::format("{:<40} {:>12} {:>6} {:>14} {:>14} {:>9.1f}%  {}\n", p.name, lim ? human_bytes(lim) : "none",
-                            d.device, human_bytes(static_cast<std::uint64_t>(d.reserved.peak)),
+        text += fmt::format("{:<40} {:>12} {:>6} {:>14} {:>14} {:>9.1f}%  {}\n", p.name,
+                            lim ? human_bytes(lim) : "none", d.device,
+                            human_bytes(static_cast<std::uint64_t>(d.reserved.peak)),
                             human_bytes(static_cast<std::uint64_t>(d.allocated.peak)), 100 * share, verdict);
         rows.push_back({{"policy", p.name},
                         {"limit", lim},
@@ -72,8 +73,10 @@ int sweep(const ReplayCli& cli, const std::vector<ReplayPolicy>& policies, const
     }
   }
   if (cli.json) print_json({{"schema", "gpuheap.replay-sweep/1"}, {"trace", cli.trace}, {"rows", rows}});
-  else std::cout << text << "(frag: non-releasable bytes at the reserved peak / peak reserved; fits: no "
-                            "allocation fails under the limit)\n";
+  else
+    std::cout << text
+              << "(frag: non-releasable bytes at the reserved peak / peak reserved; fits: no "
+                 "allocation fails under the limit)\n";
   return 0;
 }
 
@@ -103,10 +106,10 @@ int replay_command(const ReplayCli& cli) {
                   {"replays", m.replays},
                   {"at_min_limit", replay_json(m.at_limit)}});
     } else {
-      std::cout << fmt::format("gpuheap replay: {} needs a per-device limit of at least {} ({} B) under policy {} "
-                               "(to {}; {} replays)\n",
-                               cli.trace, human_bytes(m.limit), m.limit, o.policy.name, human_bytes(m.granularity),
-                               m.replays);
+      std::cout << fmt::format(
+          "gpuheap replay: {} needs a per-device limit of at least {} ({} B) under policy {} "
+          "(to {}; {} replays)\n",
+          cli.trace, human_bytes(m.limit), m.limit, o.policy.name, human_bytes(m.granularity), m.replays);
     }
     return 0;
   }

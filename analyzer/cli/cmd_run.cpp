@@ -41,8 +41,10 @@ void add_run_options(CLI::App* cmd, RunCliOptions& o, bool& verbose) {
   cmd->add_option("--limit", r.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
   cmd->add_flag("--allow-no-trace", r.allow_no_trace,
                 "Exit with the command's status even if a trace could not be written (else 3)");
-  cmd->add_flag("--no-symbolize", o.no_symbolize, "Do not store symbolized frames in the trace after the program exits");
-  cmd->add_flag("--no-compress", o.no_compress, "Leave the trace uncompressed (else TRACE.zst after the program exits)");
+  cmd->add_flag("--no-symbolize", o.no_symbolize,
+                "Do not store symbolized frames in the trace after the program exits");
+  cmd->add_flag("--no-compress", o.no_compress,
+                "Leave the trace uncompressed (else TRACE.zst after the program exits)");
   cmd->add_flag("--force", r.force, "Let -o NAME replace an existing NAME or NAME.zst (else exit 2)");
   cmd->add_flag("-q,--quiet", r.quiet, "Print nothing but warnings and errors (as GPUHEAP_QUIET=1)");
   add_verbose(cmd, verbose);
@@ -56,8 +58,10 @@ int run_program(RunCliOptions o, const CLI::App& cmd, bool verbose) {
   if (r.command.empty()) {
     r.command = cmd.get_parent()->remaining();  // after `--`: taken as it is
   } else if (r.command[0].size() > 1 && r.command[0][0] == '-') {
-    throw UsageError(fmt::format("run: unknown option {} (run's options come before the program; `gpuheap run "
-                                 "[OPTIONS] [--] PROGRAM [ARGS...]`)", r.command[0]));
+    throw UsageError(
+        fmt::format("run: unknown option {} (run's options come before the program; `gpuheap run "
+                    "[OPTIONS] [--] PROGRAM [ARGS...]`)",
+                    r.command[0]));
   }
   r.finish.symbolize = !o.no_symbolize;
   r.finish.compress = !o.no_compress;

@@ -38,7 +38,8 @@ std::vector<std::string> traces_of_pid(const std::vector<std::string>& paths, st
     if (r.process.pid == pid) keep.push_back(p);
     seen += fmt::format("{}{}", seen.empty() ? "" : ", ", r.process.pid);
   }
-  if (keep.empty()) throw InputError(fmt::format("--pid {}: no trace of that process (the traces are of pid {})", pid, seen));
+  if (keep.empty())
+    throw InputError(fmt::format("--pid {}: no trace of that process (the traces are of pid {})", pid, seen));
   return keep;
 }
 
@@ -51,8 +52,8 @@ void require_device(const Analysis& a, int device) {
       if (d.device == device) return;
       if (d.device >= 0) seen += fmt::format("{}{}", seen.empty() ? "" : ", ", d.device);
     }
-  throw InputError(fmt::format("--device {}: no such device in the trace{} ({})", device, a.traces.size() > 1 ? "s" : "",
-                               seen.empty() ? "it has no device" : "devices: " + seen));
+  throw InputError(fmt::format("--device {}: no such device in the trace{} ({})", device,
+                               a.traces.size() > 1 ? "s" : "", seen.empty() ? "it has no device" : "devices: " + seen));
 }
 
 void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {

@@ -9,7 +9,7 @@
 namespace gpuheap::cli {
 
 struct Command {
-  CLI::App* app = nullptr;  // the subcommand; true (*app) when the line names it
+  CLI::App* app = nullptr;   // the subcommand; true (*app) when the line names it
   std::function<int()> run;  // runs it over the options the parse filled in; the exit status
   // Only `run` takes what follows its options (the program): any other command refuses a
   // leftover argument.

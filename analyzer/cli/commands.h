@@ -15,7 +15,7 @@ namespace gpuheap {
 int dump_trace(const std::string& path, std::FILE* out, bool progress = true);
 
 struct RunOptions {
-  std::string output;           // GPUHEAP_OUTPUT pattern ("" = preload's default)
+  std::string output;  // GPUHEAP_OUTPUT pattern ("" = preload's default)
   bool no_stacks = false, no_pool = false, simulate = false;
   bool keep_framework_pools = false;
   std::string limit;            // GPUHEAP_LIMIT ("" = none)
@@ -23,7 +23,7 @@ struct RunOptions {
   bool force = false;           // -o NAME may replace an existing NAME (and NAME.zst)
   bool quiet = false;           // -q: nothing on stderr after a successful run (errors still)
   std::vector<std::string> command;
-  FinishOptions finish;         // after the program exits: symbolize, compress (run_finish.h)
+  FinishOptions finish;  // after the program exits: symbolize, compress (run_finish.h)
 };
 // Runs the command under the preload; returns its exit status (128+signal when killed), or
 // 3 when it exited 0 but a traced process could not write its trace (unless allow_no_trace).

@@ -5,10 +5,10 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/cli/commands.h"
 #include "analyzer/base/progress.h"
-#include "analyzer/trace/reader.h"
 #include "analyzer/base/text_safe.h"
+#include "analyzer/cli/commands.h"
+#include "analyzer/trace/reader.h"
 
 namespace gpuheap {
 
@@ -61,7 +61,9 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
   switch (r.type) {
     case T::process: {
       const auto& p = r.process;
-      fmt::format_to(it, "process pid={} ppid={} wall_ns={} mono_ns={} host=\"{}\" cmdline=\"{}\" version=\"{}\" exe=\"{}\"\n",
+      fmt::format_to(it,
+                     "process pid={} ppid={} wall_ns={} mono_ns={} host=\"{}\" cmdline=\"{}\" version=\"{}\" "
+                     "exe=\"{}\"\n",
                      p.pid, p.ppid, p.wall_ns, p.mono_ns, printable(p.hostname), printable(p.cmdline),
                      printable(p.version), printable(p.exe));
       break;
@@ -85,15 +87,16 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
           fmt::format_to(it, "{}py:{}@{}", i ? "," : "", format::py_frame_code(e),
                          format::py_frame_lasti(e) == format::kPyNoLasti ? std::string("-")
                                                                          : std::to_string(format::py_frame_lasti(e)));
-        else
-          fmt::format_to(it, "{}{:#x}", i ? "," : "", e);
+        else fmt::format_to(it, "{}{:#x}", i ? "," : "", e);
       }
       fmt::format_to(it, "\n");
       break;
     }
     case T::alloc: {
       const auto& a = r.alloc;
-      fmt::format_to(it, "alloc ts={} device={} kind={} ptr={:#x} requested={} size={} stream={:#x} tid={} stack={} flags={}\n",
+      fmt::format_to(it,
+                     "alloc ts={} device={} kind={} ptr={:#x} requested={} size={} stream={:#x} tid={} stack={} "
+                     "flags={}\n",
                      a.ts, a.device, format::alloc_kind_name(a.kind), a.ptr, a.requested, a.size, a.stream, a.tid,
                      a.stack, flags(a.flags));
       break;
@@ -101,7 +104,8 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
     case T::free: {
       const auto& f = r.free;
       fmt::format_to(it, "free ts={} device={} kind={} ptr={:#x} size={} stream={:#x} tid={} stack={} flags={}\n", f.ts,
-                     f.device, format::alloc_kind_name(f.kind), f.ptr, f.size, f.stream, f.tid, f.stack, flags(f.flags));
+                     f.device, format::alloc_kind_name(f.kind), f.ptr, f.size, f.stream, f.tid, f.stack,
+                     flags(f.flags));
       break;
     }
     case T::free_completed:
@@ -116,7 +120,8 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
       break;
     case T::oom: {
       const auto& o = r.oom;
-      fmt::format_to(it, "oom ts={} device={} kind={} requested={} stream={:#x} tid={} device_free={} device_total={} "
+      fmt::format_to(it,
+                     "oom ts={} device={} kind={} requested={} stream={:#x} tid={} device_free={} device_total={} "
                      "limit={} reserved={} allocated={} largest_free={} stack={}\n",
                      o.ts, o.device, format::alloc_kind_name(o.kind), o.requested, o.stream, o.tid, o.device_free,
                      o.device_total, o.limit, o.reserved, o.allocated, o.largest_free, o.stack);
@@ -126,12 +131,10 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
       fmt::format_to(it, "retry ts={} device={} requested={}\n", r.retry.ts, r.retry.device, r.retry.requested);
       break;
     case T::empty_cache:
-      fmt::format_to(it, "empty_cache ts={} device={} reason={} released={}\n", r.empty_cache.ts,
-                     r.empty_cache.device, empty_reason(r.empty_cache.reason), r.empty_cache.released);
+      fmt::format_to(it, "empty_cache ts={} device={} reason={} released={}\n", r.empty_cache.ts, r.empty_cache.device,
+                     empty_reason(r.empty_cache.reason), r.empty_cache.released);
       break;
-    case T::thread:
-      fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name));
-      break;
+    case T::thread: fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name)); break;
     case T::py_code:
       fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",
                      r.py_code.id, r.py_code.py_major, r.py_code.py_minor, r.py_code.firstlineno,

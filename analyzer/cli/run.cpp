@@ -19,9 +19,9 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/cli/commands.h"
 #include "analyzer/base/error.h"
 #include "analyzer/base/text_safe.h"
+#include "analyzer/cli/commands.h"
 #include "analyzer/trace/reader.h"
 #include "common/outpath_pattern.h"
 #include "common/parse.h"
@@ -66,8 +66,7 @@ std::string path_list_entry(const std::string& line) {
   for (std::size_t i = 0; i < line.size(); ++i) {
     if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\'))
       out += line[++i] == 'n' ? '\n' : '\\';
-    else
-      out += line[i];
+    else out += line[i];
   }
   return out;
 }
@@ -231,8 +230,8 @@ void forward_signal(int sig, siginfo_t* info, void*) {
 }
 
 struct Forwarding {
-  struct sigaction old[std::size(kForwarded)] {};
-  sigset_t blocked {}, prev {};
+  struct sigaction old[std::size(kForwarded)]{};
+  sigset_t blocked{}, prev{};
   // Installed (and the signals blocked) before fork: none arrives before the child's pid is
   // known; the child restores all, then execs.
   void install() {
@@ -322,9 +321,9 @@ void prepare_environment(const RunOptions& opt, bool quiet, const std::string& p
     }
     if (!quiet)
       std::fprintf(stderr,
-                 "gpuheap: framework pools off: set %s(CuPy's pool has no environment switch and stays on); "
-                 "--framework-pools=keep leaves them alone\n",
-                 set.empty() ? "nothing, already set by you " : set.c_str());
+                   "gpuheap: framework pools off: set %s(CuPy's pool has no environment switch and stays on); "
+                   "--framework-pools=keep leaves them alone\n",
+                   set.empty() ? "nothing, already set by you " : set.c_str());
   }
 }
 
@@ -413,8 +412,7 @@ int report_lost(const ListedTraces& listed, const RunOptions& opt, int rc) {
   // A trace its process created and announced, gone now (its directory removed while the
   // program ran): not written, as far as the user is concerned (docs/cli.md: exit 3).
   for (const auto& g : gone)
-    std::fprintf(stderr, "gpuheap: %s: trace %s was removed before the command ended\n", level,
-                 text_safe(g).c_str());
+    std::fprintf(stderr, "gpuheap: %s: trace %s was removed before the command ended\n", level, text_safe(g).c_str());
   std::size_t lost = failures.size() + gone.size();
   if (lost && !opt.allow_no_trace && rc == 0) {
     std::fprintf(stderr,
@@ -444,8 +442,9 @@ int run_traced(const RunOptions& opt) {
   }
   std::string lib = find_preload_library();
   if (lib.empty())
-    throw UsageError(fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
-                                 self_dir()));
+    throw UsageError(
+        fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
+                    self_dir()));
   PathList list = make_path_list();
   const std::string& path_file = list.file;
 

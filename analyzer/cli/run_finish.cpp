@@ -4,9 +4,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "analyzer/trace/reader.h"
 #include "analyzer/symbolize/symbolize.h"
 #include "analyzer/symbolize/symbolize_trace.h"
+#include "analyzer/trace/reader.h"
 #include "analyzer/trace/trace_files.h"
 
 namespace gpuheap {
@@ -37,8 +37,10 @@ std::vector<std::string> finish_traces(const std::vector<std::string>& paths, co
     std::string final_path = p;
     std::string why;
     if ((opt.symbolize || opt.compress) && !closed_cleanly(p, &why)) {
-      spdlog::warn("{}: left as written ({}); `gpuheap symbolize --allow-truncated` and `gpuheap compress` finish "
-                   "it later", p, why);
+      spdlog::warn(
+          "{}: left as written ({}); `gpuheap symbolize --allow-truncated` and `gpuheap compress` finish "
+          "it later",
+          p, why);
       out.push_back(final_path);
       continue;
     }

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "analyzer/model/analysis.h"
 #include "analyzer/base/flat_map.h"
+#include "analyzer/model/analysis.h"
 #include "analyzer/summary/report.h"
 #include "format/trace.h"
 
@@ -25,15 +25,15 @@ struct ExportOptions {
   int device = -1;              // -1: every device
   bool all_frames = false;
   bool progress = true;
-  bool force = false;           // replace an existing output file
+  bool force = false;                // replace an existing output file
   std::size_t max_entries = 100000;  // torch-snapshot: trace entries kept per device (0: all)
 };
 // Runs `gpuheap export`; returns the exit status. Throws UsageError / InputError.
 int export_command(const std::vector<std::string>& traces, const ExportOptions& opt);
 
 struct ReportOptions {
-  std::string output;          // the HTML file; "-" = stdout
-  std::size_t points = 4096;   // timeline points per series (bucket maxima: peaks stay exact)
+  std::string output;            // the HTML file; "-" = stdout
+  std::size_t points = 4096;     // timeline points per series (bucket maxima: peaks stay exact)
   std::size_t max_nodes = 4000;  // flame graph nodes per graph before the smallest merge
   bool all_frames = false;
   bool progress = true;
@@ -112,7 +112,7 @@ class FlameLabels {
   // identity, looked up, added when new.
   std::uint32_t lookup(std::size_t name_len, const std::string& file, int line);
   std::vector<Label> labels_;
-  std::unordered_map<std::string, std::uint32_t> ids_;        // "name\x1ffile\x1fline" -> id
+  std::unordered_map<std::string, std::uint32_t> ids_;  // "name\x1ffile\x1fline" -> id
   // frame (its address) -> id: an integer-keyed open-addressing map, as a node-based map
   // allocates per entry, which cost more than the rest of building a tree.
   base::FlatMap<std::uint32_t> of_frame_;
@@ -124,8 +124,8 @@ class FlameLabels {
 // breadth-first; under each parent the dropped children become one "[N smaller frames]" node
 // of their summed value. Only the nodes kept are made (names, child lists): the whole tree is
 // plain numbers. `uncapped`, when given, is set to the whole tree's node count.
-FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels,
-                      std::size_t max_nodes = SIZE_MAX, std::size_t* uncapped = nullptr);
+FlameTree build_flame(const std::vector<FlameSample>& samples, FlameLabels& labels, std::size_t max_nodes = SIZE_MAX,
+                      std::size_t* uncapped = nullptr);
 
 }  // namespace exporter
 }  // namespace gpuheap

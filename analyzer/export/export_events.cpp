@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
+#include "analyzer/base/progress.h"
 #include "analyzer/export/export.h"
 #include "analyzer/export/export_out.h"
-#include "analyzer/base/progress.h"
 #include "analyzer/trace/reader.h"
 
 namespace gpuheap::exporter {
@@ -61,8 +61,9 @@ int event_device(const format::Record& r) {
 }  // namespace
 
 void export_csv(const std::vector<std::string>& traces, const ExportOptions& opt, OutFile& out) {
-  out.put("pid,time_ns,event,device,kind,ptr,size,requested,stream,tid,flags,stack,"
-          "requested_bytes,allocated_bytes,active_bytes,reserved_bytes\n");
+  out.put(
+      "pid,time_ns,event,device,kind,ptr,size,requested,stream,tid,flags,stack,"
+      "requested_bytes,allocated_bytes,active_bytes,reserved_bytes\n");
   for (const auto& path : traces) {
     walk_trace(path, opt.progress, [&](const format::Record& r, const Model& m) {
       int dev = event_device(r);
@@ -89,8 +90,8 @@ void export_csv(const std::vector<std::string>& traces, const ExportOptions& opt
           break;
         }
         case RecordType::free_completed:
-          row(r.free_completed.ts, "free_completed", "pooled", r.free_completed.ptr, r.free_completed.size, "", 0, 0,
-              0, 0);
+          row(r.free_completed.ts, "free_completed", "pooled", r.free_completed.ptr, r.free_completed.size, "", 0, 0, 0,
+              0);
           break;
         case RecordType::segment_alloc:
         case RecordType::segment_free:
@@ -145,8 +146,7 @@ void export_rmm_csv(const std::string& trace, const ExportOptions& opt, OutFile&
       fmt::format_to(it, "{},{},allocate,{:#x},{},{}\n", a.tid, time(a.ts), a.ptr, a.requested, a.stream);
     } else if (r.type == RecordType::free) {
       const auto& f = r.free;
-      if (!replayable(f.kind) || (f.flags & format::kFlagFailed) || (opt.device >= 0 && f.device != opt.device))
-        return;
+      if (!replayable(f.kind) || (f.flags & format::kFlagFailed) || (opt.device >= 0 && f.device != opt.device)) return;
       auto l = live.find(f.ptr);
       if (l == live.end()) return;  // freed memory the trace never saw allocated: nothing to replay
       fmt::format_to(it, "{},{},free,{:#x},{},{}\n", f.tid, time(f.ts), f.ptr, l->second, f.stream);
@@ -224,7 +224,8 @@ void export_chrome(const std::vector<std::string>& traces, const ExportOptions& 
   std::uint64_t start = UINT64_MAX;
   for (const auto& t : a.traces) start = std::min(start, t->info.wall_ns);
   ChromeStacks stacks;
-  out.put("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"gpuheap " GPUHEAP_VERSION "\"},\"traceEvents\":[\n");
+  out.put("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"gpuheap " GPUHEAP_VERSION
+          "\"},\"traceEvents\":[\n");
   bool first = true;
   auto sep = [&] {
     if (!first) out.buf().append(std::string_view(",\n"));

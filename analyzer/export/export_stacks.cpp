@@ -70,7 +70,8 @@ void export_speedscope(const Analysis& a, const ExportOptions& opt, OutFile& out
     first_profile = false;
     static const char* titles[] = {"bytes live at the peak", "bytes leaked (live at the end)",
                                    "bytes allocated in total", "allocations"};
-    fmt::format_to(it, "{{\"type\":\"sampled\",\"name\":\"{}\",\"unit\":\"{}\",\"startValue\":0,\"endValue\":{},"
+    fmt::format_to(it,
+                   "{{\"type\":\"sampled\",\"name\":\"{}\",\"unit\":\"{}\",\"startValue\":0,\"endValue\":{},"
                    "\"samples\":[",
                    titles[static_cast<int>(m)], m == FlameMetric::count ? "none" : "bytes", total);
     for (std::size_t i = 0; i < samples.size(); ++i) {

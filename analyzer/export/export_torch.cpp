@@ -137,7 +137,7 @@ struct Entry {
 // The last `cap` entries pushed (all of them when cap is 0), oldest first from at(0).
 struct EntryRing {
   std::vector<Entry> v;
-  std::size_t head = 0;      // the oldest entry once the ring is full
+  std::size_t head = 0;  // the oldest entry once the ring is full
   std::uint64_t dropped = 0;
   void push(const Entry& e, std::size_t cap) {
     if (cap == 0 || v.size() < cap) return v.push_back(e);
@@ -156,9 +156,10 @@ void dropped_entries(Pickler& p, const std::map<int, EntryRing>& traces, int max
   for (const auto& [dev, ring] : traces) {
     if (!ring.dropped) continue;
     total += ring.dropped;
-    spdlog::warn("torch-snapshot: cuda:{}: kept the last {} of {} trace entries (--max-entries {}; 0 keeps all): "
-                 "the viewer shows the blocks allocated before them as already there",
-                 dev, ring.v.size(), ring.v.size() + ring.dropped, cap);
+    spdlog::warn(
+        "torch-snapshot: cuda:{}: kept the last {} of {} trace entries (--max-entries {}; 0 keeps all): "
+        "the viewer shows the blocks allocated before them as already there",
+        dev, ring.v.size(), ring.v.size() + ring.dropped, cap);
   }
   if (!total) return;
   p.str("gpuheap_dropped_entries");
@@ -321,8 +322,8 @@ void write_segment_blocks(Pickler& p, FrameMemo& frames, const TorchState& st, s
   std::uint64_t at = addr;
   for (auto b = st.blocks.lower_bound(addr); b != st.blocks.end() && b->first < addr + s.size; ++b) {
     if (b->first > at) block(at, b->first - at, 0, "inactive", 0);
-    block(b->first, b->second.size, b->second.requested,
-          b->second.pending ? "active_pending_free" : "active_allocated", b->second.stack);
+    block(b->first, b->second.size, b->second.requested, b->second.pending ? "active_pending_free" : "active_allocated",
+          b->second.stack);
     at = std::max(at, b->first + b->second.size);
   }
   if (at < addr + s.size) block(at, addr + s.size - at, 0, "inactive", 0);

@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
+#include "analyzer/base/units.h"
 #include "analyzer/export/export.h"
 #include "analyzer/export/export_out.h"
 #include "analyzer/export/report_assets.h"
-#include "analyzer/base/units.h"
 
 namespace gpuheap {
 
@@ -34,8 +34,13 @@ json timeline_json(const std::string& label, const Timeline& tl, std::uint64_t o
     act.push_back(p.active);
     res.push_back(p.reserved);
   }
-  json j = {{"label", label}, {"bucket_s", secs(tl.bucket_ns())}, {"t", std::move(t)}, {"requested", std::move(req)},
-            {"allocated", std::move(alloc)}, {"reserved", std::move(res)}, {"markers", json::array()}};
+  json j = {{"label", label},
+            {"bucket_s", secs(tl.bucket_ns())},
+            {"t", std::move(t)},
+            {"requested", std::move(req)},
+            {"allocated", std::move(alloc)},
+            {"reserved", std::move(res)},
+            {"markers", json::array()}};
   j["active"] = has_active ? std::move(act) : json(nullptr);
   return j;
 }
@@ -81,8 +86,7 @@ json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, c
     return it->second;
   };
   name_id("");
-  for (const auto& n : tree.nodes)
-    nodes.push_back({name_id(n.name), name_id(n.file), n.line, n.value, n.parent});
+  for (const auto& n : tree.nodes) nodes.push_back({name_id(n.name), name_id(n.file), n.line, n.value, n.parent});
   return {{"id", exporter::metric_name(m)},
           {"title", title},
           {"unit", m == exporter::FlameMetric::count ? "count" : "bytes"},
@@ -128,8 +132,12 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
     const auto& in = mp->info;
     std::string cmd;
     for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + c;
-    tr.push_back({{"path", in.path}, {"pid", in.pid}, {"host", in.hostname}, {"command", cmd},
-                  {"duration_ns", in.duration_ns()}, {"events", in.events}});
+    tr.push_back({{"path", in.path},
+                  {"pid", in.pid},
+                  {"host", in.hostname},
+                  {"command", cmd},
+                  {"duration_ns", in.duration_ns()},
+                  {"events", in.events}});
     for (const auto& d : mp->devices) {
       if (d.device < 0 || d.timeline.points().empty()) continue;  // host memory has no device timeline
       std::string label = fmt::format("cuda:{} {}", d.device, d.name);
@@ -138,7 +146,8 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
       json t = timeline_json(label, d.timeline, off, true);
       auto at = [&](std::uint64_t ts) { return secs(ts >= in.mono_ns ? ts - in.mono_ns : 0); };
       if (d.peak_held > 0)
-        t["markers"].push_back({{"t", at(d.peak_held_ts)}, {"kind", "peak"},
+        t["markers"].push_back({{"t", at(d.peak_held_ts)},
+                                {"kind", "peak"},
                                 {"label", "peak " + human_bytes(static_cast<std::uint64_t>(d.peak_held))}});
       for (const auto& o : mp->ooms)
         if (o.rec.device == d.device)
@@ -161,7 +170,8 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   SiteLists sites(a, opt.all_frames);
   auto& res = sites.resolvers();
   exporter::FlameLabels labels;  // after sites: it keys by their resolvers' frames
-  data["flames"] = {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res, labels),
+  data["flames"] = {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res,
+                               labels),
                     flame_json(a, exporter::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
                     flame_json(a, exporter::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
   SummaryOptions sopt;
@@ -169,19 +179,21 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   data["summary"] = summary_json(a, sopt, sites);
   data["summary_text"] = summary_text(a, sopt, sites);
 
-  out.put("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-          "<meta name=\"generator\" content=\"gpuheap " GPUHEAP_VERSION "\">\n<title>gpuheap report</title>\n<style>");
+  out.put(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<meta name=\"generator\" content=\"gpuheap " GPUHEAP_VERSION "\">\n<title>gpuheap report</title>\n<style>");
   out.put(assets::uplot_css);
   out.put("</style>\n<style>");
   out.put(assets::report_css);
-  out.put("</style>\n</head><body data-status=\"loading\">\n<h1>gpuheap report</h1><div id=\"meta\"></div>"
-          "<div id=\"status\">loading (this page needs JavaScript)</div>\n"
-          "<section><h2>Timeline</h2><div id=\"timelines\"></div></section>\n"
-          "<section><h2>Flame graphs</h2><p class=\"hint\">Callers on top. Click a frame to zoom into it, click it "
-          "again (or the path above) to zoom out; the search box highlights matching functions and files.</p>"
-          "<div id=\"flames\"></div></section>\n"
-          "<section><h2>Summary</h2><div id=\"tables\"></div></section>\n"
-          "<script type=\"application/json\" id=\"gpuheap-data\">");
+  out.put(
+      "</style>\n</head><body data-status=\"loading\">\n<h1>gpuheap report</h1><div id=\"meta\"></div>"
+      "<div id=\"status\">loading (this page needs JavaScript)</div>\n"
+      "<section><h2>Timeline</h2><div id=\"timelines\"></div></section>\n"
+      "<section><h2>Flame graphs</h2><p class=\"hint\">Callers on top. Click a frame to zoom into it, click it "
+      "again (or the path above) to zoom out; the search box highlights matching functions and files.</p>"
+      "<div id=\"flames\"></div></section>\n"
+      "<section><h2>Summary</h2><div id=\"tables\"></div></section>\n"
+      "<script type=\"application/json\" id=\"gpuheap-data\">");
   out.put(script_json(data));
   out.put("</script>\n<script>");
   out.put(assets::uplot_js);

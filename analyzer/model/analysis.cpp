@@ -47,11 +47,13 @@ int record_device(const format::Record& r) {
 
 void warn_trace(const TraceReader& rd, const Model& m) {
   if (rd.shrank())
-    spdlog::warn("{}: the file shrank while it was read (from {} to {} bytes): cut at byte {}, using the {} "
-                 "whole records before it", rd.path(), rd.file_size(), rd.file_pos(), rd.offset(), rd.records());
+    spdlog::warn(
+        "{}: the file shrank while it was read (from {} to {} bytes): cut at byte {}, using the {} "
+        "whole records before it",
+        rd.path(), rd.file_size(), rd.file_pos(), rd.offset(), rd.records());
   else if (rd.cut_mid_record())
-    spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(),
-                 rd.offset(), rd.records());
+    spdlog::warn("{}: file cut mid-record at byte {}: using the {} whole records before it", rd.path(), rd.offset(),
+                 rd.records());
   if (!rd.has_end())
     spdlog::warn("{}: no end record (the process died or is still running); trace ends at ts {}{}", rd.path(),
                  m.info.last_ts,
@@ -123,8 +125,7 @@ void feed_merged_event(Analysis& out, Model& m, const format::Record& rec, int d
   if (after.reserved != before.reserved) md.reserved.add(after.reserved - before.reserved);
   if (after.allocated != before.allocated) {
     md.allocated.add(after.allocated - before.allocated);
-    if (md.allocated.current == md.allocated.peak && after.allocated > before.allocated)
-      md.peak_allocated_wall_ns = bw;
+    if (md.allocated.current == md.allocated.peak && after.allocated > before.allocated) md.peak_allocated_wall_ns = bw;
   }
   md.timeline.sample(bw - std::min(bw, out.merged_start_wall_ns), md.requested.current, md.allocated.current,
                      md.reserved.current);
@@ -162,8 +163,8 @@ void replay_merged(std::vector<std::unique_ptr<TraceReader>>& readers, Analysis&
   // The process record comes first; read it so the clock alignment is known.
   for (std::size_t i = 0; i < st.size(); ++i) {
     pull(i);
-    while (st[i].have && st[i].rec.type != format::RecordType::alloc &&
-           st[i].rec.type != format::RecordType::free && st[i].rec.type != format::RecordType::segment_alloc &&
+    while (st[i].have && st[i].rec.type != format::RecordType::alloc && st[i].rec.type != format::RecordType::free &&
+           st[i].rec.type != format::RecordType::segment_alloc &&
            st[i].rec.type != format::RecordType::free_completed && st[i].rec.type != format::RecordType::oom) {
       out.traces[i]->feed(st[i].rec);
       pull(i);
@@ -171,8 +172,7 @@ void replay_merged(std::vector<std::unique_ptr<TraceReader>>& readers, Analysis&
   }
   auto wall = [&](std::size_t i) { return out.traces[i]->info.to_wall(st[i].last_ts); };
   out.merged_start_wall_ns = UINT64_MAX;
-  for (auto& t : out.traces)
-    out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
+  for (auto& t : out.traces) out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
   std::uint64_t n = 0;
   for (;;) {
     std::size_t best = SIZE_MAX;

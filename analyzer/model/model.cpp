@@ -79,14 +79,15 @@ void Model::feed(const format::Record& r) {
       break;
     }
     case RecordType::module:
-      modules.push_back({r.module.base, r.module.lo, r.module.hi, std::string(r.module.path),
-                         std::string(r.module.build_id)});
+      modules.push_back(
+          {r.module.base, r.module.lo, r.module.hi, std::string(r.module.path), std::string(r.module.build_id)});
       break;
     case RecordType::module_unload: touch_ts(r.module_unload.ts); break;
     case RecordType::py_code: {
       const auto& c = r.py_code;
-      py_codes[c.id] = {c.py_major, c.py_minor, c.firstlineno, std::string(c.filename), std::string(c.name),
-                        std::string(c.linetable)};
+      py_codes[c.id] = {c.py_major,          c.py_minor,
+                        c.firstlineno,       std::string(c.filename),
+                        std::string(c.name), std::string(c.linetable)};
       break;
     }
     case RecordType::stack: {
@@ -244,7 +245,7 @@ void Model::on_oom(const format::OomRecord& o) {
   oi.model_reserved = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current);
   oi.model_allocated = static_cast<std::uint64_t>(d.stat[kAllocatedBytes][0].current);
   oi.model_held = static_cast<std::uint64_t>(d.stat[kReservedBytes][0].current + d.held -
-                                                d.stat[kAllocatedBytes][0].current);
+                                             d.stat[kAllocatedBytes][0].current);
   oi.frag = snapshot(di, o.ts);
   base::FlatMap<SiteBytes> by;
   live_.for_each([&](std::uint64_t, const Live& e) {

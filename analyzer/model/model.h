@@ -43,17 +43,17 @@ struct KindUsage {
 
 struct Fragmentation {
   bool valid = false;
-  std::uint64_t ts = 0;  // trace clock
+  std::uint64_t ts = 0;                                   // trace clock
   std::uint64_t reserved = 0, allocated = 0, active = 0;  // pool (segment) bytes at the moment
   std::uint64_t free_bytes = 0, largest_free = 0, free_pieces = 0;
   // Filled at finish (needs the whole trace's median request):
   std::uint64_t median_request = 0, unusable_bytes = 0;
-  double unusable_share = 0;  // unusable_bytes / reserved
+  double unusable_share = 0;               // unusable_bytes / reserved
   std::vector<std::uint64_t> piece_sizes;  // internal: free piece sizes, kept until finish
 };
 
 struct OomInfo {
-  format::OomRecord rec;  // as recorded by the preload (stack id included)
+  format::OomRecord rec;                                  // as recorded by the preload (stack id included)
   std::uint64_t model_reserved = 0, model_allocated = 0;  // replayed pool state
   std::uint64_t model_held = 0;  // replayed: reserved + async + managed + VMM physical (device bytes held)
   Fragmentation frag;
@@ -161,11 +161,9 @@ class Model {
   // feed() of e[0..n) with prefetch() of ahead[0..n_ahead) interleaved, a prefetch before
   // each record (the replay loop's batches: one call per batch; the prefetches spread out,
   // not 16 records' worth in a burst beyond the core's outstanding misses).
-  void feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead,
-                  std::size_t n_ahead);
+  void feed_batch(const format::EventRecord* e, std::size_t n, const format::EventRecord* ahead, std::size_t n_ahead);
   static bool batchable(format::RecordType t) {
-    return t == format::RecordType::alloc || t == format::RecordType::free ||
-           t == format::RecordType::free_completed;
+    return t == format::RecordType::alloc || t == format::RecordType::free || t == format::RecordType::free_completed;
   }
   // Call once after the last record; completes peak consumers, leaks, fragmentation.
   void finish(bool cut_mid_record, bool has_end, std::uint64_t records);
@@ -182,15 +180,15 @@ class Model {
   std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> stacks;
   std::vector<OwnedModule> modules;
   std::unordered_map<std::uint32_t, PyCode> py_codes;  // by id
-  StoredSymbols symbols;  // frames stored by `gpuheap symbolize` (symbol_* records)
+  StoredSymbols symbols;                               // frames stored by `gpuheap symbolize` (symbol_* records)
   std::map<std::uint32_t, std::string> threads;
   std::vector<OomInfo> ooms;
   std::vector<Leak> leaks;  // by site, largest (requested) first
   // Requested bytes live at the end (what check --max-leaked gates), and their block bytes.
   std::uint64_t leaked_bytes = 0, leaked_allocated_bytes = 0, leaked_count = 0;
-  SizeHistogram requests;  // pooled / pass-through requested sizes
-  std::vector<PhaseInstance> phases;  // in order of start (marks and ranges)
-  std::uint64_t unmatched_pops = 0;   // pops with no open range on their thread (ignored)
+  SizeHistogram requests;              // pooled / pass-through requested sizes
+  std::vector<PhaseInstance> phases;   // in order of start (marks and ranges)
+  std::uint64_t unmatched_pops = 0;    // pops with no open range on their thread (ignored)
   std::uint64_t untracked_ranges = 0;  // pushed while kMaxOpenPhases were open (matched, not kept)
   // Every phase record folds the maxima into each open range: the bound keeps a hostile
   // trace of nested pushes linear (real jobs nest a handful deep per thread).
@@ -352,8 +350,7 @@ class Model {
   void sample(DeviceState& d, std::uint64_t ts);
   Fragmentation snapshot(std::uint16_t dev_idx, std::uint64_t ts) const;
   // Layout of the blocks and segments born by max_seq that are still there, plus `gone`.
-  Fragmentation layout(std::uint16_t dev_idx, std::uint64_t max_seq,
-                       const std::vector<DeviceState::Gone>& gone) const;
+  Fragmentation layout(std::uint16_t dev_idx, std::uint64_t max_seq, const std::vector<DeviceState::Gone>& gone) const;
   Fragmentation peak_layout(std::uint16_t dev_idx) const;
   // A block or segment leaves the layout: logged while it was there at the open peak (inline:
   // once per completed block, nearly always a test that fails).

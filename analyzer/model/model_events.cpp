@@ -80,7 +80,7 @@ int Model::bits_add(Segment& s, std::uint64_t a, std::uint64_t b) {
     bits_drop(s, true);
     return -1;
   }
-  int t = (oa == 0 || (at_a & kEdgeEnd)) ? 1 : 0;        // a block ends where this one starts
+  int t = (oa == 0 || (at_a & kEdgeEnd)) ? 1 : 0;      // a block ends where this one starts
   t += (ob == s.size || (at_b & kEdgeStart)) ? 1 : 0;  // a block starts where this one ends
   w[pa >> 5] |= std::uint64_t{kEdgeStart} << ((2 * pa) & 63);
   w[pb >> 5] |= std::uint64_t{kEdgeEnd} << ((2 * pb) & 63);
@@ -136,7 +136,14 @@ void Model::on_alloc(const format::AllocRecord& a) {
     e = &live_.get(k);
   }
   std::uint64_t size = a.size ? a.size : a.requested;
-  *e = Live{size,  a.requested, ++seq_, a.stack, a.tid, kNoSeg, di, static_cast<std::uint8_t>(a.kind),
+  *e = Live{size,
+            a.requested,
+            ++seq_,
+            a.stack,
+            a.tid,
+            kNoSeg,
+            di,
+            static_cast<std::uint8_t>(a.kind),
             static_cast<std::uint8_t>(a.flags & ~kPending)};
   auto& st = site(a.stack);
   // Queued drops (model.h: SiteDrop) may hold this site's: its live bytes read at least what
@@ -296,7 +303,7 @@ void Model::complete(std::uint64_t k, Live& e) {
   const auto di = e.dev;
   const auto seq = e.seq, size = e.size;
   const bool in_layout = e.seg != kNoSeg;
-  seg_add_block(k, e, -1);  // pooled: the key is the address
+  seg_add_block(k, e, -1);   // pooled: the key is the address
   live_.erase_found(k, &e);  // e is the live entry (seg_add_block never touches live_)
   if (in_layout) frag_gone(di, seq, k, size, false);
 }

@@ -166,9 +166,8 @@ void Model::finish(bool cut_mid_record, bool has_end, std::uint64_t records) {
     leaked_bytes = win_leaked_bytes_, leaked_allocated_bytes = win_leaked_allocated_, leaked_count = win_leaked_count_;
   }
   leak_by.for_each([&](std::uint64_t, const Leak& l) { leaks.push_back(l); });
-  std::sort(leaks.begin(), leaks.end(), [](const Leak& a, const Leak& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack;
-  });
+  std::sort(leaks.begin(), leaks.end(),
+            [](const Leak& a, const Leak& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.stack < b.stack; });
 
   // Present devices in index order.
   std::vector<std::size_t> order(devices.size());

@@ -17,7 +17,9 @@ namespace gpuheap {
 
 namespace {
 constexpr std::int64_t kParked = std::numeric_limits<std::int64_t>::max();
-bool leak_counted_kind(format::AllocKind k) { return k != format::AllocKind::va_reserve && k != format::AllocKind::vmm_map; }
+bool leak_counted_kind(format::AllocKind k) {
+  return k != format::AllocKind::va_reserve && k != format::AllocKind::vmm_map;
+}
 }  // namespace
 
 void Model::set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> iv) {
@@ -27,8 +29,7 @@ void Model::set_window(std::vector<std::pair<std::uint64_t, std::uint64_t>> iv) 
     if (x.second <= x.first) continue;
     if (!window_.empty() && x.first <= window_.back().second)
       window_.back().second = std::max(window_.back().second, x.second);
-    else
-      window_.push_back(x);
+    else window_.push_back(x);
   }
   windowed_ = true, in_window_ = false, edge_ = 0;
   next_edge_ = window_.empty() ? ~std::uint64_t{0} : window_[0].first;

@@ -102,8 +102,8 @@ Intervals resolve_window(const Model& m, const WindowSpec& spec) {
     if (iv.empty()) {
       bool is_mark = std::any_of(m.phases.begin(), m.phases.end(), [&](const auto& p) { return p.name == spec.phase; });
       throw UsageError(fmt::format("--phase: {}: {} '{}' ({})", text_safe(m.info.path),
-                                   is_mark ? "a mark is a point, not a range:" : "no phase named", text_safe(spec.phase),
-                                   known_names(m)));
+                                   is_mark ? "a mark is a point, not a range:" : "no phase named",
+                                   text_safe(spec.phase), known_names(m)));
     }
     sets.push_back(std::move(iv));
   }

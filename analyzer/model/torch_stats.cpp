@@ -11,14 +11,19 @@ bool torch_pools_honest(const DeviceState& d) {
 nlohmann::json torch_memory_stats_json(const DeviceState& d) {
   // torch's array stats: NAME.{all,large_pool,small_pool}.{current,peak,allocated,freed}.
   static const std::pair<const char*, Metric> kArrays[] = {
-      {"allocation", kAllocations},          {"segment", kSegments},
-      {"active", kActiveAllocs},             {"inactive_split", kInactiveSplit},
-      {"allocated_bytes", kAllocatedBytes},  {"reserved_bytes", kReservedBytes},
-      {"active_bytes", kActiveBytes},        {"inactive_split_bytes", kInactiveSplitBytes},
+      {"allocation", kAllocations},
+      {"segment", kSegments},
+      {"active", kActiveAllocs},
+      {"inactive_split", kInactiveSplit},
+      {"allocated_bytes", kAllocatedBytes},
+      {"reserved_bytes", kReservedBytes},
+      {"active_bytes", kActiveBytes},
+      {"inactive_split_bytes", kInactiveSplitBytes},
       {"requested_bytes", kRequestedBytes},
   };
-  static const std::pair<const char*, PoolIndex> kPools[] = {
-      {"all", kAllPools}, {"large_pool", kLargePool}, {"small_pool", kSmallPool}};
+  static const std::pair<const char*, PoolIndex> kPools[] = {{"all", kAllPools},
+                                                             {"large_pool", kLargePool},
+                                                             {"small_pool", kSmallPool}};
   const bool pools = torch_pools_honest(d);
   nlohmann::json j = nlohmann::json::object();
   auto put = [&](const std::string& prefix, const Stat& s) {

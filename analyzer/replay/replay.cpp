@@ -14,10 +14,10 @@
 #include "analyzer/base/error.h"
 #include "analyzer/base/flat_map.h"
 #include "analyzer/model/model.h"
-#include "analyzer/trace/reader.h"
 #include "analyzer/replay/replay_sim.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/symbolize.h"
+#include "analyzer/trace/reader.h"
 #include "format/decode.h"
 
 namespace gpuheap {
@@ -39,7 +39,7 @@ struct DeviceSim {
       pool::PoolConfig cfg = o.policy.pool;
       cfg.seal_interval_ns = 0;  // one fence per free: each completes on its own record
       cfg.unsafe_reuse = false;
-      cfg.limit = 0;             // the upstream is the cap, as in-process
+      cfg.limit = 0;  // the upstream is the cap, as in-process
       pool = std::make_unique<pool::Pool>(up, cfg, &segs);
     }
   }
@@ -156,7 +156,9 @@ class Replayer {
     last_device_ = device, last_idx_ = *idx, last_dev_ = devs_[static_cast<std::size_t>(i)].get();
     return *last_dev_;
   }
-  static std::uint64_t none_size(std::uint64_t requested) { return round_up(requested ? requested : 1, kDriverGranularity); }
+  static std::uint64_t none_size(std::uint64_t requested) {
+    return round_up(requested ? requested : 1, kDriverGranularity);
+  }
   // The live map's key for a trace address: the address itself (FlatMap's hash folds the
   // high bits in; folding them here as well would cancel that fold: (k ^ k>>29) twice is
   // k ^ k>>58, and addresses at power-of-two strides would cluster again).
@@ -221,9 +223,11 @@ class Replayer {
         DeviceSim& d = dev(e.segment.device, &i);
         if (e.type == RecordType::segment_alloc) d.up.offer(e.segment.ptr, e.segment.size);
         else d.up.withdraw(e.segment.ptr);
-        d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) * static_cast<std::int64_t>(e.segment.size);
-        d.out.recorded_reserved_peak =
-            std::max<std::uint64_t>(d.out.recorded_reserved_peak, static_cast<std::uint64_t>(std::max<std::int64_t>(d.recorded_reserved, 0)));
+        d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) *
+                               static_cast<std::int64_t>(e.segment.size);
+        d.out.recorded_reserved_peak = std::max<std::uint64_t>(d.out.recorded_reserved_peak,
+                                                               static_cast<std::uint64_t>(
+                                                                   std::max<std::int64_t>(d.recorded_reserved, 0)));
         break;
       }
       default: break;
@@ -251,7 +255,7 @@ class Replayer {
     bool inserted = false;
     Live& slot = live_.get(key(a.ptr), &inserted);  // one probe; nothing else touches live_ before slot is set
     if (!inserted) {
-      if (slot.how != kPending) return true;  // recorded twice without a free: a corrupt trace
+      if (slot.how != kPending) return true;         // recorded twice without a free: a corrupt trace
       overflow_.get(a.ptr) = {slot.addr, slot.dev};  // allocated again before its free_completed
       slot = Live{};
     }
@@ -364,7 +368,7 @@ class Replayer {
       d.up.complete(f_id);
       return;
     }
-    slot->addr = f_id, slot->how = kPending;  // l.dev stays
+    slot->addr = f_id, slot->how = kPending;       // l.dev stays
     if (overflow_.size()) overflow_.erase(f.ptr);  // a newer free's fence replaces the older one's
   }
 
@@ -397,9 +401,10 @@ class Replayer {
   // powers of two) would wrap past 2^64 and the signed totals turn negative. Refused (exit
   // 2), as a corrupt record is, rather than replayed into figures that are wrong.
   [[noreturn]] void too_large(std::uint64_t n, std::uint64_t index) const {
-    throw InputError(fmt::format("{}: record {}: an allocation of {} bytes, more than any device's address space "
-                                 "(2^63 bytes): the trace is damaged; replay refuses it",
-                                 res_.trace, index, n));
+    throw InputError(
+        fmt::format("{}: record {}: an allocation of {} bytes, more than any device's address space "
+                    "(2^63 bytes): the trace is damaged; replay refuses it",
+                    res_.trace, index, n));
   }
 
   bool oom(DeviceSim& d, const format::AllocRecord& a, std::uint64_t index, std::uint64_t largest_free) {
@@ -419,11 +424,11 @@ class Replayer {
 
   const ReplayOptions& opt_;
   ReplayResult res_;
-  Model model_;  // stacks, modules and Python code only: what StackResolver needs
+  Model model_;                 // stacks, modules and Python code only: what StackResolver needs
   std::vector<int> dev_index_;  // by u16(device)
   std::vector<std::unique_ptr<DeviceSim>> devs_;
   TorchCallers callers_{model_};  // policy torch: which allocations torch's allocator makes
-  base::FlatMap<Live> live_;         // trace address -> replayed block
+  base::FlatMap<Live> live_;      // trace address -> replayed block
   // Trace address -> fence of a pooled free whose address was allocated again before its
   // free_completed (the live entry is the new block's); empty in a well-formed trace.
   base::FlatMap<Pending> overflow_;

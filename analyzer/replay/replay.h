@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analyzer/replay/replay_torch.h"
 #include "analyzer/model/stats.h"
+#include "analyzer/replay/replay_torch.h"
 #include "pool/pool.h"
 
 namespace gpuheap {
@@ -23,7 +23,7 @@ struct ReplayPolicy {
   enum class Kind { gpuheap, none, torch };
   Kind kind = Kind::gpuheap;
   pool::PoolConfig pool;  // Kind::gpuheap only
-  TorchConfig torch;        // Kind::torch only
+  TorchConfig torch;      // Kind::torch only
   std::string name = "gpuheap";
 };
 // "gpuheap", "gpuheap:max_split=64MiB,round=1KiB,...", "none", "torch[:max_split_size=SIZE,...]". Throws UsageError (exit 2)
@@ -44,7 +44,7 @@ struct ReplayDevice {
   std::uint64_t non_releasable_at_peak = 0;  // free bytes in segments that hold a live block
   std::uint64_t largest_free_at_peak = 0;    // largest block reusable then
   std::uint64_t segments_at_peak = 0;
-  std::uint64_t peak_held = 0;  // peak of reserved + other device kinds (what a limit counts)
+  std::uint64_t peak_held = 0;               // peak of reserved + other device kinds (what a limit counts)
   std::uint64_t recorded_reserved_peak = 0;  // from the trace's segment records
   std::uint64_t retries = 0;                 // the pool's release-and-retry path taken
   // Policy torch: cudaMallocs that PyTorch's allocator would not have made (TorchCallers,
@@ -68,7 +68,7 @@ struct ReplayOom {
 struct ReplayResult {
   std::string trace, policy;
   std::uint64_t limit = 0;
-  std::uint64_t events = 0;          // alloc/free/free_completed records replayed
+  std::uint64_t events = 0;             // alloc/free/free_completed records replayed
   std::uint64_t other_kind_events = 0;  // alloc/free of kinds the pool does not serve
   std::uint64_t unmatched_frees = 0;    // frees of addresses not live in the trace
   bool truncated = false;

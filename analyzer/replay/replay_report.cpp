@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
-#include "analyzer/replay/replay.h"
 #include "analyzer/base/units.h"
+#include "analyzer/replay/replay.h"
 
 namespace gpuheap {
 namespace {
@@ -23,9 +23,10 @@ std::string_view trim(std::string_view s) {
 
 std::uint64_t positive_size(std::string_view key, std::string_view v) {
   if (key == "round" && v.substr(0, 5) == "pow2:")
-    throw UsageError(fmt::format("policy key round: takes a SIZE; PyTorch's power-of-two divisions ({}) are not "
-                                 "modelled by gpuheap's pool",
-                                 v));
+    throw UsageError(
+        fmt::format("policy key round: takes a SIZE; PyTorch's power-of-two divisions ({}) are not "
+                    "modelled by gpuheap's pool",
+                    v));
   std::uint64_t n = parse_size(v);
   if (n == 0) throw UsageError(fmt::format("policy key {}: must be more than 0", key));
   return n;
@@ -74,9 +75,10 @@ void parse_torch_keys(ReplayPolicy& p, std::string_view rest) {
       if (v != "false" && v != "False")
         throw UsageError(fmt::format("policy '{}': expandable_segments:True is not modelled", p.name));
     } else {
-      throw UsageError(fmt::format("policy '{}': unknown or unmodelled key '{}' (known: max_split_size, "
-                                   "max_split_size_mb, roundup_power2_divisions, expandable_segments=false)",
-                                   p.name, k));
+      throw UsageError(
+          fmt::format("policy '{}': unknown or unmodelled key '{}' (known: max_split_size, "
+                      "max_split_size_mb, roundup_power2_divisions, expandable_segments=false)",
+                      p.name, k));
     }
   });
 }
@@ -115,9 +117,10 @@ ReplayPolicy parse_policy(const std::string& text) {
     else if (k == "huge_round") c.huge_round = positive_size(k, v);
     else if (k == "large_split_min") c.large_split_min = parse_size(v);
     else
-      throw UsageError(fmt::format("policy '{}': unknown key '{}' (known: round, max_split, small_max, small_segment, "
-                                   "medium_max, large_segment, huge_round, large_split_min)",
-                                   p.name, k));
+      throw UsageError(
+          fmt::format("policy '{}': unknown key '{}' (known: round, max_split, small_max, small_segment, "
+                      "medium_max, large_segment, huge_round, large_split_min)",
+                      p.name, k));
   });
   return p;
 }
@@ -132,8 +135,7 @@ std::string replay_text(const ReplayResult& r) {
       s += fmt::format("  {:<34} {:>12}  ({} B)\n", what, human_bytes(static_cast<std::uint64_t>(v)), v);
     };
     row("peak reserved", d.reserved.peak);
-    if (d.recorded_reserved_peak)
-      row("  recorded peak reserved", static_cast<std::int64_t>(d.recorded_reserved_peak));
+    if (d.recorded_reserved_peak) row("  recorded peak reserved", static_cast<std::int64_t>(d.recorded_reserved_peak));
     row("peak allocated", d.allocated.peak);
     row("peak requested", d.requested.peak);
     row("non-releasable at peak reserved", static_cast<std::int64_t>(d.non_releasable_at_peak));
@@ -142,22 +144,27 @@ std::string replay_text(const ReplayResult& r) {
     if (d.retries) s += fmt::format("  {:<34} {:>12}\n", "release-and-retry (OOM path)", d.retries);
     if (d.bypass_allocations) {
       row("not served by torch's allocator", static_cast<std::int64_t>(d.bypass_bytes));
-      s += fmt::format("    in {} allocation{} made by libraries themselves (cuBLAS, cuDNN, ...), at most {} at once:\n"
-                       "    cudaMalloc'd directly, not in the figures above (nor in torch.cuda.max_memory_reserved());\n"
-                       "    they count toward the limit\n",
-                       d.bypass_allocations, d.bypass_allocations == 1 ? "" : "s", human_bytes(d.bypass_peak));
+      s += fmt::format(
+          "    in {} allocation{} made by libraries themselves (cuBLAS, cuDNN, ...), at most {} at once:\n"
+          "    cudaMalloc'd directly, not in the figures above (nor in torch.cuda.max_memory_reserved());\n"
+          "    they count toward the limit\n",
+          d.bypass_allocations, d.bypass_allocations == 1 ? "" : "s", human_bytes(d.bypass_peak));
     }
   }
   if (r.other_kind_events)
-    s += fmt::format("  ({} alloc/free events of other kinds not replayed; their device bytes count toward "
-                     "the limit)\n", r.other_kind_events);
-  if (r.unmatched_frees) s += fmt::format("  ({} frees of addresses not live in the trace ignored)\n", r.unmatched_frees);
+    s += fmt::format(
+        "  ({} alloc/free events of other kinds not replayed; their device bytes count toward "
+        "the limit)\n",
+        r.other_kind_events);
+  if (r.unmatched_frees)
+    s += fmt::format("  ({} frees of addresses not live in the trace ignored)\n", r.unmatched_frees);
   const ReplayOom& o = r.oom;
   if (o.hit) {
-    s += fmt::format("OUT OF MEMORY on device {} at +{} (record {}): {} ({} B) requested, {} reserved, {} allocated, "
-                     "largest free block {}\n",
-                     o.device, human_duration_ns(o.ts_ns), o.event_index, human_bytes(o.requested), o.requested,
-                     human_bytes(o.reserved), human_bytes(o.allocated), human_bytes(o.largest_free));
+    s += fmt::format(
+        "OUT OF MEMORY on device {} at +{} (record {}): {} ({} B) requested, {} reserved, {} allocated, "
+        "largest free block {}\n",
+        o.device, human_duration_ns(o.ts_ns), o.event_index, human_bytes(o.requested), o.requested,
+        human_bytes(o.reserved), human_bytes(o.allocated), human_bytes(o.largest_free));
     if (o.frames.empty()) s += o.stack ? fmt::format("  <stack {} not in the trace>\n", o.stack) : "  <no stack>\n";
     for (const auto& f : o.frames) s += "    " + f + "\n";
   } else if (r.limit) {
@@ -188,9 +195,15 @@ json replay_json(const ReplayResult& r) {
   json oom = {{"would_oom", r.oom.hit}};
   if (r.oom.hit) {
     const ReplayOom& o = r.oom;
-    oom.update({{"device", o.device},          {"ts_ns", o.ts_ns},         {"record", o.event_index},
-                {"requested", o.requested},    {"reserved", o.reserved},   {"allocated", o.allocated},
-                {"largest_free", o.largest_free}, {"stack_id", o.stack},   {"stack", o.frames}});
+    oom.update({{"device", o.device},
+                {"ts_ns", o.ts_ns},
+                {"record", o.event_index},
+                {"requested", o.requested},
+                {"reserved", o.reserved},
+                {"allocated", o.allocated},
+                {"largest_free", o.largest_free},
+                {"stack_id", o.stack},
+                {"stack", o.frames}});
   }
   return {{"schema", "gpuheap.replay/1"},
           {"trace", r.trace},

@@ -224,8 +224,8 @@ class SegTracker final : public pool::PoolObserver {
   };
   std::vector<Seg> segs_;
   std::vector<std::uint32_t> free_;
-  std::vector<std::uint64_t> starts_;  // sorted
-  std::vector<std::uint32_t> slots_;   // parallel to starts_
+  std::vector<std::uint64_t> starts_;     // sorted
+  std::vector<std::uint32_t> slots_;      // parallel to starts_
   base::FlatMap<std::uint32_t> by_base_;  // segment base -> slot
   std::uint64_t non_releasable_ = 0, retries_ = 0;
 };

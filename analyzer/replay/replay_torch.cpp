@@ -156,9 +156,8 @@ bool TorchAllocator::release_available_cached_blocks(std::uint64_t size, std::ui
     if (sg->stream == stream && sg->small == small)
       for (Block* b = sg->first; b; b = b->next)
         if (!b->allocated && b->size >= cfg_.max_split_size) oversize.push_back(b);
-  std::sort(oversize.begin(), oversize.end(), [](const Block* a, const Block* b) {
-    return a->size != b->size ? a->size > b->size : a->addr > b->addr;
-  });
+  std::sort(oversize.begin(), oversize.end(),
+            [](const Block* a, const Block* b) { return a->size != b->size ? a->size > b->size : a->addr > b->addr; });
   std::uint64_t released = 0;
   for (Block* b : oversize) {
     if (released >= want) break;
@@ -176,8 +175,8 @@ void TorchAllocator::release_cached_blocks() {
   }
 }
 
-bool TorchAllocator::allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr,
-                              std::uint64_t* size, Handle* handle) {
+bool TorchAllocator::allocate(std::uint64_t requested, std::uint64_t stream, std::uint64_t* ptr, std::uint64_t* size,
+                              Handle* handle) {
   std::uint64_t n = round_size(requested);
   bool small = n <= kSmallSize;
   std::uint64_t alloc_size = allocation_size(n);

@@ -41,7 +41,7 @@ class TorchCallers {
 
 struct TorchConfig {
   std::uint64_t max_split_size = std::numeric_limits<std::uint64_t>::max();  // unlimited
-  std::uint64_t roundup_power2_divisions = 0;                                 // 0/1: off
+  std::uint64_t roundup_power2_divisions = 0;                                // 0/1: off
 };
 
 // Free blocks are found as in CUDACachingAllocator (best fit by (stream, size, address)),
@@ -57,8 +57,7 @@ class TorchAllocator {
                                  kSmallBuffer = std::uint64_t{2} << 20, kLargeBuffer = std::uint64_t{20} << 20,
                                  kMinLargeAlloc = std::uint64_t{10} << 20, kRoundLarge = std::uint64_t{2} << 20;
 
-  TorchAllocator(pool::Upstream& up, const TorchConfig& cfg, pool::PoolObserver* obs)
-      : up_(up), cfg_(cfg), obs_(obs) {}
+  TorchAllocator(pool::Upstream& up, const TorchConfig& cfg, pool::PoolObserver* obs) : up_(up), cfg_(cfg), obs_(obs) {}
   ~TorchAllocator();
   TorchAllocator(const TorchAllocator&) = delete;
   TorchAllocator& operator=(const TorchAllocator&) = delete;

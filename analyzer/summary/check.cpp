@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
-#include "analyzer/symbolize/labels.h"
-#include "analyzer/model/phases.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/base/safe_file.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/model/phases.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/symbolize/labels.h"
 
 namespace gpuheap {
 
@@ -126,12 +126,13 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     if (!t->info.truncated) continue;
     incomplete = true;
     if (opt.allow_truncated)
-      r.notes.push_back(fmt::format("{} is incomplete ({}); checking what it holds (--allow-truncated)", text_safe(t->info.path),
-                                    incompleteness(t->info)));
+      r.notes.push_back(fmt::format("{} is incomplete ({}); checking what it holds (--allow-truncated)",
+                                    text_safe(t->info.path), incompleteness(t->info)));
     else
-      r.violations.push_back(fmt::format("{} is incomplete ({}), so its numbers cannot be trusted; "
-                                         "pass --allow-truncated to check what it holds",
-                                         text_safe(t->info.path), incompleteness(t->info)));
+      r.violations.push_back(
+          fmt::format("{} is incomplete ({}), so its numbers cannot be trusted; "
+                      "pass --allow-truncated to check what it holds",
+                      text_safe(t->info.path), incompleteness(t->info)));
   }
   auto cur = measure(a);
   struct Item {
@@ -148,7 +149,9 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
       {"peak reserved bytes", "--max-reserved", cur.reserved, cur.reserved_dev, opt.max_reserved, false},
       {"leaked bytes", "--max-leaked", cur.leaked, 0, opt.max_leaked, true},
   };
-  auto site = [&](const Item& it) { return it.leaked ? top_leak(a, opt.all_frames) : top_site(a, it.dev, opt.all_frames); };
+  auto site = [&](const Item& it) {
+    return it.leaked ? top_leak(a, opt.all_frames) : top_site(a, it.dev, opt.all_frames);
+  };
   auto where = [](const Item& it) { return it.leaked ? std::string() : fmt::format(" on device {}", it.dev); };
   for (const auto& it : items) {
     if (!it.limit) continue;
@@ -172,12 +175,11 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
                                                                          text_safe(g.phase), g.instances)));
         continue;
       }
-      std::string what = fmt::format("growth of live requested bytes over '{}' ({} instances, #{} vs #2) {} on device {}",
-                                     text_safe(g.phase), g.instances, g.instances, bytes_both(g.growth), g.growth_device);
-      if (g.growth > limit)
-        r.violations.push_back(fmt::format("{} exceeds --max-growth {}", what, bytes_both(limit)));
-      else
-        r.passed.push_back(fmt::format("{} within --max-growth {}", what, bytes_both(limit)));
+      std::string
+          what = fmt::format("growth of live requested bytes over '{}' ({} instances, #{} vs #2) {} on device {}",
+                             text_safe(g.phase), g.instances, g.instances, bytes_both(g.growth), g.growth_device);
+      if (g.growth > limit) r.violations.push_back(fmt::format("{} exceeds --max-growth {}", what, bytes_both(limit)));
+      else r.passed.push_back(fmt::format("{} within --max-growth {}", what, bytes_both(limit)));
     }
   }
   if (!opt.baseline.empty()) {
@@ -203,11 +205,11 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
       const auto& it = items[i];
       double allowed = static_cast<double>(bvals[i]) * (1.0 + opt.tolerance_pct / 100.0);
       if (static_cast<double>(it.value) > allowed) {
-        r.violations.push_back(fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); {}",
-                                           it.name, bytes_both(it.value), where(it), bytes_both(bvals[i]),
-                                           opt.tolerance_pct,
-                                           bvals[i] ? 100.0 * (static_cast<double>(it.value) / static_cast<double>(bvals[i]) - 1) : 100.0,
-                                           why(it)));
+        r.violations.push_back(
+            fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); {}", it.name, bytes_both(it.value),
+                        where(it), bytes_both(bvals[i]), opt.tolerance_pct,
+                        bvals[i] ? 100.0 * (static_cast<double>(it.value) / static_cast<double>(bvals[i]) - 1) : 100.0,
+                        why(it)));
       } else {
         r.passed.push_back(fmt::format("{} {} within {}% of baseline {}", it.name, bytes_both(it.value),
                                        opt.tolerance_pct, bytes_both(bvals[i])));

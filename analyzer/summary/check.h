@@ -14,8 +14,8 @@ namespace gpuheap {
 
 struct CheckOptions {
   std::optional<std::uint64_t> max_requested, max_allocated, max_reserved, max_leaked;
-  std::string baseline;          // a `summary --json` document of an earlier run
-  double tolerance_pct = 5.0;    // allowed growth over the baseline
+  std::string baseline;        // a `summary --json` document of an earlier run
+  double tolerance_pct = 5.0;  // allowed growth over the baseline
   bool all_frames = false;
   bool allow_truncated = false;  // check a trace without an end record (or cut) anyway
   // Growth of live bytes across the instances of a repeated phase (analyzer/model/phases.h);

@@ -52,15 +52,15 @@ std::map<std::string, GrowSite> baseline_sites(const nlohmann::json& doc, int de
   std::vector<const nlohmann::json*> docs;
   if (doc.contains("processes"))
     for (const auto& p : doc["processes"]) docs.push_back(&p);
-  else
-    docs.push_back(&doc);
+  else docs.push_back(&doc);
   for (const auto* d : docs) {
     std::int64_t listed = 0, total = -1;
     if (device < 0) {
       total = d->value("leaked_bytes", std::int64_t{-1});
     } else {
       for (const auto& dev : d->value("devices", nlohmann::json::array()))
-        if (dev.value("device", -2) == device && dev.contains("peak_held")) total = dev["peak_held"].value("bytes", std::int64_t{-1});
+        if (dev.value("device", -2) == device && dev.contains("peak_held"))
+          total = dev["peak_held"].value("bytes", std::int64_t{-1});
     }
     for (const auto& s : d->value(device < 0 ? "leaks" : "peak_consumers", nlohmann::json::array())) {
       if (device >= 0 && s.value("device", -2) != device) continue;
@@ -112,10 +112,14 @@ std::string growth_text(const Growth& g) {
   const std::string at = fr.empty() ? std::string("<no stack>")
                                     : fmt::format("{} [{}]", site_label_text(fr, true), text_safe(library_label(fr)));
   if (!g.known)
-    return fmt::format("{} at {} (growth unknown: not among the sites the baseline lists)", human_bytes(static_cast<std::uint64_t>(g.now->bytes)), at);
+    return fmt::format("{} at {} (growth unknown: not among the sites the baseline lists)",
+                       human_bytes(static_cast<std::uint64_t>(g.now->bytes)), at);
   return fmt::format("+{} at {} ({} -> {}{})", human_bytes(static_cast<std::uint64_t>(g.delta())), at,
-                     human_bytes(static_cast<std::uint64_t>(g.before)), human_bytes(static_cast<std::uint64_t>(g.now->bytes)),
-                     g.is_new ? ", new" : g.moved ? ", moved" : "");
+                     human_bytes(static_cast<std::uint64_t>(g.before)),
+                     human_bytes(static_cast<std::uint64_t>(g.now->bytes)),
+                     g.is_new  ? ", new"
+                     : g.moved ? ", moved"
+                               : "");
 }
 
 }  // namespace

@@ -7,17 +7,17 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/summary/check.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/check.h"
 
 namespace gpuheap {
 
 namespace {
 
 constexpr const char* kNames[kNumDiffMetrics] = {"requested", "allocated", "reserved", "leaked", "count"};
-constexpr const char* kLabels[kNumDiffMetrics] = {"peak requested", "peak allocated", "peak reserved",
-                                                  "leaked at end", "allocations"};
+constexpr const char* kLabels[kNumDiffMetrics] = {"peak requested", "peak allocated", "peak reserved", "leaked at end",
+                                                  "allocations"};
 
 bool is_bytes(int m) { return m != kDiffCount; }
 
@@ -93,8 +93,8 @@ DiffVerdict diff_verdict(const Model& a, const Model& b, const std::vector<Devic
   if (!v.gated) return v;
   v.allowed_truncated = gate.allow_truncated;
   for (const Model* m : {&a, &b})
-    if (m->info.truncated) v.incomplete.push_back(fmt::format("{} is incomplete ({})", text_safe(m->info.path),
-                                                              incompleteness(m->info)));
+    if (m->info.truncated)
+      v.incomplete.push_back(fmt::format("{} is incomplete ({})", text_safe(m->info.path), incompleteness(m->info)));
   for (const auto& d : devs)
     for (int m : gate.fail_on) {
       const std::int64_t va = d.a[static_cast<std::size_t>(m)], vb = d.b[static_cast<std::size_t>(m)];
@@ -117,11 +117,13 @@ std::vector<std::string> verdict_lines(const DiffVerdict& v, const DiffGate& gat
     out.push_back(v.allowed_truncated
                       ? fmt::format("note: {}; comparing what it holds (--allow-truncated)", s)
                       : fmt::format("FAIL: {}, so its numbers cannot be trusted; pass --allow-truncated to "
-                                    "compare what it holds", s));
+                                    "compare what it holds",
+                                    s));
   const std::string pct_limit = fmt::format("--tolerance {}%", gate.tolerance_pct);
   std::string limit = pct_limit;
-  if (gate.tolerance_bytes) limit += fmt::format(" and --tolerance-bytes {}", value_text(kDiffRequested,
-                                                 static_cast<std::int64_t>(gate.tolerance_bytes)));
+  if (gate.tolerance_bytes)
+    limit += fmt::format(" and --tolerance-bytes {}",
+                         value_text(kDiffRequested, static_cast<std::int64_t>(gate.tolerance_bytes)));
   for (const auto& x : v.breaches)
     out.push_back(fmt::format("FAIL: {} on device {}: A {} -> B {}, {} exceeds {}", diff_metric_name(x.metric),
                               x.device, value_text(x.metric, x.a), value_text(x.metric, x.b), pct_text(x.a, x.b),
@@ -179,8 +181,11 @@ nlohmann::json diff_json(const std::vector<DeviceDiff>& devs, const std::vector<
     const auto& r = rows[i];
     json moved = json::array();
     for (const auto& mv : r.moved)
-      moved.push_back({{"frame", mv.frame}, {"function", r.frames[mv.frame].function},
-                       {"file", r.frames[mv.frame].file}, {"a", mv.line_a}, {"b", mv.line_b}});
+      moved.push_back({{"frame", mv.frame},
+                       {"function", r.frames[mv.frame].function},
+                       {"file", r.frames[mv.frame].file},
+                       {"a", mv.line_a},
+                       {"b", mv.line_b}});
     js.push_back({{"key", r.key},
                   {"key_b", r.count_b == 0 ? json(nullptr) : json(r.count_a == 0 ? r.key : r.key_b)},
                   {"moved", std::move(moved)},
@@ -197,8 +202,12 @@ nlohmann::json diff_json(const std::vector<DeviceDiff>& devs, const std::vector<
   for (int m : gate.fail_on) fail_on.push_back(kNames[m]);
   json breaches = json::array();
   for (const auto& x : v.breaches)
-    breaches.push_back({{"metric", kNames[x.metric]}, {"device", x.device}, {"a", x.a}, {"b", x.b},
-                        {"delta", x.b - x.a}, {"change_pct", pct_json(x.a, x.b)}});
+    breaches.push_back({{"metric", kNames[x.metric]},
+                        {"device", x.device},
+                        {"a", x.a},
+                        {"b", x.b},
+                        {"delta", x.b - x.a},
+                        {"change_pct", pct_json(x.a, x.b)}});
   doc["verdict"] = {{"gated", v.gated},
                     {"fail_on", std::move(fail_on)},
                     {"tolerance_pct", gate.tolerance_pct},

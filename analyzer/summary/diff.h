@@ -18,7 +18,7 @@ namespace gpuheap {
 
 // The gated quantities, named as `check` names its limits (--max-requested ...) plus count.
 enum DiffMetric : int { kDiffRequested, kDiffAllocated, kDiffReserved, kDiffLeaked, kDiffCount, kNumDiffMetrics };
-const char* diff_metric_name(int m);   // "requested", "allocated", "reserved", "leaked", "count"
+const char* diff_metric_name(int m);  // "requested", "allocated", "reserved", "leaked", "count"
 std::optional<int> diff_metric_from(const std::string& name);
 
 // One device's totals in A and B (0 where the trace never used it).
@@ -33,8 +33,8 @@ std::vector<DeviceDiff> diff_devices(const Model& a, const Model& b);
 std::optional<double> change_pct(std::int64_t a, std::int64_t b);
 
 struct DiffGate {
-  std::vector<int> fail_on;       // DiffMetric values; empty: no gate (exit 0)
-  double tolerance_pct = 5.0;     // growth allowed, in % of A
+  std::vector<int> fail_on;           // DiffMetric values; empty: no gate (exit 0)
+  double tolerance_pct = 5.0;         // growth allowed, in % of A
   std::uint64_t tolerance_bytes = 0;  // growth up to this never fails
   bool allow_truncated = false;
 };

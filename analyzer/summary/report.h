@@ -10,15 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "analyzer/model/analysis.h"
+#include "analyzer/summary/site_match.h"
 #include "analyzer/symbolize/labels.h"  // library_label
 #include "analyzer/symbolize/symbolize.h"
-#include "analyzer/summary/site_match.h"
 
 namespace gpuheap {
 
 struct SummaryOptions {
-  int device = -1;        // -1: every device
-  std::size_t top = 5;    // entries per list (the CLI's default; the HTML report uses it too)
+  int device = -1;      // -1: every device
+  std::size_t top = 5;  // entries per list (the CLI's default; the HTML report uses it too)
   bool all_frames = false;
   // Frames shown per site in text, counted from the first frame below the allocator's own
   // (labels.h: those are summarised as "... N allocator frames"); pass-through frames
@@ -67,11 +67,11 @@ std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolv
 // What the summary says about one OOM: format/rules.h's diagnosis, the same rule and words as
 // the in-process stderr report (preload/core/oom.cpp).
 struct OomAdvice {
-  std::uint64_t held = 0;             // device bytes the process held: reserved + async/managed/VMM physical
-  std::uint64_t reserved_unused = 0;  // the pool's cache: reserved - allocated (as recorded)
+  std::uint64_t held = 0;                   // device bytes the process held: reserved + async/managed/VMM physical
+  std::uint64_t reserved_unused = 0;        // the pool's cache: reserved - allocated (as recorded)
   bool fits_without_fragmentation = false;  // reserved_unused >= request > largest free block
-  const char* cause = "";             // "fragmentation", "limit" or "live_allocations"
-  std::string fit;                    // "without fragmentation the request would (not) have fit (...)"
+  const char* cause = "";                   // "fragmentation", "limit" or "live_allocations"
+  std::string fit;                          // "without fragmentation the request would (not) have fit (...)"
   std::string suggestion;
 };
 OomAdvice oom_advice(const OomInfo& o);
@@ -98,7 +98,7 @@ class SiteLists {
   StackResolver& res(std::size_t trace) { return *res_[trace]; }
   std::vector<std::unique_ptr<StackResolver>>& resolvers() { return res_; }
   // Trace `trace`'s merged rows. `device` and `oom` index the Model's devices and ooms.
-  const std::vector<SiteRow>& peak(std::size_t trace, std::size_t device);  // its peak_consumers
+  const std::vector<SiteRow>& peak(std::size_t trace, std::size_t device);               // its peak_consumers
   const std::vector<LibraryRow>& peak_libraries(std::size_t trace, std::size_t device);  // of peak()
   const std::vector<SiteRow>& most_allocations(std::size_t trace);  // sites with allocations, by count
   const std::vector<SiteRow>& temporary(std::size_t trace);         // sites with temporaries, by count
@@ -128,10 +128,10 @@ nlohmann::json stack_json(const std::vector<Frame>& frames);
 // Per-site differences between two traces (first trace of each analysis). Sites are paired
 // by site_match.h: a site whose lines moved is one row.
 struct DiffRow {
-  std::string key;             // A's key (B's for a site only in B)
-  std::vector<Frame> frames;   // A's frames (B's for a site only in B)
-  std::string key_b;           // B's key when the site is in both runs
-  std::vector<LineMove> moved; // frames whose line differs in B (empty: not moved)
+  std::string key;              // A's key (B's for a site only in B)
+  std::vector<Frame> frames;    // A's frames (B's for a site only in B)
+  std::string key_b;            // B's key when the site is in both runs
+  std::vector<LineMove> moved;  // frames whose line differs in B (empty: not moved)
   std::int64_t peak_a = 0, peak_b = 0, total_a = 0, total_b = 0;
   std::int64_t count_a = 0, count_b = 0;  // allocations made
   std::int64_t d_peak() const { return peak_b - peak_a; }

@@ -9,9 +9,9 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
-#include "analyzer/symbolize/pyframes.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/symbolize/pyframes.h"
 
 namespace gpuheap {
 
@@ -57,10 +57,8 @@ const std::string& StackResolver::key(std::uint32_t stack) {
   for (const auto& f : fr) {
     if (!f.function.empty() || !f.file.empty())
       fmt::format_to(out, FMT_COMPILE("{}|{}|{};"), f.function, f.file, f.line);
-    else if (!f.module.empty())
-      fmt::format_to(out, FMT_COMPILE("{}+{:#x};"), base_name(f.module), f.offset);
-    else
-      fmt::format_to(out, FMT_COMPILE("{:#x};"), f.ip);  // no module: only the raw address identifies it
+    else if (!f.module.empty()) fmt::format_to(out, FMT_COMPILE("{}+{:#x};"), base_name(f.module), f.offset);
+    else fmt::format_to(out, FMT_COMPILE("{:#x};"), f.ip);  // no module: only the raw address identifies it
   }
   return keys_.emplace(stack, std::move(k)).first->second;
 }
@@ -130,7 +128,7 @@ std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, Stack
 }
 
 struct SiteLists::Lists {
-  std::vector<std::optional<std::vector<SiteRow>>> peak, oom;  // per device, per OOM
+  std::vector<std::optional<std::vector<SiteRow>>> peak, oom;     // per device, per OOM
   std::vector<std::optional<std::vector<LibraryRow>>> libraries;  // per device
   std::optional<std::vector<SiteRow>> by_count, temporary, leaks;
 };
@@ -171,7 +169,8 @@ const std::vector<SiteRow>& SiteLists::most_allocations(std::size_t trace) {
     const Model& m = *a_.traces[trace];
     std::vector<SiteRow> rows;
     for (std::uint32_t id = 0; id < m.sites.size(); ++id)
-      if (m.sites[id].allocs) rows.push_back({id, m.sites[id].alloc_bytes, m.sites[id].allocs, m.sites[id].alloc_allocated});
+      if (m.sites[id].allocs)
+        rows.push_back({id, m.sites[id].alloc_bytes, m.sites[id].allocs, m.sites[id].alloc_allocated});
     slot = merge_sites(rows, res(trace), true);
   }
   return *slot;
@@ -234,7 +233,7 @@ namespace {
 
 // One run's sites merged by key, in key order.
 struct DiffSide {
-  std::string_view key;                  // the resolver's
+  std::string_view key;                        // the resolver's
   const std::vector<Frame>* frames = nullptr;  // the resolver's: copied only into the rows shown
   std::int64_t peak = 0, total = 0, count = 0;
 };

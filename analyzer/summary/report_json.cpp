@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/symbolize/labels.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/model/torch_stats.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/symbolize/labels.h"
 
 namespace gpuheap {
 
@@ -26,11 +26,16 @@ json metric_json(const DeviceState& d, Metric m) {
 std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_ns ? ts - in.mono_ns : 0; }
 
 json frag_json(const Fragmentation& f, const TraceInfo& in) {
-  return {{"ts_ns", rel(f.ts, in)},          {"reserved", f.reserved},
-          {"allocated", f.allocated},        {"active", f.active},
-          {"free_bytes", f.free_bytes},      {"largest_free", f.largest_free},
-          {"free_pieces", f.free_pieces},    {"median_request", f.median_request},
-          {"unusable_bytes", f.unusable_bytes}, {"unusable_share", f.unusable_share}};
+  return {{"ts_ns", rel(f.ts, in)},
+          {"reserved", f.reserved},
+          {"allocated", f.allocated},
+          {"active", f.active},
+          {"free_bytes", f.free_bytes},
+          {"largest_free", f.largest_free},
+          {"free_pieces", f.free_pieces},
+          {"median_request", f.median_request},
+          {"unusable_bytes", f.unusable_bytes},
+          {"unusable_share", f.unusable_share}};
 }
 
 // `stack`, `label` and `label_frame` (the label's index in `stack`) of one site. Whole stacks
@@ -55,8 +60,11 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const Summa
   json arr = json::array();
   for (const auto& r : shown_sites(rows, res, opt)) {
     const auto& frames = res.frames(r.stack);
-    json j = {{"bytes", r.bytes}, {"allocated_bytes", r.allocated}, {"count", r.count},
-              {"stack_id", r.stack}, {"library", res.library(r.stack)}};
+    json j = {{"bytes", r.bytes},
+              {"allocated_bytes", r.allocated},
+              {"count", r.count},
+              {"stack_id", r.stack},
+              {"library", res.library(r.stack)}};
     put_stack(j, frames, opt);
     if (pct_of > 0) j["percent"] = 100.0 * static_cast<double>(r.bytes) / pct_of;
     arr.push_back(std::move(j));
@@ -69,9 +77,12 @@ json kinds_json(const DeviceState& d) {
   for (int k = 0; k < format::kNumAllocKinds; ++k) {
     const auto& u = d.kinds[k];
     if (!u.used) continue;
-    kinds[format::alloc_kind_name(static_cast<format::AllocKind>(k))] = {
-        {"current", u.current}, {"peak", u.peak}, {"total", u.total},
-        {"count", u.count},     {"peak_count", u.peak_count}, {"total_count", u.total_count}};
+    kinds[format::alloc_kind_name(static_cast<format::AllocKind>(k))] = {{"current", u.current},
+                                                                         {"peak", u.peak},
+                                                                         {"total", u.total},
+                                                                         {"count", u.count},
+                                                                         {"peak_count", u.peak_count},
+                                                                         {"total_count", u.total_count}};
   }
   return kinds;
 }
@@ -135,11 +146,16 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
                   {"unmatched_frees", in.unmatched_frees},
                   {"unmatched_free_completed", in.unmatched_free_completed}};
   static const std::pair<Metric, const char*> kMetrics[] = {
-      {kRequestedBytes, "requested_bytes"},       {kAllocatedBytes, "allocated_bytes"},
-      {kActiveBytes, "active_bytes"},             {kReservedBytes, "reserved_bytes"},
-      {kInactiveSplitBytes, "inactive_split_bytes"}, {kAllocations, "allocations"},
-      {kActiveAllocs, "active_allocs"},           {kSegments, "segments"},
-      {kInactiveSplit, "inactive_split"},         {kOversizeAllocations, "oversize_allocations"},
+      {kRequestedBytes, "requested_bytes"},
+      {kAllocatedBytes, "allocated_bytes"},
+      {kActiveBytes, "active_bytes"},
+      {kReservedBytes, "reserved_bytes"},
+      {kInactiveSplitBytes, "inactive_split_bytes"},
+      {kAllocations, "allocations"},
+      {kActiveAllocs, "active_allocs"},
+      {kSegments, "segments"},
+      {kInactiveSplit, "inactive_split"},
+      {kOversizeAllocations, "oversize_allocations"},
       {kOversizeSegments, "oversize_segments"},
   };
   json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array();
@@ -158,7 +174,8 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
     j["torch_memory_stats"] = torch_memory_stats_json(d);
     j["empty_cache"] = {{"calls", d.empty_cache_calls}, {"released", d.empty_cache_released}};
     j["other_kinds"] = kinds_json(d);
-    j["peak_held"] = {{"bytes", d.peak_held}, {"allocated_bytes", d.peak_held_allocated},
+    j["peak_held"] = {{"bytes", d.peak_held},
+                      {"allocated_bytes", d.peak_held_allocated},
                       {"ts_ns", rel(d.peak_held_ts, in)}};
     devs.push_back(std::move(j));
 

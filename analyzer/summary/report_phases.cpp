@@ -1,10 +1,10 @@
 // Summary sections about phases: the "By phase" table (text) / `phases` (JSON), and growth.
 #include <fmt/format.h>
 
-#include "analyzer/model/phases.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/model/phases.h"
+#include "analyzer/summary/report.h"
 
 namespace gpuheap {
 
@@ -16,7 +16,9 @@ std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_
 constexpr std::size_t kMaxListedPhases = 10000;
 
 std::string hb(std::int64_t v) { return human_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v)); }
-std::string signed_hb(std::int64_t v) { return (v < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v)); }
+std::string signed_hb(std::int64_t v) {
+  return (v < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(v < 0 ? -v : v));
+}
 
 }  // namespace
 
@@ -31,7 +33,8 @@ void phases_text(std::string& out, const Model& m, const SummaryOptions& opt) {
     for (const auto& r : phase_rows(m, d.device)) {
       std::string name = std::string(static_cast<std::size_t>(2 * r.depth), ' ') + text_safe(r.name);
       if (r.mark) {
-        out += fmt::format("  {:<32} {:>7} {:>11} {:>12} {:>12} {:>9}\n", name + " (mark)", r.count, "-", "-", "-", "-");
+        out += fmt::format("  {:<32} {:>7} {:>11} {:>12} {:>12} {:>9}\n", name + " (mark)", r.count, "-", "-", "-",
+                           "-");
         continue;
       }
       out += fmt::format("  {:<32} {:>7} {:>11} {:>12} {:>12} {:>9}\n", name, r.count, human_duration_ns(r.total_ns),
@@ -48,9 +51,10 @@ void phases_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   for (const auto& gd : g.devices) {
     if (opt.device >= 0 && gd.device != opt.device) continue;
     if (gd.device < 0) continue;
-    out += fmt::format("Growth, device {}: {} requested live at the end of '{}' #{} vs {} at the end of #2 "
-                       "(the first steady one): {}\n",
-                       gd.device, hb(gd.last), text_safe(g.phase), g.instances, hb(gd.baseline), signed_hb(gd.growth));
+    out += fmt::format(
+        "Growth, device {}: {} requested live at the end of '{}' #{} vs {} at the end of #2 "
+        "(the first steady one): {}\n",
+        gd.device, hb(gd.last), text_safe(g.phase), g.instances, hb(gd.baseline), signed_hb(gd.growth));
   }
   out += "\n";
 }
@@ -112,7 +116,7 @@ void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt)
                       {"growth_bytes", gd.growth},
                       {"end_bytes", gd.ends}});
     }
-    doc["growth"] = {{"phase", g.phase},        {"instances", g.instances},  {"baseline_instance", 2},
+    doc["growth"] = {{"phase", g.phase},         {"instances", g.instances},  {"baseline_instance", 2},
                      {"growth_bytes", g.growth}, {"device", g.growth_device}, {"devices", std::move(devs)}};
   } else {
     doc["growth"] = nullptr;

@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "analyzer/symbolize/labels.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/report.h"
+#include "analyzer/symbolize/labels.h"
 
 namespace gpuheap {
 
@@ -89,19 +89,19 @@ void append_frames(std::string& out, const std::vector<Frame>& fr, const Summary
   if (dispatch) folded.push_back(fmt::format("{} dispatch", dispatch));
   if (unnamed) folded.push_back(fmt::format("{} unnamed", unnamed));
   const std::size_t n_folded = module_calls + dispatch + unnamed;
-  const std::string fold = folded.empty() ? "" : joined(folded, " + ") + (n_folded == 1 ? " frame folded" : " frames folded");
+  const std::string fold = folded.empty()
+                               ? ""
+                               : joined(folded, " + ") + (n_folded == 1 ? " frame folded" : " frames folded");
   if (next < fr.size())
     out += "        ... " + count_of(fr.size() - next, "more frame") + (fold.empty() ? "" : ", " + fold) + "\n";
-  else if (!fold.empty())
-    out += "        ... " + fold + "\n";
+  else if (!fold.empty()) out += "        ... " + fold + "\n";
 }
 
 void append_stack(std::string& out, StackResolver& res, std::uint32_t stack, const SummaryOptions& opt) {
   const auto& fr = res.frames(stack);
   if (fr.empty())
     out += stack == 0 ? "        (no stack recorded)\n" : fmt::format("        (stack {} not in trace)\n", stack);
-  else
-    append_frames(out, fr, opt);
+  else append_frames(out, fr, opt);
 }
 
 // "[LIBRARY] LABEL (file:line)" after a site's numbers: what a person reads first.
@@ -120,8 +120,9 @@ std::string both_bytes(std::uint64_t requested, std::uint64_t allocated) {
 }
 
 // Records with no device (device < 0: host allocations) get only the non-pooled rows.
-bool host_only(const DeviceState& d) { return d.device < 0 && d.stat[kAllocatedBytes][0].allocated == 0 &&
-                                              d.stat[kReservedBytes][0].allocated == 0; }
+bool host_only(const DeviceState& d) {
+  return d.device < 0 && d.stat[kAllocatedBytes][0].allocated == 0 && d.stat[kReservedBytes][0].allocated == 0;
+}
 
 // The pools' rows (large/small, PyTorch's 1 MiB split) only with --pools or --full: they
 // matter when tuning the caching allocator's splitting; every figure a gate, the peak or a
@@ -151,10 +152,14 @@ void torch_table(std::string& out, const DeviceState& d, const SummaryOptions& o
     bool bytes;
   };
   static const Row rows[] = {
-      {kAllocatedBytes, "Allocated memory", true},     {kActiveBytes, "Active memory", true},
-      {kRequestedBytes, "Requested memory", true},     {kReservedBytes, "GPU reserved memory", true},
-      {kInactiveSplitBytes, "Non-releasable memory", true}, {kAllocations, "Allocations", false},
-      {kActiveAllocs, "Active allocs", false},         {kSegments, "GPU reserved segments", false},
+      {kAllocatedBytes, "Allocated memory", true},
+      {kActiveBytes, "Active memory", true},
+      {kRequestedBytes, "Requested memory", true},
+      {kReservedBytes, "GPU reserved memory", true},
+      {kInactiveSplitBytes, "Non-releasable memory", true},
+      {kAllocations, "Allocations", false},
+      {kActiveAllocs, "Active allocs", false},
+      {kSegments, "GPU reserved segments", false},
       {kInactiveSplit, "Non-releasable allocs", false},
   };
   auto cell = [](bool bytes, std::int64_t v, std::int64_t pref) {
@@ -198,9 +203,9 @@ void kinds_table(std::string& out, const DeviceState& d, const char* title) {
   out += fmt::format("  {:<21}| Cur Usage  | Peak Usage | Tot Alloc  | Allocs now \n", title);
   out += kRule + "\n";
   static const std::pair<format::AllocKind, const char*> kinds[] = {
-      {format::AllocKind::async, "Async (stream-ord.)"},  {format::AllocKind::managed, "Managed memory"},
-      {format::AllocKind::vmm_physical, "VMM physical"},  {format::AllocKind::vmm_map, "VMM mapped"},
-      {format::AllocKind::host_pinned, "Host pinned"},    {format::AllocKind::va_reserve, "VA reserved (addr)"},
+      {format::AllocKind::async, "Async (stream-ord.)"}, {format::AllocKind::managed, "Managed memory"},
+      {format::AllocKind::vmm_physical, "VMM physical"}, {format::AllocKind::vmm_map, "VMM mapped"},
+      {format::AllocKind::host_pinned, "Host pinned"},   {format::AllocKind::va_reserve, "VA reserved (addr)"},
   };
   for (auto [k, name] : kinds) {
     const auto& u = d.kinds[static_cast<int>(k)];
@@ -214,8 +219,8 @@ void kinds_table(std::string& out, const DeviceState& d, const char* title) {
 
 void frag_text(std::string& out, const Fragmentation& f, const char* indent) {
   out += fmt::format("{}pool reserved {}, allocated {}, free {} in {} pieces, largest free block {}\n", indent,
-                     human_bytes(f.reserved), human_bytes(f.allocated), human_bytes(f.free_bytes),
-                     f.free_pieces, human_bytes(f.largest_free));
+                     human_bytes(f.reserved), human_bytes(f.allocated), human_bytes(f.free_bytes), f.free_pieces,
+                     human_bytes(f.largest_free));
   out += fmt::format("{}unusable for a median-sized request ({}): {} = {:.1f}% of reserved\n", indent,
                      human_bytes(f.median_request), human_bytes(f.unusable_bytes), 100.0 * f.unusable_share);
 }
@@ -227,12 +232,14 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + text_safe(c);
   out += fmt::format("gpuheap summary of {}\n", text_safe(in.path));
   out += fmt::format("  command:   {}\n", cmd.empty() ? "(unknown)" : cmd);
-  out += fmt::format("  pid:       {} (ppid {}) on {}\n", in.pid, in.ppid, in.hostname.empty() ? "?" : text_safe(in.hostname));
+  out += fmt::format("  pid:       {} (ppid {}) on {}\n", in.pid, in.ppid,
+                     in.hostname.empty() ? "?" : text_safe(in.hostname));
   out += fmt::format("  duration:  {}\n", human_duration_ns(in.duration_ns()));
   for (const auto& d : m.devices)
     if (host_only(d)) out += "  host:      pinned host memory, no device\n";
-    else out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
-                       d.total_memory ? human_bytes(d.total_memory) : "total unknown");
+    else
+      out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
+                         d.total_memory ? human_bytes(d.total_memory) : "total unknown");
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!opt.window.empty())
     out += fmt::format("  window:    {} (peaks, sites, leaks and OOMs inside it only; docs/cli.md)\n", opt.window);
@@ -242,8 +249,8 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   if (!in.truncated) {
     out += "  truncated: no\n";
   } else {
-    out += fmt::format("  truncated: yes ({}{}), ends at {} after start\n",
-                       in.has_end ? "" : "no end record", in.cut_mid_record ? (in.has_end ? "cut mid-record" : "; cut mid-record") : "",
+    out += fmt::format("  truncated: yes ({}{}), ends at {} after start\n", in.has_end ? "" : "no end record",
+                       in.cut_mid_record ? (in.has_end ? "cut mid-record" : "; cut mid-record") : "",
                        human_duration_ns(in.duration_ns()));
   }
   if (in.unmatched_frees)
@@ -274,12 +281,14 @@ void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, con
     auto shown = shown_sites(sites.peak(ti, di), res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       const auto& r = shown[i];
-      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1, both_bytes(r.bytes, r.allocated),
+      out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1,
+                         both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
                          r.count == 1 ? "" : "s", site_tag(res, r.stack, opt));
       append_stack(out, res, r.stack, opt);
-      shown_stacks.emplace(res.key(r.stack), devices_shown > 1 ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)
-                                                               : fmt::format("peak consumer #{}", i + 1));
+      shown_stacks.emplace(res.key(r.stack), devices_shown > 1
+                                                 ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)
+                                                 : fmt::format("peak consumer #{}", i + 1));
     }
     const auto& libs = sites.peak_libraries(ti, di);
     if (libs.size() > 1) {
@@ -302,7 +311,8 @@ void count_lists_text(std::string& out, SiteLists& sites, std::size_t ti, const 
     auto shown = shown_sites(merged, res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       out += fmt::format("  #{:<2} {} {} ({} requested, {} allocated in total) {}\n", i + 1, shown[i].count, what,
-                         human_bytes(shown[i].bytes), human_bytes(shown[i].allocated), site_tag(res, shown[i].stack, opt));
+                         human_bytes(shown[i].bytes), human_bytes(shown[i].allocated),
+                         site_tag(res, shown[i].stack, opt));
       // Counts, not bytes: one line per site unless frames are asked for (--depth, --full).
       if (opt.depth_given || opt.full) append_stack(out, res, shown[i].stack, opt);
     }
@@ -362,8 +372,8 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
                        human_bytes(r.requested));
     out += fmt::format("  device free {} of {}, limit {}\n", human_bytes(r.device_free), human_bytes(r.device_total),
                        r.limit ? human_bytes(r.limit) : "none");
-    out += fmt::format("  pool (recorded): reserved {}, allocated {}, largest free block {}\n",
-                       human_bytes(r.reserved), human_bytes(r.allocated), human_bytes(r.largest_free));
+    out += fmt::format("  pool (recorded): reserved {}, allocated {}, largest free block {}\n", human_bytes(r.reserved),
+                       human_bytes(r.allocated), human_bytes(r.largest_free));
     const OomAdvice adv = oom_advice(o);
     out += fmt::format("  held by this process {}; pool reserved but unused {}\n", human_bytes(adv.held),
                        human_bytes(adv.reserved_unused));
@@ -382,8 +392,7 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
   }
   std::uint64_t more = 0;
   for (const auto& d : m.devices) more += d.num_ooms;
-  if (more > m.ooms.size())
-    out += fmt::format("({} more OOMs not detailed)\n\n", more - m.ooms.size());
+  if (more > m.ooms.size()) out += fmt::format("({} more OOMs not detailed)\n\n", more - m.ooms.size());
 }
 
 void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
@@ -423,13 +432,14 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists
     out += fmt::format("##### merged view of {} processes (aligned by wall clock) #####\n", a.traces.size());
     for (const auto& md : a.merged) {
       if (opt.device >= 0 && md.device != opt.device) continue;
-      out += fmt::format("  device {}: peak allocated {} (sum of per-process peaks {}), peak reserved {} (sum {}), "
-                         "peak requested {}\n",
-                         md.device, human_bytes(static_cast<std::uint64_t>(md.allocated.peak)),
-                         human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_allocated)),
-                         human_bytes(static_cast<std::uint64_t>(md.reserved.peak)),
-                         human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_reserved)),
-                         human_bytes(static_cast<std::uint64_t>(md.requested.peak)));
+      out += fmt::format(
+          "  device {}: peak allocated {} (sum of per-process peaks {}), peak reserved {} (sum {}), "
+          "peak requested {}\n",
+          md.device, human_bytes(static_cast<std::uint64_t>(md.allocated.peak)),
+          human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_allocated)),
+          human_bytes(static_cast<std::uint64_t>(md.reserved.peak)),
+          human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_reserved)),
+          human_bytes(static_cast<std::uint64_t>(md.requested.peak)));
     }
     out += "\n";
   }
@@ -463,8 +473,9 @@ std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const M
   for (std::size_t i = 0; i < changed && i < top; ++i) {
     const auto& r = rows[i];
     out += fmt::format("  #{:<2} peak {} ({} -> {}), total {} ({} -> {})\n", i + 1, signed_bytes(r.d_peak()),
-                       human_bytes(static_cast<std::uint64_t>(r.peak_a)), human_bytes(static_cast<std::uint64_t>(r.peak_b)),
-                       signed_bytes(r.d_total()), human_bytes(static_cast<std::uint64_t>(r.total_a)),
+                       human_bytes(static_cast<std::uint64_t>(r.peak_a)),
+                       human_bytes(static_cast<std::uint64_t>(r.peak_b)), signed_bytes(r.d_total()),
+                       human_bytes(static_cast<std::uint64_t>(r.total_a)),
                        human_bytes(static_cast<std::uint64_t>(r.total_b)));
     // Named and cut as summary's default view names and cuts its sites (labels.h).
     if (r.frames.empty()) {

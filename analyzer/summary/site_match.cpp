@@ -6,7 +6,6 @@
 #include <map>
 #include <string_view>
 
-
 namespace gpuheap {
 
 namespace {
@@ -42,9 +41,10 @@ bool same_shape(const std::vector<Frame>& x, const std::vector<Frame>& y) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     const Frame &f = x[i], &g = y[i];
     if (named(f) != named(g)) return false;
-    if (named(f) ? (f.function != g.function || f.file != g.file)
-                 : (f.module.empty() != g.module.empty() ||
-                    (f.module.empty() ? f.ip != g.ip : f.offset != g.offset || base_name(f.module) != base_name(g.module))))
+    if (named(f)
+            ? (f.function != g.function || f.file != g.file)
+            : (f.module.empty() != g.module.empty() ||
+               (f.module.empty() ? f.ip != g.ip : f.offset != g.offset || base_name(f.module) != base_name(g.module))))
       return false;
   }
   return true;
@@ -93,7 +93,8 @@ std::vector<std::pair<std::size_t, std::size_t>> align(const std::vector<Entry>&
   for (std::size_t j = 0; j <= m; ++j) at(0, j) = 0;
   for (std::size_t i = 1; i <= n; ++i)
     for (std::size_t j = i; j <= m; ++j)
-      at(i, j) = std::min(j > i ? at(i, j - 1) : kInf, at(i - 1, j - 1) + distance(*few[i - 1].frames, *many[j - 1].frames));
+      at(i, j) = std::min(j > i ? at(i, j - 1) : kInf,
+                          at(i - 1, j - 1) + distance(*few[i - 1].frames, *many[j - 1].frames));
   // Walking back from the end, leaving many[j-1] out whenever that costs no more puts the
   // pairs on the earliest entries of `many` the optimum allows.
   for (std::size_t i = n, j = m; i > 0;) {

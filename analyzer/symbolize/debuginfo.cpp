@@ -122,8 +122,8 @@ int from_debuginfod(const unsigned char* id, std::size_t n, char** out_name) {
   }
   // A file in the client's cache, but what a server sent: the same checks as a local one.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > symbolize::kMaxElfBytes ||
-      !matches_build_id(fd, id, n, false)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) > symbolize::kMaxElfBytes || !matches_build_id(fd, id, n, false)) {
     ::close(fd);
     std::free(path);
     return -1;
@@ -213,8 +213,8 @@ int find_debuginfo(Dwfl_Module* mod, void** /*userdata*/, const char* /*modname*
 
 // The main file always comes with its descriptor (dwfl_report_elf); should libdwfl still
 // ask, it gets the named file through the guard, never by a plain open of that name.
-int find_elf(Dwfl_Module* /*mod*/, void** /*userdata*/, const char* /*modname*/, Dwarf_Addr /*base*/,
-             char** file_name, Elf** /*elfp*/) {
+int find_elf(Dwfl_Module* /*mod*/, void** /*userdata*/, const char* /*modname*/, Dwarf_Addr /*base*/, char** file_name,
+             Elf** /*elfp*/) {
   if (file_name == nullptr || *file_name == nullptr) return -1;
   std::uint64_t size = 0;
   std::string why;

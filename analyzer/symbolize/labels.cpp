@@ -100,14 +100,10 @@ bool matches(const AllocatorPattern& p, const Frame& f) {
       auto q = qualified_name(f.function);
       return q.starts_with(p.text) && q.find(p.also) != std::string_view::npos;
     }
-    case Match::function_part:
-      return f.function.find(p.text) != std::string::npos;
-    case Match::module_base:
-      return f.module != "python" && base_name(f.module).starts_with(p.text);
-    case Match::module_part:
-      return f.module.find(p.text) != std::string::npos;
-    case Match::file_part:
-      return f.file.find(p.text) != std::string::npos;
+    case Match::function_part: return f.function.find(p.text) != std::string::npos;
+    case Match::module_base: return f.module != "python" && base_name(f.module).starts_with(p.text);
+    case Match::module_part: return f.module.find(p.text) != std::string::npos;
+    case Match::file_part: return f.file.find(p.text) != std::string::npos;
   }
   return false;
 }
@@ -252,15 +248,16 @@ std::string library_label(const std::vector<Frame>& frames) {
   };
   // Most specific first: a cuBLAS call made by libtorch is cuBLAS's allocation.
   static const Known known[] = {
-      {"libnccl", "NCCL"},        {"libcublasLt", "cuBLAS"}, {"libcublas", "cuBLAS"},
-      {"libcudnn", "cuDNN"},      {"libcufft", "cuFFT"},      {"libcurand", "cuRAND"},
-      {"libcusolver", "cuSOLVER"}, {"libcusparse", "cuSPARSE"}, {"libnvshmem", "NVSHMEM"},
-      {"libtorch", "PyTorch"},    {"libc10", "PyTorch"},      {"xla_extension", "XLA"},
-      {"libxla", "XLA"},          {"_jax", "XLA"},            {"libjax", "XLA"},
-      {"cupy", "CuPy"},           {"libtriton", "Triton"},
+      {"libnccl", "NCCL"},       {"libcublasLt", "cuBLAS"}, {"libcublas", "cuBLAS"},     {"libcudnn", "cuDNN"},
+      {"libcufft", "cuFFT"},     {"libcurand", "cuRAND"},   {"libcusolver", "cuSOLVER"}, {"libcusparse", "cuSPARSE"},
+      {"libnvshmem", "NVSHMEM"}, {"libtorch", "PyTorch"},   {"libc10", "PyTorch"},       {"xla_extension", "XLA"},
+      {"libxla", "XLA"},         {"_jax", "XLA"},           {"libjax", "XLA"},           {"cupy", "CuPy"},
+      {"libtriton", "Triton"},
   };
   // Python packages keep their extension modules in their own directory.
-  static const Known dirs[] = {{"/cupy/", "CuPy"}, {"/cupy_backends/", "CuPy"}, {"/jaxlib/", "XLA"},
+  static const Known dirs[] = {{"/cupy/", "CuPy"},
+                               {"/cupy_backends/", "CuPy"},
+                               {"/jaxlib/", "XLA"},
                                {"/torch/lib/", "PyTorch"}};
   const std::string* last = nullptr;  // the previous frame's module, which matched nothing
   for (const auto& f : frames) {

@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "analyzer/trace/tables.h"
 #include "analyzer/symbolize/symbolize.h"
+#include "analyzer/trace/tables.h"
 
 namespace gpuheap {
 

@@ -20,10 +20,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "analyzer/symbolize/debuginfo.h"
 #include "analyzer/base/safe_file.h"
-#include "analyzer/symbolize/symbolize_dwarf.h"
 #include "analyzer/base/text_safe.h"
+#include "analyzer/symbolize/debuginfo.h"
+#include "analyzer/symbolize/symbolize_dwarf.h"
 
 namespace gpuheap {
 
@@ -48,7 +48,8 @@ std::string frame_name(const Frame& f) {
 
 void append_frame_name(std::string& out, const Frame& f) {
   if (!f.function.empty()) out += f.function;
-  else if (!f.module.empty()) fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}+{:#x}"), base_name(f.module), f.offset);
+  else if (!f.module.empty())
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}+{:#x}"), base_name(f.module), f.offset);
   else fmt::format_to(std::back_inserter(out), FMT_COMPILE("{:#x}"), f.ip);
 }
 
@@ -106,9 +107,10 @@ void report_missing_modules(bool verbose) {
       spdlog::warn("module not usable on this machine: '{}' ({}); its frames show as module+offset", m.path, m.why);
   } else {
     bool one = list.size() == 1;
-    spdlog::warn("{} module{} of the trace {} not on this machine: {} frames show as module+offset; --verbose "
-                 "lists {}",
-                 list.size(), one ? "" : "s", one ? "is" : "are", one ? "its" : "their", one ? "it" : "them");
+    spdlog::warn(
+        "{} module{} of the trace {} not on this machine: {} frames show as module+offset; --verbose "
+        "lists {}",
+        list.size(), one ? "" : "s", one ? "is" : "are", one ? "its" : "their", one ? "it" : "them");
   }
   list.clear();
 }
@@ -118,7 +120,7 @@ struct Symbolizer::Impl {
     std::string path, build_id;
     std::uint64_t base = 0, lo = 0, hi = 0;
     bool hidden = false;
-    bool tried = false;  // open attempted (successfully or not)
+    bool tried = false;      // open attempted (successfully or not)
     bool use_dwarf = false;  // DWARF is read (not when its dwz file could not be opened safely)
     Dwfl* dwfl = nullptr;
     Dwfl_Module* mod = nullptr;
@@ -167,8 +169,7 @@ struct Symbolizer::Impl {
 void Symbolizer::Impl::open(Module& m) {
   m.tried = true;
   const std::string& p = m.path;
-  bool sane = !p.empty() && p[0] == '/' && p.find('\0') == std::string::npos &&
-              p.find('\n') == std::string::npos;
+  bool sane = !p.empty() && p[0] == '/' && p.find('\0') == std::string::npos && p.find('\n') == std::string::npos;
   if (!sane) {  // e.g. "linux-vdso.so.1", which has no file
     spdlog::debug("symbolize: '{}' is not an absolute path; its frames are shown as module+offset", p);
     return;
@@ -222,8 +223,10 @@ void Symbolizer::Impl::open(Module& m) {
   Dwarf* dw = dwfl_module_getdwarf(mod, &bias);
   m.use_dwarf = dw != nullptr && (!symbolize::needs_alt(dw) || look.alt_found);
   if (dw != nullptr && !m.use_dwarf)
-    spdlog::debug("symbolize: the debug info of '{}' needs a dwz file that was not found; its frames are named "
-                  "from the symbol table only", p);
+    spdlog::debug(
+        "symbolize: the debug info of '{}' needs a dwz file that was not found; its frames are named "
+        "from the symbol table only",
+        p);
 }
 
 // Appends the DWARF frames for addr: every inline instance containing it (innermost first),
@@ -417,8 +420,7 @@ std::vector<Frame> Symbolizer::symbolize(const std::vector<std::uint64_t>& ips, 
     if (!out.empty()) return out;  // else: every frame, hidden ones included
   }
   out.reserve(total);
-  for (const auto& [first, n] : ranges)
-    out.insert(out.end(), im.frames.begin() + first, im.frames.begin() + first + n);
+  for (const auto& [first, n] : ranges) out.insert(out.end(), im.frames.begin() + first, im.frames.begin() + first + n);
   return out;
 }
 

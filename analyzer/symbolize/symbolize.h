@@ -22,14 +22,14 @@
 namespace gpuheap {
 
 struct Frame {
-  std::uint64_t ip = 0;         // absolute address looked up: return address - 1 (inside the call)
-  std::string function;         // demangled; empty when unknown
-  std::string file;             // source file; empty when no debug info
-  int line = 0;                 // 0 when unknown
-  std::string module;           // module path ("" when the ip is in no known module)
-  std::uint64_t offset = 0;     // ip - module base (for "module+0x1234" display)
-  bool inlined = false;         // an inlined frame (expanded from the frame below it)
-  bool hidden = false;          // inside gpuheap or the CUDA libraries (hidden by default)
+  std::uint64_t ip = 0;      // absolute address looked up: return address - 1 (inside the call)
+  std::string function;      // demangled; empty when unknown
+  std::string file;          // source file; empty when no debug info
+  int line = 0;              // 0 when unknown
+  std::string module;        // module path ("" when the ip is in no known module)
+  std::uint64_t offset = 0;  // ip - module base (for "module+0x1234" display)
+  bool inlined = false;      // an inlined frame (expanded from the frame below it)
+  bool hidden = false;       // inside gpuheap or the CUDA libraries (hidden by default)
 };
 
 // The file name of a path ("libc.so.6" of "/lib/x86_64-linux-gnu/libc.so.6").

@@ -33,17 +33,15 @@ class SymbolIndex {
       GElf_Word shndx = 0;
       const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, nullptr, nullptr);
       int type = GELF_ST_TYPE(sym.st_info);
-      if (name == nullptr || *name == '\0' || shndx == SHN_UNDEF ||
-          (type != STT_FUNC && type != STT_GNU_IFUNC))
+      if (name == nullptr || *name == '\0' || shndx == SHN_UNDEF || (type != STT_FUNC && type != STT_GNU_IFUNC))
         continue;
       int bind = GELF_ST_BIND(sym.st_info);
       int rank = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
       syms_.push_back({addr, sym.st_size, name, rank});
     }
     // Aliases at one address: keep the global, then weak, then local name.
-    std::sort(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) {
-      return a.addr != b.addr ? a.addr < b.addr : a.rank < b.rank;
-    });
+    std::sort(syms_.begin(), syms_.end(),
+              [](const Sym& a, const Sym& b) { return a.addr != b.addr ? a.addr < b.addr : a.rank < b.rank; });
     syms_.erase(std::unique(syms_.begin(), syms_.end(), [](const Sym& a, const Sym& b) { return a.addr == b.addr; }),
                 syms_.end());
   }
@@ -51,7 +49,8 @@ class SymbolIndex {
   // *exact: the symbol's size covers pc (not just the nearest sizeless one before it).
   const char* find(std::uint64_t pc, bool* exact) const {
     *exact = false;
-    auto it = std::upper_bound(syms_.begin(), syms_.end(), pc, [](std::uint64_t v, const Sym& s) { return v < s.addr; });
+    auto it = std::upper_bound(syms_.begin(), syms_.end(), pc,
+                               [](std::uint64_t v, const Sym& s) { return v < s.addr; });
     if (it == syms_.begin()) return nullptr;
     --it;
     if (it->size == 0) return it->name;  // assembly without .size: nearest preceding

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
-#include "analyzer/trace/reader.h"
 #include "analyzer/symbolize/symbolize.h"
+#include "analyzer/trace/reader.h"
 #include "analyzer/trace/trace_files.h"
 
 namespace gpuheap {
@@ -44,7 +44,8 @@ struct SymbolTable {
   }
   // Records appended, or 0 when nothing was resolved.
   std::uint64_t add(std::uint64_t ip, const std::vector<Frame>& fr) {
-    bool named = std::any_of(fr.begin(), fr.end(), [](const Frame& f) { return !f.function.empty() || !f.file.empty(); });
+    bool named = std::any_of(fr.begin(), fr.end(),
+                             [](const Frame& f) { return !f.function.empty() || !f.file.empty(); });
     if (!named) return 0;
     // An inline chain longer than a record holds keeps its innermost frames and the concrete
     // function (the last one).
@@ -100,8 +101,9 @@ SymbolizeTraceResult symbolize_trace(const std::string& path, const SymbolizeTra
     }
     if (rd.truncated() && !opt.allow_truncated)
       throw InputError(fmt::format("{}: {}: not symbolized (--allow-truncated stores the frames of what it holds)",
-                                   path, rd.cut_mid_record() ? "the file is cut mid-record"
-                                                             : "no end record (the process died or is still running)"));
+                                   path,
+                                   rd.cut_mid_record() ? "the file is cut mid-record"
+                                                       : "no end record (the process died or is still running)"));
     // Views into `owned`, which no longer reallocates.
     for (std::size_t i = 0; i < mods.size(); ++i) mods[i].path = owned[i].first, mods[i].build_id = owned[i].second;
     Symbolizer sym;
@@ -114,10 +116,8 @@ SymbolizeTraceResult symbolize_trace(const std::string& path, const SymbolizeTra
         ++res.already;
         continue;
       }
-      if (table.add(ip, sym.symbolize({ip}, true)) != 0)
-        ++res.added;
-      else
-        ++res.unresolved;
+      if (table.add(ip, sym.symbolize({ip}, true)) != 0) ++res.added;
+      else ++res.unresolved;
     }
     res.strings = table.new_strings.size();
     if (res.added == 0) return res;  // idempotent: nothing new, the file is left alone

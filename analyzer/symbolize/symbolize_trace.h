@@ -14,12 +14,12 @@ struct SymbolizeTraceOptions {
   bool allow_truncated = false;  // symbolize a trace without an end record / cut mid-record
 };
 struct SymbolizeTraceResult {
-  std::uint64_t ips = 0;          // distinct native ips the stacks use
-  std::uint64_t already = 0;      // of them, with frames stored by an earlier run
-  std::uint64_t added = 0;        // symbolized now and stored
-  std::uint64_t unresolved = 0;   // no name found here (module missing, no symbols)
-  std::uint64_t strings = 0;      // symbol_string records added
-  bool rewritten = false;         // false: nothing new to store, the file is unchanged
+  std::uint64_t ips = 0;         // distinct native ips the stacks use
+  std::uint64_t already = 0;     // of them, with frames stored by an earlier run
+  std::uint64_t added = 0;       // symbolized now and stored
+  std::uint64_t unresolved = 0;  // no name found here (module missing, no symbols)
+  std::uint64_t strings = 0;     // symbol_string records added
+  bool rewritten = false;        // false: nothing new to store, the file is unchanged
 };
 // Throws InputError (exit 2) on an unreadable, corrupt or (without allow_truncated)
 // truncated trace; the file is then unchanged.

@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
   out.put(b, kFileHeaderSize);
   std::uint64_t mono = 1000000000, ts = mono, records = 0;
   auto emit = [&](std::size_t n) { out.put(b, n), ++records; };
-  emit(encode(b, sizeof b, ProcessRecord{4242, 1, 1700000000000000000ull, mono, "genhost", std::string_view("gen\0trace", 9), "0.1.0", "/usr/bin/gen"}));
+  emit(encode(b, sizeof b,
+              ProcessRecord{4242, 1, 1700000000000000000ull, mono, "genhost", std::string_view("gen\0trace", 9),
+                            "0.1.0", "/usr/bin/gen"}));
   emit(encode(b, sizeof b, DeviceRecord{0, 80ull << 30, "Synthetic GPU"}));
   emit(encode(b, sizeof b, ModuleRecord{0x400000, 0x400000, 0x800000, "/usr/bin/gen", ""}));
   constexpr std::uint32_t kStacks = 2000, kThreads = 4;

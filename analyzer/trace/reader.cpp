@@ -74,19 +74,21 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
       case format::HeaderStatus::not_a_trace:
         throw NotATraceError(fmt::format("{}: not a gpuheap trace (bad magic)", path));
       case format::HeaderStatus::newer_version:
-        throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})",
-                                       path, version, format::kFormatVersion));
+        throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})", path,
+                                       version, format::kFormatVersion));
       case format::HeaderStatus::short_file:
         // Empty or cut inside its 16-byte header: nothing says it is a trace (a job that died
         // before writing, a wrong path). Every command refuses it rather than report on it.
         if (compressed_)
-          throw EmptyTraceError(fmt::format("{}: not a gpuheap trace (its zstd stream {}decompresses to {} bytes, "
-                                           "shorter than the {}-byte header)",
-                                           path, z_->last_rc != 0 || z_->error ? "is cut short and " : "", len_,
-                                           format::kFileHeaderSize));
-        throw EmptyTraceError(len_ == 0 ? fmt::format("{}: not a gpuheap trace (empty file)", path)
-                                       : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
-                                                     path, len_, format::kFileHeaderSize));
+          throw EmptyTraceError(
+              fmt::format("{}: not a gpuheap trace (its zstd stream {}decompresses to {} bytes, "
+                          "shorter than the {}-byte header)",
+                          path, z_->last_rc != 0 || z_->error ? "is cut short and " : "", len_,
+                          format::kFileHeaderSize));
+        throw EmptyTraceError(len_ == 0
+                                  ? fmt::format("{}: not a gpuheap trace (empty file)", path)
+                                  : fmt::format("{}: not a gpuheap trace ({} bytes, shorter than the {}-byte header)",
+                                                path, len_, format::kFileHeaderSize));
     }
   } catch (...) {
     ::close(fd_);
@@ -230,7 +232,7 @@ bool TraceReader::next(format::Record& r) {
     if (records_ == 0) {
       // A header and nothing whole after it: no process record, so nothing to report on.
       throw EmptyTraceError(fmt::format("{}: not a gpuheap trace: no process record after the header ({})", path_,
-                                       cut_ ? "the file is cut inside it" : "the process wrote nothing"));
+                                        cut_ ? "the file is cut inside it" : "the process wrote nothing"));
     }
     return false;
   }

@@ -141,7 +141,7 @@ class TraceReader {
   std::unique_ptr<unsigned char[]> window_;
   const unsigned char* buf_ = nullptr;
   std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
-  std::uint64_t base_offset_ = 0;  // stream offset of buf_[0]
+  std::uint64_t base_offset_ = 0;            // stream offset of buf_[0]
   std::unique_ptr<Zstd> z_;
   const unsigned char* last_frame_ = nullptr;
   std::size_t last_frame_len_ = 0;

@@ -5,8 +5,8 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/error.h"
-#include "analyzer/trace/reader.h"
 #include "analyzer/base/safe_file.h"
+#include "analyzer/trace/reader.h"
 
 namespace gpuheap {
 
@@ -74,8 +74,8 @@ void verify_same(const std::string& plain, const std::string& zst) {
   std::size_t last = 0;
   std::uint64_t at = 0;
   auto fail = [&](const char* what) {
-    throw InputError(fmt::format("{}: verification failed ({} at byte {}): the original {} is kept", zst, what, at,
-                                 plain));
+    throw InputError(
+        fmt::format("{}: verification failed ({} at byte {}): the original {} is kept", zst, what, at, plain));
   };
   for (;;) {
     std::size_t n = rb.read(in.data(), in.size());
@@ -106,8 +106,7 @@ struct TraceOutput::Z {
   ~Z() { ZSTD_freeCCtx(c); }
 };
 
-TraceOutput::TraceOutput(const std::string& final_path, bool zstd, const std::string& mode_from)
-    : final_(final_path) {
+TraceOutput::TraceOutput(const std::string& final_path, bool zstd, const std::string& mode_from) : final_(final_path) {
   mode_t mode = 0644;
   struct stat st {};
   if (!mode_from.empty() && ::stat(mode_from.c_str(), &st) == 0) mode = st.st_mode & 07777;
@@ -216,8 +215,8 @@ CompressResult compress_trace(const std::string& path, const CompressOptions& op
   out.commit();
   if (::stat(res.output.c_str(), &st) == 0) res.bytes_after = static_cast<std::uint64_t>(st.st_size);
   if (!opt.keep && ::unlink(path.c_str()) != 0)
-    throw InputError(fmt::format("{}: compressed to {}, but cannot remove it: {}", path, res.output,
-                                 std::strerror(errno)));
+    throw InputError(
+        fmt::format("{}: compressed to {}, but cannot remove it: {}", path, res.output, std::strerror(errno)));
   return res;
 }
 

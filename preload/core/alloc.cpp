@@ -13,12 +13,12 @@
 #include "preload/core/limits.h"
 #include "preload/core/oom.h"
 #include "preload/core/passthrough.h"
-#include "preload/hooks/real.h"
-#include "preload/record/recorder.h"
-#include "preload/record/scratch.h"
 #include "preload/core/runtime.h"
 #include "preload/core/state.h"
 #include "preload/core/stats.h"
+#include "preload/hooks/real.h"
+#include "preload/record/recorder.h"
+#include "preload/record/scratch.h"
 
 namespace gpuheap {
 namespace preload {
@@ -37,25 +37,23 @@ char g_never_device_memory;
 std::uint32_t alloc_stack() noexcept { return capture_stack(0); }
 std::uint32_t free_stack() noexcept { return settings().free_stacks ? capture_stack(0) : 0; }
 
-void record_alloc(AllocKind kind, int device, std::uint64_t ptr, std::size_t requested,
-                  std::size_t size, std::uint8_t flags, std::uint64_t stream,
-                  std::uint32_t stack) noexcept {
+void record_alloc(AllocKind kind, int device, std::uint64_t ptr, std::size_t requested, std::size_t size,
+                  std::uint8_t flags, std::uint64_t stream, std::uint32_t stack) noexcept {
   if (device >= 0) ensure_device(device);
   if (!(flags & format::kFlagFailed)) stats_alloc(kind, device, ptr, requested, size);
-  record(format::AllocRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
-                             ptr, requested, size, stream, stack});
+  record(format::AllocRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags, ptr, requested,
+                             size, stream, stack});
 }
 
 void record_free(AllocKind kind, int device, std::uint64_t ptr, std::size_t size, std::uint8_t flags,
                  std::uint64_t stream, std::uint32_t stack) noexcept {
   if (!(flags & format::kFlagFailed)) stats_free(kind, device, ptr, size);
-  record(format::FreeRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags,
-                            ptr, size, stream, stack});
+  record(format::FreeRecord{now_ns(), current_tid(), static_cast<std::int16_t>(device), kind, flags, ptr, size, stream,
+                            stack});
 }
 
 static std::uint8_t block_flags(const pool::PoolBlock& b) noexcept {
-  return static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) |
-                                   (b.oversize ? format::kFlagOversize : 0));
+  return static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) | (b.oversize ? format::kFlagOversize : 0));
 }
 
 // Size the driver actually handed out for a pass-through device allocation.
@@ -84,11 +82,9 @@ static int live_sites(int device, LiveSite* out, int cap) noexcept {
   // Retired states too, as before: their abandoned pools hold no live block.
   contexts().for_each_including_retired([&](ContextState* s) {
     if (s->device != device) return;
-    s->pool.for_each_live(
-        [](void* a, const pool::PoolBlock& b) noexcept {
-          (*static_cast<decltype(add)*>(a))(b.tag, b.size);
-        },
-        &add);
+    s->pool.for_each_live([](void* a,
+                             const pool::PoolBlock& b) noexcept { (*static_cast<decltype(add)*>(a))(b.tag, b.size); },
+                          &add);
   });
   registry().for_each(Family::pointer, [&](const Entry& e) {
     if (e.device == device && counts_against_limit(e.kind)) add(e.stack, e.size);
@@ -137,14 +133,16 @@ void record_oom(ContextState* st, int device, AllocKind kind, const char* api, s
     std::uint64_t cached;
     int device;
   } rep{r, api, cached, device};
-  run_deep([](void* arg, bool) {
-    auto* p = static_cast<Report*>(arg);
-    DeviceBudget* b = budget(p->device);
-    LiveSite sites[5];
-    int nsites = live_sites(p->device, sites, 5);
-    std::int64_t held = b ? b->held() : 0;  // never negative (limits.h); clamped all the same
-    report_oom(p->r, p->api, p->cached, held > 0 ? static_cast<std::uint64_t>(held) : 0, sites, nsites);
-  }, &rep);
+  run_deep(
+      [](void* arg, bool) {
+        auto* p = static_cast<Report*>(arg);
+        DeviceBudget* b = budget(p->device);
+        LiveSite sites[5];
+        int nsites = live_sites(p->device, sites, 5);
+        std::int64_t held = b ? b->held() : 0;  // never negative (limits.h); clamped all the same
+        report_oom(p->r, p->api, p->cached, held > 0 ? static_cast<std::uint64_t>(held) : 0, sites, nsites);
+      },
+      &rep);
 }
 
 namespace {
@@ -237,8 +235,7 @@ auto fallback_alloc(ContextState* st, std::size_t size, std::uint32_t stack, voi
   }
   PassAlloc pa(AllocKind::device_passthrough, {}, size, false);  // no cap here: charges, never refuses
   auto rc = call();
-  if (rc == 0 && *ptr)
-    pa.commit(*ptr, size, driver_size(*ptr, size), 0);
+  if (rc == 0 && *ptr) pa.commit(*ptr, size, driver_size(*ptr, size), 0);
   else if (is_out_of_memory(int(rc), std::is_same_v<decltype(rc), cudaError_t>))
     record_oom(st, dev, st ? AllocKind::device_pooled : AllocKind::device_passthrough, api, size, 0, stack);
   else if (rc != 0)  // no device, an old driver, a sticky fault: not for the OOM report
@@ -287,8 +284,7 @@ cudaError_t rt_free(void* ptr) noexcept {
       // Inside one of our segments but not a live block (double free, interior pointer):
       // what cudaFree answers for such pointers. Never pass it on: the real free of a
       // segment base would free the whole segment under other live blocks.
-      record_free(AllocKind::device_pooled, current_device(), addr(ptr), 0, format::kFlagFailed, 0,
-                  free_stack());
+      record_free(AllocKind::device_pooled, current_device(), addr(ptr), 0, format::kFlagFailed, 0, free_stack());
       // The runtime answers an invalid pointer with cudaErrorInvalidValue *and* latches it
       // for cudaGetLastError; only the runtime can set that, so ask it to free a host
       // address that is never device memory (found by tests/preload/test_reliability.cpp).
@@ -336,7 +332,8 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
   if (!p || !scope.active()) return real_free(dptr);
   // The driver needs a current context for cuMemFree (CUDA_ERROR_INVALID_CONTEXT without
   // one, freeing nothing); the pool would find the block by pointer and free it anyway.
-  if (CUcontext ctx = nullptr; real<Fn::cuCtxGetCurrent>() && real<Fn::cuCtxGetCurrent>()(&ctx) == CUDA_SUCCESS && !ctx) {
+  if (CUcontext ctx = nullptr;
+      real<Fn::cuCtxGetCurrent>() && real<Fn::cuCtxGetCurrent>()(&ctx) == CUDA_SUCCESS && !ctx) {
     // By pointer, retired states too (as before; an abandoned pool contains nothing).
     if (contexts().for_each_including_retired([&](ContextState* s) { return s->pool.contains(p); })) {
       record_free(AllocKind::device_pooled, -1, dptr, 0, format::kFlagFailed, 0, free_stack());

@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "preload/core/limits.h"
-#include "preload/hooks/real.h"
 #include "preload/core/runtime.h"
+#include "preload/hooks/real.h"
 
 namespace gpuheap {
 namespace preload {
@@ -187,10 +187,8 @@ pool::Upstream::Fence CudaUpstream::fence_record() noexcept {
     }
     CUevent e = take_event();
     if (!e || !record) continue;
-    if (record(e, st) == CUDA_SUCCESS)
-      s->events.push_back(e);
-    else
-      put_event(e);  // e.g. a stream destroyed behind our back: nothing to wait for there
+    if (record(e, st) == CUDA_SUCCESS) s->events.push_back(e);
+    else put_event(e);  // e.g. a stream destroyed behind our back: nothing to wait for there
   }
   return s->id;
 }

@@ -26,7 +26,7 @@ class StreamRegistry {
   // The context of a stream created through us (nullptr if unknown).
   CUcontext ctx_of(CUstream s) noexcept;
   void remove_context(CUcontext ctx) noexcept;  // its streams died with it
-  void forget_all() noexcept;  // after fork: the child's CUDA state is not the parent's
+  void forget_all() noexcept;                   // after fork: the child's CUDA state is not the parent's
 
  private:
   std::mutex mu_;

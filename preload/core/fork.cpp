@@ -23,8 +23,7 @@ void ForkOrder::set(ForkRank rank, ForkHandlers h) noexcept {
 void ForkOrder::run_prepare() const noexcept {
   for (int i = 0; i < kN; ++i) {
     ForkFn p = slots_[i].prepare.load(std::memory_order_acquire);
-    taken_[i] = {p, slots_[i].parent.load(std::memory_order_acquire),
-                 slots_[i].child.load(std::memory_order_acquire)};
+    taken_[i] = {p, slots_[i].parent.load(std::memory_order_acquire), slots_[i].child.load(std::memory_order_acquire)};
   }
   for (int i = 0; i < kN; ++i)
     if (taken_[i].prepare) taken_[i].prepare();

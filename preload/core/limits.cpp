@@ -42,7 +42,8 @@ void check_devices_once() noexcept {
                    "%s nothing (the other entries apply)\n",
                    missing == 1 ? "" : "s", names, n, n == 1 ? "" : "s",
                    missing == 1 ? "that entry caps" : "those entries cap");
-  if (w > 0) write_stderr(line, static_cast<std::size_t>(w) < sizeof line ? static_cast<std::size_t>(w) : sizeof line - 1);
+  if (w > 0)
+    write_stderr(line, static_cast<std::size_t>(w) < sizeof line ? static_cast<std::size_t>(w) : sizeof line - 1);
 }
 
 }  // namespace
@@ -74,8 +75,7 @@ std::uint64_t device_limit(int device) noexcept {
     size_t t = 0;
     if (get && total && get(&d, device) == CUDA_SUCCESS && total(&t, d) == CUDA_SUCCESS)
       lim = static_cast<std::uint64_t>(s.value * static_cast<double>(t));
-    else
-      return 0;  // not resolvable yet (no driver): try again next time
+    else return 0;  // not resolvable yet (no driver): try again next time
   }
   b->limit.store(lim, std::memory_order_relaxed);
   b->resolved.store(true, std::memory_order_release);

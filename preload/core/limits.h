@@ -47,7 +47,7 @@ struct DeviceBudget {
 };
 
 void limits_init(const char* spec) noexcept;  // from the library constructor; spec validated
-DeviceBudget* budget(int device) noexcept;          // nullptr for a bad ordinal
+DeviceBudget* budget(int device) noexcept;    // nullptr for a bad ordinal
 // The cap of this device (0 = none), resolving fractions with the device's total memory.
 std::uint64_t device_limit(int device) noexcept;
 

@@ -39,10 +39,8 @@ const char* human(std::uint64_t b, char* buf, std::size_t cap) noexcept {
   double v = static_cast<double>(b);
   int u = 0;
   while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  if (u == 0)
-    snprintf(buf, cap, "%llu B", static_cast<unsigned long long>(b));
-  else
-    snprintf(buf, cap, "%.2f %s", v, units[u]);
+  if (u == 0) snprintf(buf, cap, "%llu B", static_cast<unsigned long long>(b));
+  else snprintf(buf, cap, "%.2f %s", v, units[u]);
   return buf;
 }
 
@@ -59,9 +57,7 @@ struct Out {
     n += static_cast<std::size_t>(w) < sizeof buf - n - 1 ? static_cast<std::size_t>(w) : sizeof buf - n - 2;
     buf[n++] = '\n';
   }
-  void flush() noexcept {
-    write_stderr(buf, n);
-  }
+  void flush() noexcept { write_stderr(buf, n); }
 };
 
 // One frame as "function (module+0xoff)" through dladdr (dynamic symbols only: exact
@@ -100,8 +96,8 @@ void site_lines(Out& o, const LiveSite* sites, int nsites) noexcept {
 
 }  // namespace
 
-void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
-                std::uint64_t held, const LiveSite* sites, int nsites) noexcept {
+void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused, std::uint64_t held,
+                const LiveSite* sites, int nsites) noexcept {
   int k = g_reports.fetch_add(1, std::memory_order_relaxed);
   if (k >= kFullReports) {
     std::uint64_t last = g_last_ns.load(std::memory_order_relaxed);
@@ -112,8 +108,7 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
     char a[32];
     Out o;
     o.line("gpuheap: CUDA out of memory again: tried to allocate %s (%s) on device %d; %llu more not reported",
-           human(r.requested, a, sizeof a), api, r.device,
-           static_cast<unsigned long long>(g_suppressed.exchange(0)));
+           human(r.requested, a, sizeof a), api, r.device, static_cast<unsigned long long>(g_suppressed.exchange(0)));
     o.flush();
     return;
   }
@@ -123,7 +118,8 @@ void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cache
   o.line("gpuheap: CUDA out of memory. Tried to allocate %s (%s) on device %d, stream 0x%llx.",
          human(r.requested, req, sizeof req), api, r.device, static_cast<unsigned long long>(r.stream));
   std::uint64_t cap_free = r.limit ? (r.limit > held ? r.limit - held : 0) + cached_unused : 0;
-  std::uint64_t free_now = r.limit && cap_free < r.device_free + cached_unused ? cap_free : r.device_free + cached_unused;
+  std::uint64_t free_now = r.limit && cap_free < r.device_free + cached_unused ? cap_free
+                                                                               : r.device_free + cached_unused;
   o.line("gpuheap:   device total %s, cap %s, free %s (driver free %s); held by this process %s",
          human(r.device_total, tot, sizeof tot), r.limit ? human(r.limit, cap, sizeof cap) : "none",
          human(free_now, fr, sizeof fr), human(r.device_free, df, sizeof df), human(held, hd, sizeof hd));
@@ -191,7 +187,8 @@ void report_not_oom(const char* api, int code, bool runtime) noexcept {
                    "gpuheap: %s returned %s %d%s%s%s, not an out-of-memory error: passed to the program "
                    "unchanged (named once)\n",
                    api, runtime ? "cudaError" : "CUresult", code, name ? " (" : "", name ? name : "", name ? ")" : "");
-  if (n > 0) write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
+  if (n > 0)
+    write_stderr(line, static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n) : sizeof line - 1);
 }
 
 }  // namespace preload

@@ -17,8 +17,8 @@ struct LiveSite {
 // `api` names the failing call; cached_unused = pool bytes reserved and not in use on that
 // device; held = device bytes this process holds there (pool segments + pass-through).
 // sites: the top live allocation sites on that device, largest first.
-void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused,
-                std::uint64_t held, const LiveSite* sites, int nsites) noexcept;
+void report_oom(const format::OomRecord& r, const char* api, std::uint64_t cached_unused, std::uint64_t held,
+                const LiveSite* sites, int nsites) noexcept;
 
 // A failed allocation whose error is not out-of-memory (no device, a driver older than the
 // runtime, an initialization error, the sticky error of an earlier fault): no OOM report and

@@ -93,7 +93,8 @@ const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {
                static_cast<unsigned long long>(s.lo / s.unit_ns), static_cast<unsigned long long>(s.hi / s.unit_ns),
                s.unit_ns == kMs ? "ms" : "us");
       return buf;
-    case T::limit: return "a size with a unit (8GiB, 512MiB, 4096b) or a fraction with a point (0.5), per device 0:8GiB,1:0.5";
+    case T::limit:
+      return "a size with a unit (8GiB, 512MiB, 4096b) or a fraction with a point (0.5), per device 0:8GiB,1:0.5";
     case T::text: return "a path of at most 4095 bytes";
     case T::ignored: break;
   }
@@ -112,8 +113,7 @@ void warn_invalid(WarnFn warn, const OptionSpec& s, const char* value) noexcept 
   char exp[128];
   char line[400];
   snprintf(line, sizeof line, "%s=\"%s%s\" is not valid (expected %s); using the default %s%s", s.name, shown,
-           cut ? "..." : "", expected(s, exp, sizeof exp), s.default_text,
-           s.type == T::limit ? " (no cap)" : "");
+           cut ? "..." : "", expected(s, exp, sizeof exp), s.default_text, s.type == T::limit ? " (no cap)" : "");
   warn(line);
 }
 
@@ -133,7 +133,11 @@ void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
     case I::unsafe_reuse: o->unsafe_reuse = b; break;
     case I::release_threshold: o->release_threshold = static_cast<std::size_t>(v); break;
     case I::follow_fork: o->follow_fork = b; break;
-    case I::output: case I::path_file: case I::buffer_mb: case I::limit: case I::follow_fork_root: break;
+    case I::output:
+    case I::path_file:
+    case I::buffer_mb:
+    case I::limit:
+    case I::follow_fork_root: break;
   }
 }
 

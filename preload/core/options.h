@@ -38,8 +38,23 @@ enum class OptionType : std::uint8_t {
 };
 
 enum class OptionId : std::uint8_t {
-  disable, output, path_file, quiet, pool, stacks, stack_depth, free_stacks, flush_ms, seal_us,
-  strict_fences, unsafe_reuse, buffer_mb, limit, release_threshold, follow_fork, python_stacks,
+  disable,
+  output,
+  path_file,
+  quiet,
+  pool,
+  stacks,
+  stack_depth,
+  free_stacks,
+  flush_ms,
+  seal_us,
+  strict_fences,
+  unsafe_reuse,
+  buffer_mb,
+  limit,
+  release_threshold,
+  follow_fork,
+  python_stacks,
   follow_fork_root,
 };
 
@@ -60,23 +75,24 @@ const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
 
 // The parsed environment. Fixed-size: no allocation at load.
 struct Settings {
-  bool disable = false;        // GPUHEAP_DISABLE: load but do nothing
-  const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (the environment's string), nullptr = default
-  char path_file[4096] = {};   // GPUHEAP_PATH_FILE, "" = none (a name too long to fit: none)
-  bool quiet = false;          // GPUHEAP_QUIET: no "tracing to" line
-  bool pool = true;            // GPUHEAP_POOL (runtime.cpp turns it off in a child forked after CUDA use)
-  bool stacks = true;          // GPUHEAP_STACKS
-  int stack_depth = 64;        // GPUHEAP_STACK_DEPTH
-  bool free_stacks = false;    // GPUHEAP_FREE_STACKS: also unwind at frees
-  bool python_stacks = true;   // GPUHEAP_PYTHON_STACKS: Python frames in stacks (record/pystack.h)
+  bool disable = false;                 // GPUHEAP_DISABLE: load but do nothing
+  const char* output = nullptr;         // GPUHEAP_OUTPUT pattern (the environment's string), nullptr = default
+  char path_file[4096] = {};            // GPUHEAP_PATH_FILE, "" = none (a name too long to fit: none)
+  bool quiet = false;                   // GPUHEAP_QUIET: no "tracing to" line
+  bool pool = true;                     // GPUHEAP_POOL (runtime.cpp turns it off in a child forked after CUDA use)
+  bool stacks = true;                   // GPUHEAP_STACKS
+  int stack_depth = 64;                 // GPUHEAP_STACK_DEPTH
+  bool free_stacks = false;             // GPUHEAP_FREE_STACKS: also unwind at frees
+  bool python_stacks = true;            // GPUHEAP_PYTHON_STACKS: Python frames in stacks (record/pystack.h)
   std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: the background thread's tick
   std::uint64_t seal_ns = 200'000;      // GPUHEAP_SEAL_US
-  bool strict_fences = false;  // GPUHEAP_STRICT_FENCES
-  bool unsafe_reuse = false;   // GPUHEAP_UNSAFE_REUSE: TEST ONLY, reuse without fences
-  char limit[1024] = {};       // GPUHEAP_LIMIT, validated; "" = no cap
-  std::size_t release_threshold = 0;  // GPUHEAP_RELEASE_THRESHOLD in bytes, 0 = none
-  bool follow_fork = true;     // GPUHEAP_FOLLOW_FORK
-  char follow_fork_root[64] = {};  // GPUHEAP_FOLLOW_FORK_ROOT: "PID:START" of the one traced process, set at load (runtime.cpp)
+  bool strict_fences = false;           // GPUHEAP_STRICT_FENCES
+  bool unsafe_reuse = false;            // GPUHEAP_UNSAFE_REUSE: TEST ONLY, reuse without fences
+  char limit[1024] = {};                // GPUHEAP_LIMIT, validated; "" = no cap
+  std::size_t release_threshold = 0;    // GPUHEAP_RELEASE_THRESHOLD in bytes, 0 = none
+  bool follow_fork = true;              // GPUHEAP_FOLLOW_FORK
+  char follow_fork_root[64] =
+      {};  // GPUHEAP_FOLLOW_FORK_ROOT: "PID:START" of the one traced process, set at load (runtime.cpp)
   char output_abs[4096] = {};  // the output pattern made absolute at load (runtime.cpp); output then points here
 };
 

@@ -6,9 +6,9 @@
 #include "preload/core/cuda_upstream.h"
 #include "preload/core/limits.h"
 #include "preload/core/passthrough.h"
-#include "preload/hooks/real.h"
 #include "preload/core/runtime.h"
 #include "preload/core/state.h"
+#include "preload/hooks/real.h"
 
 namespace gpuheap {
 namespace preload {
@@ -218,9 +218,7 @@ std::uint64_t free_entry(AllocKind kind, const void* ptr, std::uint64_t stream, 
 }
 }  // namespace
 
-void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept {
-  free_entry(kind, ptr, stream, true);
-}
+void note_free(AllocKind kind, const void* ptr, std::uint64_t stream) noexcept { free_entry(kind, ptr, stream, true); }
 
 void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
   // One cuMemUnmap may cover several adjacent cuMemMap ranges (the CUDA samples' multi-device
@@ -253,7 +251,8 @@ void note_unmap(CUdeviceptr ptr, std::size_t size) noexcept {
 
 namespace {
 void record_dropped_block(void* arg, const pool::PoolBlock& b) noexcept {
-  auto flags = static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) | (b.oversize ? format::kFlagOversize : 0));
+  auto flags = static_cast<std::uint8_t>((b.small ? format::kFlagSmallPool : 0) |
+                                         (b.oversize ? format::kFlagOversize : 0));
   record_free(AllocKind::device_pooled, *static_cast<int*>(arg), addr(b.ptr), b.size, flags, 0, 0);
 }
 }  // namespace
@@ -301,9 +300,10 @@ void note_context_destroy(CUcontext ctx) noexcept {
   contexts().for_each_live([&](ContextState* s) {
     if (s->ctx == ctx) dev = s->device;
   });
-  if (dev < 0) registry().for_each(Family::pointer, [&](const Entry& e) {
-    if (e.ctx == ctx) dev = e.device;
-  });
+  if (dev < 0)
+    registry().for_each(Family::pointer, [&](const Entry& e) {
+      if (e.ctx == ctx) dev = e.device;
+    });
   if (dev < 0) return;
   // The driver refuses to destroy a primary context ("Cannot destroy primary context",
   // CUDA_ERROR_INVALID_CONTEXT): its memory stays live. Recognised without creating anything:

@@ -70,7 +70,8 @@ class Registry {
   void erase_if(Family f, Fn&& fn) noexcept {
     for (Shard& s : shards_[static_cast<int>(f)]) {
       std::lock_guard<std::mutex> lk(s.mu);
-      for (auto it = s.map.begin(); it != s.map.end();) it = fn(it->first, it->second) ? s.map.erase(it) : std::next(it);
+      for (auto it = s.map.begin(); it != s.map.end();)
+        it = fn(it->first, it->second) ? s.map.erase(it) : std::next(it);
     }
   }
 
@@ -80,9 +81,7 @@ class Registry {
     std::mutex mu;
     std::unordered_map<std::uint64_t, Entry> map;
   };
-  Shard& shard(Family f, std::uint64_t key) noexcept {
-    return shards_[static_cast<int>(f)][(key >> 9) % kShards];
-  }
+  Shard& shard(Family f, std::uint64_t key) noexcept { return shards_[static_cast<int>(f)][(key >> 9) % kShards]; }
   Shard shards_[format::kNumAddressSpaces][kShards];
 };
 

@@ -15,11 +15,11 @@
 
 #include "preload/core/fork.h"
 #include "preload/core/limits.h"
+#include "preload/core/state.h"
 #include "preload/core/stderr_line.h"
+#include "preload/hooks/real.h"
 #include "preload/record/outpath.h"
 #include "preload/record/recorder.h"
-#include "preload/hooks/real.h"
-#include "preload/core/state.h"
 
 namespace gpuheap {
 namespace preload {
@@ -215,8 +215,8 @@ void TraceObserver::on_segment_free(void* ptr, std::size_t size, bool small) noe
 }
 
 void TraceObserver::on_free_completed(void* ptr, std::size_t size) noexcept {
-  record(format::FreeCompletedRecord{now_ns(), static_cast<std::int16_t>(device_),
-                                     reinterpret_cast<std::uint64_t>(ptr), size});
+  record(format::FreeCompletedRecord{now_ns(), static_cast<std::int16_t>(device_), reinterpret_cast<std::uint64_t>(ptr),
+                                     size});
 }
 
 void TraceObserver::on_retry(std::size_t requested) noexcept {

@@ -5,9 +5,9 @@
 
 #include <atomic>
 
+#include "pool/pool.h"
 #include "preload/core/contexts.h"
 #include "preload/core/cuda_upstream.h"
-#include "pool/pool.h"
 
 namespace gpuheap {
 namespace preload {

@@ -7,13 +7,13 @@
 #include <cstring>
 
 #include "preload/core/cuda_upstream.h"
+#include "preload/core/runtime.h"
+#include "preload/gpuheap.h"
 #include "preload/hooks/ends.h"
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
 #include "preload/record/unwind.h"
-#include "preload/core/runtime.h"
-#include "preload/gpuheap.h"
 
 using namespace gpuheap::preload;
 using gpuheap::format::AllocKind;
@@ -91,7 +91,9 @@ extern "C" {
 // ---- runtime: pooled ----
 __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** p, size_t n) { return rt_malloc(p, n); }
 __attribute__((visibility("default"))) cudaError_t cudaFree(void* p) { return rt_free(p); }
-__attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* f, size_t* t) { return rt_mem_get_info(f, t); }
+__attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
+  return rt_mem_get_info(f, t);
+}
 
 // ---- runtime: pass-through ----
 #define GPUHEAP_EXPORT __attribute__((visibility("default")))
@@ -241,7 +243,8 @@ GPUHEAP_EXPORT CUresult cuMemFreeHost(void* p) {
 }
 GPUHEAP_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t n, const CUmemAllocationProp* prop,
                                     unsigned long long flags) {
-  return CUresult(pass_alloc<Fn::cuMemCreate>(AllocKind::vmm_physical, DeviceOf{DeviceOf::prop, prop}, h, n, 0, n, prop, flags));
+  return CUresult(
+      pass_alloc<Fn::cuMemCreate>(AllocKind::vmm_physical, DeviceOf{DeviceOf::prop, prop}, h, n, 0, n, prop, flags));
 }
 GPUHEAP_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return CUresult(pass_free<Fn::cuMemRelease>(AllocKind::vmm_physical, reinterpret_cast<void*>(h), 0, h));
@@ -374,9 +377,7 @@ GPUHEAP_EXPORT int pipe2(int fds[2], int flags) {
 GPUHEAP_EXPORT int gpuheap_active(void) { return recorder_active() ? 1 : 0; }
 GPUHEAP_EXPORT void gpuheap_flush(void) { recorder_flush(); }
 GPUHEAP_EXPORT const char* gpuheap_trace_path(void) { return recorder_path(); }
-GPUHEAP_EXPORT size_t gpuheap_empty_cache(void) {
-  return empty_cache_all(gpuheap::format::EmptyCacheReason::api);
-}
+GPUHEAP_EXPORT size_t gpuheap_empty_cache(void) { return empty_cache_all(gpuheap::format::EmptyCacheReason::api); }
 GPUHEAP_EXPORT int gpuheap_api_version(void) { return GPUHEAP_API_VERSION; }
 GPUHEAP_EXPORT const char* gpuheap_version(void) { return GPUHEAP_VERSION; }
 GPUHEAP_EXPORT void gpuheap_mark(const char* name) {
@@ -393,8 +394,8 @@ GPUHEAP_EXPORT int gpuheap_stats(int device, gpuheap_stats_t* out) {
   constexpr std::size_t kMin = offsetof(gpuheap_stats_t, device) + sizeof(int);
   DeviceStats d;
   if (!out || out->size < kMin || !stats_get(device, &d)) return -1;
-  gpuheap_stats_t full{sizeof(gpuheap_stats_t), device, d.requested, d.requested_peak, d.allocated,
-                       d.allocated_peak, d.reserved, d.reserved_peak, d.allocs, d.frees};
+  gpuheap_stats_t full{sizeof(gpuheap_stats_t), device,     d.requested,     d.requested_peak, d.allocated,
+                       d.allocated_peak,        d.reserved, d.reserved_peak, d.allocs,         d.frees};
   std::size_t n = out->size < sizeof full ? out->size : sizeof full;
   std::memcpy(reinterpret_cast<char*>(out) + sizeof full.size, reinterpret_cast<const char*>(&full) + sizeof full.size,
               n - sizeof full.size);

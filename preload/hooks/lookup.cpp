@@ -4,8 +4,8 @@
 // function we interpose returns our wrapper and remembers the real pointer it resolved.
 #include <string.h>
 
-#include "preload/hooks/real.h"
 #include "preload/core/runtime.h"
+#include "preload/hooks/real.h"
 
 namespace gpuheap {
 namespace preload {
@@ -21,7 +21,7 @@ struct ProcEntry {
   const char* base;
   int min_version;  // first CUDA version whose lookup resolves to `fn`
   Fn fn;
-  Fn ptsz;          // variant for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or == fn)
+  Fn ptsz;  // variant for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or == fn)
 };
 
 constexpr ProcEntry kProcs[] = {

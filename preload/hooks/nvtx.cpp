@@ -93,7 +93,7 @@ void phase(PhaseOp op, const EventAttributes* a) noexcept {
       return gpuheap::preload::record_phase(op, PhaseSource::nvtx, static_cast<const char*>(a->message));
     case kMessageUnicode:
       return gpuheap::preload::record_phase(op, PhaseSource::nvtx,
-                                           WideName(static_cast<const wchar_t*>(a->message)).buf);
+                                            WideName(static_cast<const wchar_t*>(a->message)).buf);
     default: return gpuheap::preload::record_phase(op, PhaseSource::nvtx, nullptr);
   }
 }

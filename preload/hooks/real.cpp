@@ -21,9 +21,7 @@ namespace {
 
 constexpr const char* kNames[kNumFns] = {
 #define GPUHEAP_NAME(name, decl) #name,
-    GPUHEAP_RUNTIME_HOOKS(GPUHEAP_NAME) "",
-    GPUHEAP_DRIVER_HOOKS(GPUHEAP_NAME) "",
-    GPUHEAP_DRIVER_USED(GPUHEAP_NAME)
+    GPUHEAP_RUNTIME_HOOKS(GPUHEAP_NAME) "", GPUHEAP_DRIVER_HOOKS(GPUHEAP_NAME) "", GPUHEAP_DRIVER_USED(GPUHEAP_NAME)
 #undef GPUHEAP_NAME
 };
 
@@ -191,10 +189,8 @@ void* resolve(Fn f) noexcept {
     if (h) p = dl(h, kNames[i]);
   }
   if (p == our_wrapper(f)) p = nullptr;  // never hand back ourselves as "real"
-  if (p)
-    note_real(f, p);
-  else if (lib_loaded)
-    g_missed_at[i].store(now, std::memory_order_relaxed);
+  if (p) note_real(f, p);
+  else if (lib_loaded) g_missed_at[i].store(now, std::memory_order_relaxed);
   return g_real[i].load(std::memory_order_acquire);
 }
 
@@ -214,7 +210,7 @@ struct NextObjects {
   const char* caller_name;   // the caller's l_name (dl_iterate_phdr passes that same pointer)
   const void* resume_after;  // dlpi_phdr of the last object copied; nullptr: after the caller
   bool started;
-  bool more;                 // stopped early: the buffer is full
+  bool more;  // stopped early: the buffer is full
   const void* last;
   std::size_t used;
   char names[kNextBytes];
@@ -256,8 +252,7 @@ void* lookup_for_caller(void* handle, const char* name, const void* caller) noex
   // names are reopened from our namespace, as they always were.)
   Dl_info info;
   link_map* lm = nullptr;
-  if (!dladdr1(caller, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) || !lm)
-    return dl(RTLD_NEXT, name);
+  if (!dladdr1(caller, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) || !lm) return dl(RTLD_NEXT, name);
   return lookup_after(dl, lm, name);
 }
 

@@ -25,90 +25,89 @@ namespace preload {
 
 // X(name, declared_as): the function `name` has the signature of `declared_as` from the
 // CUDA headers (the _ptsz variants are not declared unless per-thread streams are on).
-#define GPUHEAP_RUNTIME_HOOKS(X)                                   \
-  X(cudaMalloc, cudaMalloc)                                        \
-  X(cudaFree, cudaFree)                                            \
-  X(cudaMemGetInfo, cudaMemGetInfo)                                \
-  X(cudaMallocAsync, cudaMallocAsync)                              \
-  X(cudaMallocAsync_ptsz, cudaMallocAsync)                         \
-  X(cudaFreeAsync, cudaFreeAsync)                                  \
-  X(cudaFreeAsync_ptsz, cudaFreeAsync)                             \
-  X(cudaMallocFromPoolAsync, cudaMallocFromPoolAsync)              \
-  X(cudaMallocFromPoolAsync_ptsz, cudaMallocFromPoolAsync)         \
-  X(cudaMallocManaged, cudaMallocManaged)                          \
-  X(cudaMallocHost, cudaMallocHost)                                \
-  X(cudaHostAlloc, cudaHostAlloc)                                  \
-  X(cudaFreeHost, cudaFreeHost)                                    \
-  X(cudaMallocPitch, cudaMallocPitch)                              \
-  X(cudaMalloc3D, cudaMalloc3D)                                    \
-  X(cudaStreamCreate, cudaStreamCreate)                            \
-  X(cudaStreamCreateWithFlags, cudaStreamCreateWithFlags)          \
-  X(cudaStreamCreateWithPriority, cudaStreamCreateWithPriority)    \
-  X(cudaStreamDestroy, cudaStreamDestroy)                          \
-  X(cudaDeviceReset, cudaDeviceReset)                              \
-  X(cudaGetDriverEntryPoint, cudaGetDriverEntryPoint)              \
-  X(cudaGetDriverEntryPoint_ptsz, cudaGetDriverEntryPoint)         \
+#define GPUHEAP_RUNTIME_HOOKS(X) \
+  X(cudaMalloc, cudaMalloc) \
+  X(cudaFree, cudaFree) \
+  X(cudaMemGetInfo, cudaMemGetInfo) \
+  X(cudaMallocAsync, cudaMallocAsync) \
+  X(cudaMallocAsync_ptsz, cudaMallocAsync) \
+  X(cudaFreeAsync, cudaFreeAsync) \
+  X(cudaFreeAsync_ptsz, cudaFreeAsync) \
+  X(cudaMallocFromPoolAsync, cudaMallocFromPoolAsync) \
+  X(cudaMallocFromPoolAsync_ptsz, cudaMallocFromPoolAsync) \
+  X(cudaMallocManaged, cudaMallocManaged) \
+  X(cudaMallocHost, cudaMallocHost) \
+  X(cudaHostAlloc, cudaHostAlloc) \
+  X(cudaFreeHost, cudaFreeHost) \
+  X(cudaMallocPitch, cudaMallocPitch) \
+  X(cudaMalloc3D, cudaMalloc3D) \
+  X(cudaStreamCreate, cudaStreamCreate) \
+  X(cudaStreamCreateWithFlags, cudaStreamCreateWithFlags) \
+  X(cudaStreamCreateWithPriority, cudaStreamCreateWithPriority) \
+  X(cudaStreamDestroy, cudaStreamDestroy) \
+  X(cudaDeviceReset, cudaDeviceReset) \
+  X(cudaGetDriverEntryPoint, cudaGetDriverEntryPoint) \
+  X(cudaGetDriverEntryPoint_ptsz, cudaGetDriverEntryPoint) \
   X(cudaGetDriverEntryPointByVersion, cudaGetDriverEntryPointByVersion) \
   X(cudaGetDriverEntryPointByVersion_ptsz, cudaGetDriverEntryPointByVersion)
 
-#define GPUHEAP_DRIVER_HOOKS(X)                                    \
-  X(cuMemAlloc_v2, cuMemAlloc_v2)                                  \
-  X(cuMemFree_v2, cuMemFree_v2)                                    \
-  X(cuMemGetInfo_v2, cuMemGetInfo_v2)                              \
-  X(cuMemAllocAsync, cuMemAllocAsync)                              \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync)                         \
-  X(cuMemFreeAsync, cuMemFreeAsync)                                \
-  X(cuMemFreeAsync_ptsz, cuMemFreeAsync)                           \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync)              \
-  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync)         \
-  X(cuMemAllocManaged, cuMemAllocManaged)                          \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2)                        \
-  X(cuMemHostAlloc, cuMemHostAlloc)                                \
-  X(cuMemAllocHost_v2, cuMemAllocHost_v2)                          \
-  X(cuMemFreeHost, cuMemFreeHost)                                  \
-  X(cuMemCreate, cuMemCreate)                                      \
-  X(cuMemRelease, cuMemRelease)                                    \
-  X(cuMemMap, cuMemMap)                                            \
-  X(cuMemUnmap, cuMemUnmap)                                        \
-  X(cuMemAddressReserve, cuMemAddressReserve)                      \
-  X(cuMemAddressFree, cuMemAddressFree)                            \
-  X(cuStreamCreate, cuStreamCreate)                                \
-  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority)        \
-  X(cuStreamDestroy_v2, cuStreamDestroy_v2)                        \
-  X(cuMemPoolCreate, cuMemPoolCreate)                              \
+#define GPUHEAP_DRIVER_HOOKS(X) \
+  X(cuMemAlloc_v2, cuMemAlloc_v2) \
+  X(cuMemFree_v2, cuMemFree_v2) \
+  X(cuMemGetInfo_v2, cuMemGetInfo_v2) \
+  X(cuMemAllocAsync, cuMemAllocAsync) \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync) \
+  X(cuMemFreeAsync, cuMemFreeAsync) \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync) \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync) \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) \
+  X(cuMemAllocManaged, cuMemAllocManaged) \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2) \
+  X(cuMemHostAlloc, cuMemHostAlloc) \
+  X(cuMemAllocHost_v2, cuMemAllocHost_v2) \
+  X(cuMemFreeHost, cuMemFreeHost) \
+  X(cuMemCreate, cuMemCreate) \
+  X(cuMemRelease, cuMemRelease) \
+  X(cuMemMap, cuMemMap) \
+  X(cuMemUnmap, cuMemUnmap) \
+  X(cuMemAddressReserve, cuMemAddressReserve) \
+  X(cuMemAddressFree, cuMemAddressFree) \
+  X(cuStreamCreate, cuStreamCreate) \
+  X(cuStreamCreateWithPriority, cuStreamCreateWithPriority) \
+  X(cuStreamDestroy_v2, cuStreamDestroy_v2) \
+  X(cuMemPoolCreate, cuMemPoolCreate) \
   X(cuDevicePrimaryCtxReset, gpuheap_cuDevicePrimaryCtxReset_v1_decl) \
-  X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2)        \
-  X(cuCtxDestroy_v2, cuCtxDestroy_v2)                              \
-  X(cuGetProcAddress, gpuheap_cuGetProcAddress_v1_decl)            \
+  X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2) \
+  X(cuCtxDestroy_v2, cuCtxDestroy_v2) \
+  X(cuGetProcAddress, gpuheap_cuGetProcAddress_v1_decl) \
   X(cuGetProcAddress_v2, cuGetProcAddress_v2)
 
 // Driver functions gpuheap itself calls (not interposed).
-#define GPUHEAP_DRIVER_USED(X)                                     \
-  X(cuCtxGetCurrent, cuCtxGetCurrent)                              \
-  X(cuCtxSetCurrent, cuCtxSetCurrent)                              \
-  X(cuCtxGetDevice, cuCtxGetDevice)                                \
-  X(cuEventCreate, cuEventCreate)                                  \
-  X(cuEventRecord, cuEventRecord)                                  \
-  X(cuEventQuery, cuEventQuery)                                    \
-  X(cuEventSynchronize, cuEventSynchronize)                        \
-  X(cuEventDestroy_v2, cuEventDestroy_v2)                          \
-  X(cuDeviceGet, cuDeviceGet)                                      \
-  X(cuDeviceGetName, cuDeviceGetName)                              \
-  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2)                      \
-  X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)              \
-  X(cuStreamIsCapturing, cuStreamIsCapturing)                      \
-  X(cuDeviceGetCount, cuDeviceGetCount)                            \
-  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool)          \
-  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)            \
-  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2)    \
+#define GPUHEAP_DRIVER_USED(X) \
+  X(cuCtxGetCurrent, cuCtxGetCurrent) \
+  X(cuCtxSetCurrent, cuCtxSetCurrent) \
+  X(cuCtxGetDevice, cuCtxGetDevice) \
+  X(cuEventCreate, cuEventCreate) \
+  X(cuEventRecord, cuEventRecord) \
+  X(cuEventQuery, cuEventQuery) \
+  X(cuEventSynchronize, cuEventSynchronize) \
+  X(cuEventDestroy_v2, cuEventDestroy_v2) \
+  X(cuDeviceGet, cuDeviceGet) \
+  X(cuDeviceGetName, cuDeviceGetName) \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2) \
+  X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2) \
+  X(cuStreamIsCapturing, cuStreamIsCapturing) \
+  X(cuDeviceGetCount, cuDeviceGetCount) \
+  X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2) \
   X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState)
 
 }  // namespace preload
 }  // namespace gpuheap
 
 // CUDA 13's cuda.h declares the 4-argument cuGetProcAddress only for its own build.
-extern "C" CUresult gpuheap_cuGetProcAddress_v1_decl(const char* symbol, void** pfn, int cudaVersion,
-                                                     cuuint64_t flags);
+extern "C" CUresult gpuheap_cuGetProcAddress_v1_decl(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 // The pre-11.0 cuDevicePrimaryCtxReset (cuda.h declares only _v2 under that name).
 extern "C" CUresult gpuheap_cuDevicePrimaryCtxReset_v1_decl(CUdevice dev);
 
@@ -150,10 +149,10 @@ int next_pipe2(int fds[2], int flags) noexcept;
 // Typed access: real<Fn::cudaMalloc>() etc.
 template <Fn F>
 struct FnType;
-#define GPUHEAP_TYPE(name, decl)                 \
-  template <>                                    \
-  struct FnType<Fn::name> {                      \
-    using type = decltype(&::decl);              \
+#define GPUHEAP_TYPE(name, decl) \
+  template <> \
+  struct FnType<Fn::name> { \
+    using type = decltype(&::decl); \
   };
 GPUHEAP_RUNTIME_HOOKS(GPUHEAP_TYPE)
 GPUHEAP_DRIVER_HOOKS(GPUHEAP_TYPE)

@@ -149,7 +149,8 @@ std::atomic<unsigned long long> g_seen_adds{0}, g_seen_subs{0};
 
 int read_counters(dl_phdr_info* info, std::size_t size, void* out) {
   auto* c = static_cast<unsigned long long*>(out);
-  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) c[0] = info->dlpi_adds, c[1] = info->dlpi_subs;
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+    c[0] = info->dlpi_adds, c[1] = info->dlpi_subs;
   return 1;  // the counters are the same in every entry: stop after the first
 }
 }  // namespace
@@ -157,7 +158,8 @@ int read_counters(dl_phdr_info* info, std::size_t size, void* out) {
 void modules_sync_if_changed() noexcept {
   unsigned long long c[2] = {~0ull, ~0ull};
   dl_iterate_phdr(read_counters, c);
-  if (c[0] == g_seen_adds.load(std::memory_order_relaxed) && c[1] == g_seen_subs.load(std::memory_order_relaxed)) return;
+  if (c[0] == g_seen_adds.load(std::memory_order_relaxed) && c[1] == g_seen_subs.load(std::memory_order_relaxed))
+    return;
   modules_sync();
   g_seen_adds.store(c[0], std::memory_order_relaxed);
   g_seen_subs.store(c[1], std::memory_order_relaxed);

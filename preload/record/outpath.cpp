@@ -4,9 +4,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -95,13 +95,13 @@ int create_trace_file(const char* path, char* final_path, std::size_t cap) noexc
   std::size_t stem = dot ? static_cast<std::size_t>(dot - path) : strlen(path);
   const char* ext = dot ? dot : "";
   for (int i = 0; i < 10000; ++i) {
-    if (i > 0 && snprintf(final_path, cap, "%.*s.%d%s", static_cast<int>(stem), path, i, ext) >=
-                     static_cast<int>(cap))
+    if (i > 0 && snprintf(final_path, cap, "%.*s.%d%s", static_cast<int>(stem), path, i, ext) >= static_cast<int>(cap))
       return -ENAMETOOLONG;
     int fd = open(final_path, kFlags, 0600);
     if (fd >= 0) {
       // The umask may only remove bits; 0600 is what we want regardless of it.
-      if (fchmod(fd, 0600) != 0) { /* best effort: created 0600 & ~umask already */ }
+      if (fchmod(fd, 0600) != 0) { /* best effort: created 0600 & ~umask already */
+      }
       // Never at 0..2 (a job started with stdio closed): fds.h.
       fd = fd_above_stdio(fd);
       if (fd < 0) unlink(final_path);  // created empty, and ours: O_EXCL

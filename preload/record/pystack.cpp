@@ -30,9 +30,9 @@ using int_fn = int (*)();
 struct Interp {
   const PyLayout* layout = nullptr;
   int major = 0, minor = 0;
-  get_ts_fn this_thread_state = nullptr;  // PyGILState_GetThisThreadState
-  get_ts_fn unchecked_get = nullptr;      // 3.12+: the thread's current state (thread-local)
-  int_fn is_initialized = nullptr;        // Py_IsInitialized
+  get_ts_fn this_thread_state = nullptr;       // PyGILState_GetThisThreadState
+  get_ts_fn unchecked_get = nullptr;           // 3.12+: the thread's current state (thread-local)
+  int_fn is_initialized = nullptr;             // Py_IsInitialized
   std::uintptr_t code_type = 0, str_type = 0;  // &PyCode_Type, &PyUnicode_Type
   std::uintptr_t eval_lo = 0, eval_hi = 0;     // _PyEval_EvalFrameDefault
 };

@@ -118,9 +118,9 @@ unsigned char* encode_process_record(const char* host, std::size_t* len) {
 // command line as they were then. A forked child prepares its own at its first event, as
 // before. Under g_ctl_mu.
 struct Opening {
-  long pid = 0;          // the process this was prepared for
-  bool path_ok = false;  // false: GPUHEAP_OUTPUT expands to a path that is too long
-  char path[4096] = {};  // absolute unless getcwd failed
+  long pid = 0;                      // the process this was prepared for
+  bool path_ok = false;              // false: GPUHEAP_OUTPUT expands to a path that is too long
+  char path[4096] = {};              // absolute unless getcwd failed
   unsigned char* process = nullptr;  // encoded `process` record (malloc'd) or nullptr
   std::size_t process_len = 0;
 };
@@ -190,8 +190,10 @@ bool open_file_locked() {
   if (const char* kind = special_file_kind(g_open.path)) {
     sink_set_state(SinkState::failed);
     char msg[4400];
-    snprintf(msg, sizeof msg, "GPUHEAP_OUTPUT names %s, which is %s, not a regular file: no trace is written "
-             "(tracing disabled), the program continues", g_open.path, kind);
+    snprintf(msg, sizeof msg,
+             "GPUHEAP_OUTPUT names %s, which is %s, not a regular file: no trace is written "
+             "(tracing disabled), the program continues",
+             g_open.path, kind);
     sink_warn_once(msg);
     return false;
   }
@@ -263,7 +265,8 @@ bool activate() {
 // its file; a thread that arrives while another is creating it waits for it (g_ctl_mu).
 inline bool ensure_active(bool count_drop) {
   SinkState s = sink_state();
-  if (s == SinkState::active) [[likely]] return true;
+  if (s == SinkState::active) [[likely]]
+    return true;
   if ((s == SinkState::pending || s == SinkState::opening) && activate()) return true;
   if (count_drop) sink_count_dropped();
   return false;
@@ -326,7 +329,8 @@ std::uint64_t now_ns() noexcept {
 }
 
 std::uint32_t current_tid() noexcept {
-  if (t_tid == 0) [[unlikely]] t_tid = static_cast<std::uint32_t>(syscall(SYS_gettid));
+  if (t_tid == 0) [[unlikely]]
+    t_tid = static_cast<std::uint32_t>(syscall(SYS_gettid));
   return t_tid;
 }
 
@@ -469,8 +473,9 @@ void record_phase(format::PhaseOp op, format::PhaseSource source, const char* na
     n = strnlen(name, std::min<std::size_t>(max_len, format::kMaxPhaseName));
   }
   unsigned char buf[format::kMaxEventRecordSize + format::kMaxPhaseName];
-  std::size_t size = format::encode(
-      buf, sizeof buf, format::PhaseRecord{now_ns(), current_tid(), op, source, std::string_view(name ? name : "", n)});
+  std::size_t size = format::encode(buf, sizeof buf,
+                                    format::PhaseRecord{now_ns(), current_tid(), op, source,
+                                                        std::string_view(name ? name : "", n)});
   if (size) sink_append(buf, size);
 }
 

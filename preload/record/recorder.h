@@ -31,17 +31,17 @@ namespace preload {
 
 // What the recorder keeps of the settings (options.h) given to recorder_start().
 struct RecorderConfig {
-  bool stacks = true;            // GPUHEAP_STACKS
-  int max_depth = 64;            // GPUHEAP_STACK_DEPTH (1..256)
+  bool stacks = true;                   // GPUHEAP_STACKS
+  int max_depth = 64;                   // GPUHEAP_STACK_DEPTH (1..256)
   std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: background thread's tick
-  const char* output = nullptr;  // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
-  bool quiet = false;            // GPUHEAP_QUIET: no "tracing to" line when the file is created
-  bool follow_fork = true;       // GPUHEAP_FOLLOW_FORK: forked children traced
-  char path_file[4096] = {};     // GPUHEAP_PATH_FILE: append the trace path here when created
+  const char* output = nullptr;         // GPUHEAP_OUTPUT pattern (%p %h %r %n), default ./gpuheap.%n.%p.trace
+  bool quiet = false;                   // GPUHEAP_QUIET: no "tracing to" line when the file is created
+  bool follow_fork = true;              // GPUHEAP_FOLLOW_FORK: forked children traced
+  char path_file[4096] = {};            // GPUHEAP_PATH_FILE: append the trace path here when created
 };
 
-std::uint64_t now_ns() noexcept;      // CLOCK_MONOTONIC
-std::uint32_t current_tid() noexcept; // gettid(), cached per thread
+std::uint64_t now_ns() noexcept;       // CLOCK_MONOTONIC
+std::uint32_t current_tid() noexcept;  // gettid(), cached per thread
 
 // Starts the recorder (idempotent, thread-safe) with `settings` (runtime.cpp passes those
 // read at load; a new session after a stop uses the ones it is given); the file waits for

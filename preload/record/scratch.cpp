@@ -143,8 +143,7 @@ unsigned char* scratch() {
   // The process's initial thread keeps it to the end (exit runs thread-exit destructors before
   // the atexit handlers and static destructors, which may still free memory); any other
   // thread gives it back when it exits.
-  if (!t_no_dtor && syscall(SYS_gettid) != getpid() &&
-      __cxa_thread_atexit_impl(thread_exit, p, &__dso_handle) != 0)
+  if (!t_no_dtor && syscall(SYS_gettid) != getpid() && __cxa_thread_atexit_impl(thread_exit, p, &__dso_handle) != 0)
     t_no_dtor = true;
   return t_scratch;
 }

@@ -28,9 +28,9 @@ struct SignalSpec {
   bool chained;
 };
 constexpr SignalSpec kSignals[] = {
-    {SIGSEGV, true},    {SIGABRT, true},   {SIGBUS, true},   {SIGTERM, true},  {SIGILL, true},
-    {SIGFPE, true},     {SIGHUP, false},   {SIGINT, false},  {SIGQUIT, false}, {SIGTRAP, false},
-    {SIGUSR1, false},   {SIGUSR2, false},  {SIGPIPE, false}, {SIGALRM, false}, {SIGXCPU, false},
+    {SIGSEGV, true},    {SIGABRT, true},    {SIGBUS, true},   {SIGTERM, true},  {SIGILL, true},
+    {SIGFPE, true},     {SIGHUP, false},    {SIGINT, false},  {SIGQUIT, false}, {SIGTRAP, false},
+    {SIGUSR1, false},   {SIGUSR2, false},   {SIGPIPE, false}, {SIGALRM, false}, {SIGXCPU, false},
     {SIGXFSZ, false},   {SIGVTALRM, false}, {SIGPROF, false}, {SIGIO, false},   {SIGSYS, false},
 #ifdef SIGSTKFLT
     {SIGSTKFLT, false},
@@ -55,7 +55,7 @@ constinit std::atomic<bool> g_reset[kN][kSlots];  // SA_RESETHAND target already
 constinit int g_slot[kN] = {};                    // slot of the last installation (g_mu)
 constinit std::atomic<FatalSignalFn> g_fn{nullptr};
 constinit std::atomic<bool> g_installed{false};
-constinit std::atomic<bool> g_managed[kN];  // installed for this signal (re-armed from then on)
+constinit std::atomic<bool> g_managed[kN];                   // installed for this signal (re-armed from then on)
 constinit pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  // install / re-arm
 
 int index_of(int sig) {
@@ -101,8 +101,8 @@ void handle(int slot, int sig, siginfo_t* info, void* uc) {
     // trace gets its `end` record first.
     sigset_t pending;
     struct sigaction now {};
-    if (fn && sigpending(&pending) == 0 && sigismember(&pending, sig) == 1 &&
-        sigaction(sig, nullptr, &now) == 0 && is_dfl(now))
+    if (fn && sigpending(&pending) == 0 && sigismember(&pending, sig) == 1 && sigaction(sig, nullptr, &now) == 0 &&
+        is_dfl(now))
       fn(sig, true);
   }
   errno = saved_errno;

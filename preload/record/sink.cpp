@@ -50,11 +50,11 @@ struct Window {
 struct Sink {
   // Adaptive mutex: spins briefly before sleeping; the critical section is a memcpy long.
   pthread_mutex_t mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;  // windows, offset, state
-  pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  // background thread: window used / exit
-  pthread_cond_t started_cv = PTHREAD_COND_INITIALIZER;  // background thread: it is running
-  bool thread_started = false;                            // under mu
-  Window cur, next;             // next: prepared ahead, starts at cur.end (or unmapped)
-  std::uint64_t off = 0;        // file offset where the next record goes (= bytes in file)
+  pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;           // background thread: window used / exit
+  pthread_cond_t started_cv = PTHREAD_COND_INITIALIZER;        // background thread: it is running
+  bool thread_started = false;                                 // under mu
+  Window cur, next;                                            // next: prepared ahead, starts at cur.end (or unmapped)
+  std::uint64_t off = 0;  // file offset where the next record goes (= bytes in file)
   std::uint64_t flush_ns = 20'000'000;
   int fd = -1;
   FileId id;  // the trace file behind fd (fds.h): the program may close fd and reuse its number
@@ -72,7 +72,7 @@ struct Sink {
   std::uint64_t page = 4096;
   // The process that opened this file (sink_open), by the kernel's pid: a vfork child shares
   // this memory with its parent but has its own pid, and must never end the parent's trace.
-  std::atomic<long> owner{0};  // read without the lock by the ending paths
+  std::atomic<long> owner{0};   // read without the lock by the ending paths
   std::uint64_t exec_mark = 0;  // g.off before the `end` written for an exec (sink_end_before_exec)
   // The background thread is allocating and mapping the next window outside the lock: an
   // fallocate landing after the cut that follows `end` would leave zeros past it.
@@ -257,7 +257,8 @@ void fail_locked(int err, const char* why = nullptr) noexcept {
   set_state(SinkState::failed);
   unmap(&g.cur), unmap(&g.next);
   int fd = own_fd_locked();
-  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */ }
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* the zero tail reads as a cut */
+  }
   // May run inside a signal handler (the end record of a crash): no snprintf, no strerror
   // (locale, malloc), and no strerrordesc_np (glibc >= 2.32 only).
   char msg[4300];
@@ -293,7 +294,7 @@ void rotate_locked() noexcept {
 bool append_locked(const void* rec, std::size_t n) noexcept {
   if (!accepting(state())) return false;
   if (g.off + n > g.cur.end) {
-    std::uint64_t beyond = g.off + n - g.cur.end;  // what goes into next
+    std::uint64_t beyond = g.off + n - g.cur.end;                           // what goes into next
     if (g.next.base && g.next.end - g.next.start < beyond) unmap(&g.next);  // a longer one, below
     if (!g.next.base) {
       // The background thread has not prepared it (not yet run, or starved): do it here.
@@ -503,7 +504,8 @@ void sink_close(format::EndReason reason) noexcept {
   // The allocated but unused tail goes: the file ends with the last record. Where the trace
   // cannot be reached any more (own_fd_locked) the zero tail stays, read as the data's end.
   if (int fd = own_fd_locked(); fd >= 0) {
-    if (ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    if (ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */
+    }
     close(fd);
   }
   g.fd = -1;
@@ -535,7 +537,8 @@ void sink_emergency_flush(bool write_end, format::EndReason reason) noexcept {
     // async-signal-safe; the mappings stay, nobody touches them again).
     wait_for_preparation();
     int fd = own_fd_locked();
-    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */ }
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(g.off)) != 0) { /* reads as a cut trace */
+    }
   }
   pthread_mutex_unlock(&g.mu);
 }

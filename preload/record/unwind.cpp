@@ -1,8 +1,8 @@
 #include "preload/record/unwind.h"
 
 #define UNW_LOCAL_ONLY
-#include <libunwind.h>
 #include <fcntl.h>
+#include <libunwind.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,8 +32,8 @@ struct Slot {
   std::uint16_t depth;
   const std::uint64_t* ips;
 };
-constexpr std::size_t kSlots = 1u << 19;           // 12 MiB of address space, touched lazily
-constexpr std::size_t kMaxFill = kSlots / 4 * 3;   // beyond: stacks are written uninterned
+constexpr std::size_t kSlots = 1u << 19;          // 12 MiB of address space, touched lazily
+constexpr std::size_t kMaxFill = kSlots / 4 * 3;  // beyond: stacks are written uninterned
 constexpr std::size_t kArenaBytes = 1u << 20;
 
 struct Arena {  // storage for interned ip arrays; reused (not freed) across resets
@@ -118,8 +118,8 @@ void init_once() {
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   }
   dl_iterate_phdr(self_range_cb, reinterpret_cast<void*>(&init_once));
-  void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, kSlots * sizeof(Slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
   g_table = p == MAP_FAILED ? nullptr : static_cast<Slot*>(p);
 }
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_tmpdir.h"
 #include "format/trace.h"
+#include "tests/test_tmpdir.h"
 
 namespace gpuheap::test {
 
@@ -39,7 +39,8 @@ class RawTrace {
   }
   RawTrace& stack(std::uint32_t id, const std::vector<std::uint64_t>& ips) {
     scratch_.resize(format::stack_record_size(static_cast<std::uint16_t>(ips.size())));
-    auto n = format::encode_stack(scratch_.data(), scratch_.size(), id, ips.data(), static_cast<std::uint16_t>(ips.size()));
+    auto n = format::encode_stack(scratch_.data(), scratch_.size(), id, ips.data(),
+                                  static_cast<std::uint16_t>(ips.size()));
     bytes.insert(bytes.end(), scratch_.data(), scratch_.data() + n);
     return *this;
   }
@@ -78,7 +79,8 @@ inline std::vector<unsigned char> read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 inline void write_file(const std::string& path, const unsigned char* p, std::size_t n) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
 }
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

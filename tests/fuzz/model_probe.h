@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "analyzer/model/analysis.h"
 #include "analyzer/base/error.h"
+#include "analyzer/model/analysis.h"
 
 namespace gpuheap::test {
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analyzer/cli/commands.h"
 #include "analyzer/model/analysis.h"
 #include "analyzer/summary/check.h"
-#include "analyzer/cli/commands.h"
 #include "analyzer/summary/report.h"
 
 namespace gpuheap::test {

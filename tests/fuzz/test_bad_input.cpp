@@ -147,8 +147,8 @@ TEST(BadInput, ReplayOfDamagedSizesInTheCorpus) {
       format::Record r;
       std::size_t len = 0;
       if (format::decode_frame(data.data() + off, data.size() - off, r, &len) != format::FrameStatus::ok) break;
-      if (r.type == format::RecordType::alloc && (r.alloc.kind == format::AllocKind::device_pooled ||
-                                                  r.alloc.kind == format::AllocKind::device_passthrough))
+      if (r.type == format::RecordType::alloc &&
+          (r.alloc.kind == format::AllocKind::device_pooled || r.alloc.kind == format::AllocKind::device_passthrough))
         at.push_back(off + format::kFrameHeaderSize + 24);  // after ts, tid, device, kind, flags, ptr
       off += len;
     }
@@ -180,8 +180,8 @@ TEST(BadInput, ReplayOfDamagedSizesInTheCorpus) {
 // one line on stderr for garbage and for a file cut before its process record.
 TEST(BadInputCli, TruncatedTraceIsReportedWithAWarning) {
   auto data = read_file(kCorpus + "/mini_train.trace");
-  for (std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{21}, data.size() / 2,
-                          data.size() - 1}) {
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{21}, data.size() / 2, data.size() - 1}) {
     std::string path = RawTrace::dir() + "/cli-cut-" + std::to_string(cut) + ".trace";
     write_file(path, data.data(), cut);
     const bool whole_process = cut > 100;  // mini_train's process record ends well before

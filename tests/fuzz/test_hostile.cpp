@@ -25,8 +25,8 @@ struct Outcome {
 
 // Runs the pipeline and checks time and memory: growth of the peak RSS above what it was
 // before stays under `slack` plus `per_byte` times the file size.
-Outcome run_bounded(const RawTrace& t, const std::string& name, double max_s = 10.0,
-                    std::uint64_t slack = 64 * kMiB, std::uint64_t per_byte = 4) {
+Outcome run_bounded(const RawTrace& t, const std::string& name, double max_s = 10.0, std::uint64_t slack = 64 * kMiB,
+                    std::uint64_t per_byte = 4) {
   auto path = t.write(name);
   Outcome o;
   auto rss0 = max_rss();
@@ -80,11 +80,12 @@ TEST(Hostile, MaximalRecordsAreReadWithMemoryBoundedByTheFile) {
   RawTrace t;
   t.process();
   const auto head = t.bytes.size();
-  std::string big(format::kMaxPayload - 8, 'x');  // thread: u32 tid | str name
+  std::string big(format::kMaxPayload - 8, 'x');    // thread: u32 tid | str name
   std::string path(format::kMaxPayload - 32, '/');  // module: 3 x u64 | str path | str build_id ("")
   for (int i = 0; i < 8; ++i) {
     t.put(format::ThreadRecord{static_cast<std::uint32_t>(i), big});
-    t.put(format::ModuleRecord{0x1000ull << (i + 20), 0x1000ull << (i + 20), (0x1000ull << (i + 20)) + 0x1000, path, ""});
+    t.put(
+        format::ModuleRecord{0x1000ull << (i + 20), 0x1000ull << (i + 20), (0x1000ull << (i + 20)) + 0x1000, path, ""});
   }
   // A frame of exactly kMaxPayload, then one byte more: the first decodes, the second is corrupt.
   EXPECT_EQ(t.bytes.size(), head + 16 * (format::kFrameHeaderSize + format::kMaxPayload));
@@ -162,7 +163,8 @@ TEST(Hostile, AbsurdDeclaredCountsAndSizes) {
   // Sizes at the top of the u64 range, for every kind; frees with sizes that disagree.
   for (int k = 0; k < format::kNumAllocKinds; ++k) {
     auto kind = static_cast<AllocKind>(k);
-    t.put(alloc_rec(ts += 10, 0x1000ull * static_cast<std::uint64_t>(k + 1), ~0ull - static_cast<std::uint64_t>(k), 0, kind));
+    t.put(alloc_rec(ts += 10, 0x1000ull * static_cast<std::uint64_t>(k + 1), ~0ull - static_cast<std::uint64_t>(k), 0,
+                    kind));
     t.put(alloc_rec(ts += 10, 0x100000ull * static_cast<std::uint64_t>(k + 1), 1ull << 63, 0, kind));
   }
   t.segment(format::SegmentRecord{ts += 10, 0, 0, 0x90000000, ~0ull}, false);
@@ -195,7 +197,6 @@ TEST(Hostile, ManyDistinctDevices) {
     EXPECT_NE(o.error.find("device"), std::string::npos) << o.error;
   }
 }
-
 
 // replay of allocations of sizes near 2^64 (a damaged size field): --policy torch ended in
 // "internal error: the torch model does not know a block it handed out" (512-byte rounding

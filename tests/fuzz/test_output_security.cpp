@@ -52,8 +52,9 @@ TEST(OutputSecurity, ModulePathsAreNeverExecutedLoadedOrBlockedOn) {
   // A path that symlinks to the library, and the library itself under a libcuda-like name.
   std::string link = dir + "/libcuda.so.1";
   ASSERT_EQ(::symlink(lib.c_str(), link.c_str()), 0);
-  std::vector<std::string> paths = {script, fifo, "/dev/zero", "/dev/tty", "/dev/stdin", "/proc/self/mem",
-                                    lib, link, dir, "relative/evil.so", "/nonexistent/evil.so"};
+  std::vector<std::string> paths =
+      {script, fifo, "/dev/zero", "/dev/tty",         "/dev/stdin",          "/proc/self/mem",
+       lib,    link, dir,         "relative/evil.so", "/nonexistent/evil.so"};
   auto path = trace_with_modules(paths).write("sec.trace");
   ::setenv("GPUHEAP_TEST_MARKER", marker.c_str(), 1);
   for (const char* cmd : {"summary", "summary --json", "summary --all-frames", "check --max-leaked 0", "dump"}) {
@@ -100,7 +101,6 @@ TEST(OutputSecurity, JsonEscapesEveryTraceString) {
   EXPECT_EQ(text.status, 0) << text.err;
 }
 
-
 // Output files (export, report): the temporary file is made with O_CREAT | O_EXCL |
 // O_NOFOLLOW under a random name, never fopen("w") of OUT.tmp<pid>: a symlink planted at the
 // predictable name (in a shared directory) made gpuheap truncate and overwrite its target.
@@ -117,8 +117,9 @@ TEST(OutputSecurity, PlantedTemporaryNamesAreNeverFollowed) {
     }
     std::string out = dir + "/out";
     ::unlink(out.c_str());
-    auto r = run_cli("sh -c 'ln -s " + victim + " " + out + ".tmp$$ && ln -s " + victim + " " + dir + "/.out.gpuheap-tmp.$$ && exec " +
-                     std::string(GPUHEAP_CLI) + " " + cmd + " -o " + out + " " + trace + "'");
+    auto r = run_cli("sh -c 'ln -s " + victim + " " + out + ".tmp$$ && ln -s " + victim + " " + dir +
+                     "/.out.gpuheap-tmp.$$ && exec " + std::string(GPUHEAP_CLI) + " " + cmd + " -o " + out + " " +
+                     trace + "'");
     EXPECT_EQ(r.status, 0) << cmd << ": " << r.err;
     EXPECT_EQ(slurp(victim), "the user's file\n") << cmd << " wrote through a planted link";
     struct stat st {};
@@ -143,8 +144,7 @@ TEST(OutputSecurity, OutputsAreNoMoreReadableThanTheTrace) {
     mode_t trace_mode;
     const char* umask;
     mode_t want;
-  } cases[] = {{0600, "022", 0600}, {0640, "022", 0640}, {0644, "022", 0644}, {0666, "002", 0664},
-               {0644, "077", 0600}};
+  } cases[] = {{0600, "022", 0600}, {0640, "022", 0640}, {0644, "022", 0644}, {0666, "002", 0664}, {0644, "077", 0600}};
   int n = 0;
   for (const auto& c : cases) {
     ASSERT_EQ(::chmod(trace.c_str(), c.trace_mode), 0);
@@ -155,8 +155,8 @@ TEST(OutputSecurity, OutputsAreNoMoreReadableThanTheTrace) {
       ASSERT_EQ(r.status, 0) << cmd << ": " << r.err;
       struct stat st {};
       ASSERT_EQ(::stat(out.c_str(), &st), 0);
-      EXPECT_EQ(st.st_mode & 07777, c.want) << cmd << " of a " << std::oct << c.trace_mode << " trace, umask "
-                                            << c.umask;
+      EXPECT_EQ(st.st_mode & 07777, c.want)
+          << cmd << " of a " << std::oct << c.trace_mode << " trace, umask " << c.umask;
     }
   }
   ::chmod(trace.c_str(), 0644);

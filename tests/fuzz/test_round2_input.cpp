@@ -106,9 +106,9 @@ TEST(Round2, FifoAsTraceOrBaselineIsRefusedAtOnce) {
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   std::string good = sample_trace(3).write("fifo-good.trace");
-  for (const std::string& cmd : {"summary " + fifo, "summary --json " + fifo, "dump " + fifo,
-                                 "check --max-leaked 0 " + fifo, "diff " + good + " " + fifo,
-                                 "check --baseline " + fifo + " " + good}) {
+  for (const std::string& cmd :
+       {"summary " + fifo, "summary --json " + fifo, "dump " + fifo, "check --max-leaked 0 " + fifo,
+        "diff " + good + " " + fifo, "check --baseline " + fifo + " " + good}) {
     auto t0 = std::chrono::steady_clock::now();
     auto r = run_cli(kCli + " " + cmd, 20);
     EXPECT_NE(r.status, -1) << cmd << " hung on the FIFO";
@@ -163,12 +163,11 @@ TEST(Round2, ZeroByteMidFileIsDamageNotAnUnwrittenTail) {
   std::string path = RawTrace::dir() + "/zero-mid.trace";
   write_file(path, hit.data(), hit.size());
   EXPECT_THROW(run_pipeline(path, nullptr), CorruptTraceError);
-  for (const char* cmd : {"check --max-leaked 1TiB", "check --max-leaked 1TiB --allow-truncated", "summary",
-                          "summary --json"}) {
+  for (const char* cmd :
+       {"check --max-leaked 1TiB", "check --max-leaked 1TiB --allow-truncated", "summary", "summary --json"}) {
     auto r = run_cli(kCli + " " + cmd + " " + path);
     EXPECT_EQ(r.status, 2) << cmd << ": " << r.out << r.err;
-    EXPECT_NE(r.err.find("damaged trace: a zero type byte at byte offset " +
-                         std::to_string(frames[frames.size() / 2])),
+    EXPECT_NE(r.err.find("damaged trace: a zero type byte at byte offset " + std::to_string(frames[frames.size() / 2])),
               std::string::npos)
         << r.err;
     EXPECT_EQ(count_lines(r.err), 1u) << r.err;
@@ -176,7 +175,8 @@ TEST(Round2, ZeroByteMidFileIsDamageNotAnUnwrittenTail) {
   }
   // The same byte zeroed with only zeros after it (the preload's unwritten space, its frame
   // copied but for the type byte) stays a trace without an end record, exit 1 for check.
-  auto tail = std::vector<unsigned char>(data.begin(), data.begin() + static_cast<long>(frames[frames.size() / 2] + 30));
+  auto tail = std::vector<unsigned char>(data.begin(),
+                                         data.begin() + static_cast<long>(frames[frames.size() / 2] + 30));
   tail[frames[frames.size() / 2]] = 0;
   tail.resize(tail.size() + 3 * kMiB, 0);
   write_file(path, tail.data(), tail.size());
@@ -284,8 +284,8 @@ TEST(Round2, NonFiniteNumbersAreRefused) {
     EXPECT_EQ(d.status, 2) << v;
   }
   // The other number options: sizes, counts, the device.
-  for (std::string opt : {"check --max-leaked", "check --max-requested", "summary --top", "summary --device",
-                                 "diff --top"}) {
+  for (std::string opt :
+       {"check --max-leaked", "check --max-requested", "summary --top", "summary --device", "diff --top"}) {
     for (const char* v : {"nan", "inf", "1e999"}) {
       std::string args = opt.starts_with("diff") ? good + " " + good : good;
       auto r = run_cli(kCli + " " + opt + " " + v + " " + args);

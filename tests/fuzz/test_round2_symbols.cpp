@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "analyzer/symbolize/symbolize.h"
 #include "analyzer/base/text_safe.h"
+#include "analyzer/symbolize/symbolize.h"
 #include "tests/fuzz/hostile.h"
 
 namespace gpuheap::test {
@@ -96,8 +96,8 @@ TEST(Round2Symbols, DebuglinkToAFifoDoesNotHang) {
   ASSERT_EQ(::unlink(dbg.c_str()), 0);
   ASSERT_EQ(::mkfifo(dbg.c_str(), 0644), 0);
   auto path = trace_in({{lib, fn}}).write("debuglink-fifo.trace");
-  for (const std::string& cmd : {"summary " + path, "summary --json " + path, "diff " + path + " " + path,
-                                 "check --max-leaked 0 " + path}) {
+  for (const std::string& cmd :
+       {"summary " + path, "summary --json " + path, "diff " + path + " " + path, "check --max-leaked 0 " + path}) {
     auto t0 = std::chrono::steady_clock::now();
     auto r = run_cli(kCli + " " + cmd + " </dev/null", 30);
     EXPECT_NE(r.status, -1) << cmd << " hung on the debuglink FIFO";
@@ -160,11 +160,15 @@ TEST(Round2Symbols, DebuginfodIsOffUnlessAskedForAndBounded) {
 TEST(Round2Symbols, TextSafeEscapesWhatATerminalWouldObey) {
   EXPECT_EQ(text_safe("plain /usr/lib/x.so é 中"), "plain /usr/lib/x.so é 中");
   EXPECT_EQ(text_safe("a\x1b[2J\nb\tc\r\x07\x7f\\"), "a\\x1b[2J\\nb\\tc\\r\\x07\\x7f\\\\");
-  EXPECT_EQ(text_safe("\xc2\x9b" "31m"), "\\u009b31m");                 // C1 CSI
-  EXPECT_EQ(text_safe("abc\xe2\x80\xae" "fed"), "abc\\u202efed");        // RLO
-  EXPECT_EQ(text_safe("\xe2\x81\xa6x\xe2\x81\xa9"), "\\u2066x\\u2069");  // isolates
+  EXPECT_EQ(text_safe("\xc2\x9b"
+                      "31m"),
+            "\\u009b31m");  // C1 CSI
+  EXPECT_EQ(text_safe("abc\xe2\x80\xae"
+                      "fed"),
+            "abc\\u202efed");                                                          // RLO
+  EXPECT_EQ(text_safe("\xe2\x81\xa6x\xe2\x81\xa9"), "\\u2066x\\u2069");                // isolates
   EXPECT_EQ(text_safe("\x80\xff\xc0\xaf\xe2\x82"), "\\x80\\xff\\xc0\\xaf\\xe2\\x82");  // invalid UTF-8
-  EXPECT_EQ(text_safe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(text_safe("\xed\xa0\x80"), "\\xed\\xa0\\x80");                             // a surrogate
   EXPECT_EQ(text_safe(std::string("a\0b", 3)), "a\\x00b");
   EXPECT_EQ(text_safe("say \"hi\"", true), "say \\x22hi\\x22");
 }
@@ -187,8 +191,8 @@ TEST(Round2Symbols, NoTerminalEscapeReachesTextOutput) {
   t.put(format::ThreadRecord{1, "worker\x1b[1m\xc2\x9b"}).put(format::DeviceRecord{0, 1ull << 34, "GPU\x1b[5m"});
   t.put(format::EndRecord{9'000'000'000, format::EndReason::exit, 0});
   auto path = t.write("escapes.trace");
-  for (std::string cmd : {"summary", "summary --all-frames", "check --max-leaked 0", "check --max-leaked 0 --all-frames",
-                          "check --max-leaked 1TiB", "dump"}) {
+  for (std::string cmd : {"summary", "summary --all-frames", "check --max-leaked 0",
+                          "check --max-leaked 0 --all-frames", "check --max-leaked 1TiB", "dump"}) {
     auto r = run_cli(kCli + " " + cmd + " " + path);
     EXPECT_TRUE(r.status == 0 || r.status == 1) << cmd << ": " << r.err;
     for (const std::string* o : {&r.out, &r.err}) {
@@ -213,7 +217,7 @@ TEST(Round2Symbols, NoTerminalEscapeReachesTextOutput) {
   EXPECT_NE(sum.out.find("/bin/prog\\x1b[2J\\ngpuheap check: ok"), std::string::npos) << sum.out;
   if (fn != 0) {
     EXPECT_NE(sum.out.find("evil\\x1b[31m\\x07.c:1"), std::string::npos) << "the DWARF file name is not shown\n"
-                                                                          << sum.out;
+                                                                         << sum.out;
   }
   auto diff = run_cli(kCli + " diff " + path + " " + path);
   EXPECT_EQ(diff.status, 0);

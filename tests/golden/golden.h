@@ -88,7 +88,8 @@ struct NoPoolRun {
 inline NoPoolRun run_without_pool(const std::string& mode) {
   NoPoolRun r;
   r.dir = test::make_dir();
-  r.cli = cli({"run", "--simulate", "--no-pool", "-o", r.dir + "/np.%p.trace", "--", test::kProgs + "/golden_prog", mode});
+  r.cli = cli(
+      {"run", "--simulate", "--no-pool", "-o", r.dir + "/np.%p.trace", "--", test::kProgs + "/golden_prog", mode});
   r.traces = test::traces_in(r.dir);
   return r;
 }

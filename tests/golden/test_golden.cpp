@@ -85,7 +85,9 @@ TEST(GoldenPooled, TextTableRows) {
   // --pools: the large/small pool rows are out of the default view since issue 17's "fits a
   // screen or two" (docs/cli.md); the rows themselves are unchanged.
   std::string t = summary_text({"--pools", pooled().trace()});
-  auto expect_row = [&](const std::string& r) { EXPECT_NE(t.find(r + "\n"), std::string::npos) << "missing row:\n" << r << "\nin\n" << t; };
+  auto expect_row = [&](const std::string& r) {
+    EXPECT_NE(t.find(r + "\n"), std::string::npos) << "missing row:\n" << r << "\nin\n" << t;
+  };
   expect_row(row("Allocated memory", torch_size(0, 0), torch_size(kAllocPeak, kAllocPeak),
                  torch_size(kAllocTotal, kAllocTotal), torch_size(kAllocTotal, kAllocTotal)));
   expect_row(row("      from large pool", torch_size(0, 0), torch_size(kB, kAllocPeak), torch_size(kB, kAllocTotal),
@@ -113,7 +115,9 @@ TEST(GoldenPooled, NoPool) {
   ASSERT_EQ(traces.size(), 1u) << r.err;
   EXPECT_NE(r.err.find("gpuheap: trace written to " + traces[0]), std::string::npos) << r.err;
   // run passes the command's exit status through (golden_prog: 2 for an unknown mode).
-  EXPECT_EQ(cli({"run", "--simulate", "-o", np.dir + "/x.%p.trace", "--", test::kProgs + "/golden_prog", "no-such-mode"}).status,
+  EXPECT_EQ(cli({"run", "--simulate", "-o", np.dir + "/x.%p.trace", "--", test::kProgs + "/golden_prog",
+                 "no-such-mode"})
+                .status,
             2);
   json j = summary_json({traces[0]});
   const json& d = j["devices"].at(0);
@@ -139,7 +143,8 @@ TEST(GoldenKinds, NonPooledRows) {
   ASSERT_EQ((*dev0)["device"], 0);
   auto kind = [](std::int64_t cur, std::int64_t peak, std::int64_t total, std::int64_t n, std::int64_t pn,
                  std::int64_t tn) {
-    return json{{"current", cur}, {"peak", peak}, {"total", total}, {"count", n}, {"peak_count", pn}, {"total_count", tn}};
+    return json{{"current", cur}, {"peak", peak},     {"total", total},
+                {"count", n},     {"peak_count", pn}, {"total_count", tn}};
   };
   const json& k = (*dev0)["other_kinds"];
   EXPECT_EQ(k["async"], kind(8192, 4096 + 8192, 4096 + 8192, 1, 2, 2));
@@ -161,14 +166,17 @@ TEST(GoldenKinds, NonPooledRows) {
   EXPECT_EQ(j["leaked_allocated_bytes"], 8192 + 2 * MiB + 6000);
 
   std::string t = summary_text({p.trace()});
-  auto expect_row = [&](const std::string& r) { EXPECT_NE(t.find(r + "\n"), std::string::npos) << "missing row:\n" << r << "\nin\n" << t; };
+  auto expect_row = [&](const std::string& r) {
+    EXPECT_NE(t.find(r + "\n"), std::string::npos) << "missing row:\n" << r << "\nin\n" << t;
+  };
   expect_row(row("Async (stream-ord.)", torch_size(8192, 8192), torch_size(12288, 12288), torch_size(12288, 12288),
                  torch_count(1, 1)));
-  expect_row(row("Managed memory", torch_size(0, 0), torch_size(5000, 5000), torch_size(5000, 5000), torch_count(0, 0)));
+  expect_row(
+      row("Managed memory", torch_size(0, 0), torch_size(5000, 5000), torch_size(5000, 5000), torch_count(0, 0)));
   expect_row(row("VMM physical", torch_size(2 * MiB, 2 * MiB), torch_size(6 * MiB, 6 * MiB),
                  torch_size(6 * MiB, 6 * MiB), torch_count(1, 1)));
-  expect_row(row("Host pinned", torch_size(6000, 6000), torch_size(6000, 6000), torch_size(6000, 6000),
-                 torch_count(1, 1)));
+  expect_row(
+      row("Host pinned", torch_size(6000, 6000), torch_size(6000, 6000), torch_size(6000, 6000), torch_count(1, 1)));
   expect_row(row("VA reserved (addr)", torch_size(8 * MiB, 8 * MiB), torch_size(8 * MiB, 8 * MiB),
                  torch_size(8 * MiB, 8 * MiB), torch_count(1, 1)));
 }
@@ -231,8 +239,10 @@ TEST(GoldenSites, MostAllocationsAndTemporaries) {
   const json& j = sites_json();
   const json& most = j["most_allocations"];
   ASSERT_EQ(most.size(), 4u);
-  const std::pair<const char*, std::int64_t> order[] = {
-      {"many_small", 7}, {"make_temporaries", 5}, {"leaky_function", 2}, {"peak_function", 1}};
+  const std::pair<const char*, std::int64_t> order[] = {{"many_small", 7},
+                                                        {"make_temporaries", 5},
+                                                        {"leaky_function", 2},
+                                                        {"peak_function", 1}};
   const std::int64_t bytes[] = {7 * 512, 5 * 4096, 2 * kLeak, 12 * MiB};
   const std::int64_t blocks[] = {7 * 512, 5 * 4096, 2 * kLeakBlock, 12 * MiB};
   const char* names[] = {"many", "temporary", "leak", "peak"};
@@ -257,7 +267,12 @@ TEST(GoldenSites, MostAllocationsAndTemporaries) {
 // gpuheap check against the pooled trace (peaks computed above) and the sites trace's leak.
 TEST(GoldenCheck, ExitCodesPerLimit) {
   const std::string pt = pooled().trace(), st = sites().trace();
-  auto check = [](std::vector<std::string> args) { return cli([&] { args.insert(args.begin(), "check"); return args; }()); };
+  auto check = [](std::vector<std::string> args) {
+    return cli([&] {
+      args.insert(args.begin(), "check");
+      return args;
+    }());
+  };
   auto n = [](std::int64_t v) { return std::to_string(v); };
   struct Case {
     const char* opt;

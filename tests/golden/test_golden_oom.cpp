@@ -134,7 +134,8 @@ TEST(GoldenOom, TextSection) {
   EXPECT_NE(t.find("pooled request of 4.00 MiB failed", at), std::string::npos) << t;
   EXPECT_NE(t.find("  held by this process 40.0 MiB; pool reserved but unused 20.0 MiB\n", at), std::string::npos) << t;
   EXPECT_NE(t.find("  without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
-                   "block 2.00 MiB)\n", at),
+                   "block 2.00 MiB)\n",
+                   at),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("  suggestion: the pool's free memory is split", at), std::string::npos) << t;

@@ -8,10 +8,14 @@ namespace {
 
 // torch's array stats and the summary --json metric each one maps to (docs/summary-json.md).
 const std::pair<const char*, const char*> kArrays[] = {
-    {"allocation", "allocations"},         {"segment", "segments"},
-    {"active", "active_allocs"},           {"inactive_split", "inactive_split"},
-    {"allocated_bytes", "allocated_bytes"}, {"reserved_bytes", "reserved_bytes"},
-    {"active_bytes", "active_bytes"},      {"inactive_split_bytes", "inactive_split_bytes"},
+    {"allocation", "allocations"},
+    {"segment", "segments"},
+    {"active", "active_allocs"},
+    {"inactive_split", "inactive_split"},
+    {"allocated_bytes", "allocated_bytes"},
+    {"reserved_bytes", "reserved_bytes"},
+    {"active_bytes", "active_bytes"},
+    {"inactive_split_bytes", "inactive_split_bytes"},
     {"requested_bytes", "requested_bytes"},
 };
 const char* const kFields[] = {"current", "peak", "allocated", "freed"};

@@ -2,8 +2,8 @@
 // purpose at the lines marked LEAK-SITE, so a trace can be checked for the allocation count and
 // for leak reports naming those source lines. Built twice by scripts: nvcc's default (static
 // cudart: allocations reach gpuheap through its driver hooks) and -cudart shared (runtime hooks).
-#include <cstdio>
 #include <cuda_runtime.h>
+#include <cstdio>
 
 static int g_allocs = 0;
 

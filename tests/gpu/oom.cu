@@ -2,8 +2,8 @@
 // them), then keep allocating 12 GiB chunks (too large for those cached blocks) until cudaMalloc
 // fails. Under gpuheap the pool must release its cache and retry before failing, and the program
 // must receive cudaErrorMemoryAllocation.
-#include <cstdio>
 #include <cuda_runtime.h>
+#include <cstdio>
 #include <vector>
 
 __attribute__((noinline)) static cudaError_t grab_chunk(void** p, size_t n) {
@@ -28,8 +28,9 @@ int main() {
   cudaError_t last = cudaGetLastError();  // a failed cudaMalloc is not sticky
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  std::printf("{\"error\": \"%s\", \"held_chunks\": %zu, \"last_error_after\": \"%s\", \"free\": %zu, \"total\": %zu}\n",
-              cudaGetErrorName(rc), held.size(), cudaGetErrorName(cudaGetLastError()), free_b, total_b);
+  std::
+      printf("{\"error\": \"%s\", \"held_chunks\": %zu, \"last_error_after\": \"%s\", \"free\": %zu, \"total\": %zu}\n",
+             cudaGetErrorName(rc), held.size(), cudaGetErrorName(cudaGetLastError()), free_b, total_b);
   (void)last;
   for (void* p : held) cudaFree(p);
   return rc == cudaErrorMemoryAllocation ? 0 : 1;

@@ -6,14 +6,15 @@
 // kernel is done corrupts both; gpuheap's pool must never do so, and GPUHEAP_UNSAFE_REUSE=1
 // (test-only: reuse without fences) must make this program see corruption.
 //   stream_safety [iterations] [spin_us]  -> one JSON line; exit 0 when no corruption
+#include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
-#include <cuda_runtime.h>
 #include <vector>
 
 __global__ void stream_a(unsigned* x, size_t n, unsigned expect, long long spin_cycles, unsigned long long* bad) {
   long long t0 = clock64();
-  while (clock64() - t0 < spin_cycles) {}
+  while (clock64() - t0 < spin_cycles) {
+  }
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i < n) {
     if (x[i] != expect) atomicAdd(bad, 1ull);  // someone else wrote X while A still used it
@@ -69,8 +70,9 @@ int main(int argc, char** argv) {
   cudaError_t rc = cudaDeviceSynchronize();
   cudaMemcpy(&ha, bad_a, sizeof ha, cudaMemcpyDeviceToHost);
   cudaMemcpy(&hy, bad_y, sizeof hy, cudaMemcpyDeviceToHost);
-  std::printf("{\"iterations\": %d, \"spin_us\": %d, \"same_address\": %ld, \"corrupt_reads_a\": %llu, "
-              "\"corrupt_words_y\": %llu, \"sync\": \"%s\"}\n",
-              iters, spin_us, same_address, ha, hy, cudaGetErrorName(rc));
+  std::printf(
+      "{\"iterations\": %d, \"spin_us\": %d, \"same_address\": %ld, \"corrupt_reads_a\": %llu, "
+      "\"corrupt_words_y\": %llu, \"sync\": \"%s\"}\n",
+      iters, spin_us, same_address, ha, hy, cudaGetErrorName(rc));
   return (ha || hy || rc != cudaSuccess) ? 1 : 0;
 }

@@ -13,13 +13,13 @@
 
 #include "tests/preload/prog_expect.h"
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t rc_ = (x);                                                    \
-    if (rc_ != cudaSuccess) {                                                 \
+#define CHECK(x) \
+  do { \
+    cudaError_t rc_ = (x); \
+    if (rc_ != cudaSuccess) { \
       std::fprintf(stderr, "prog_api: %s -> %d at line %d\n", #x, rc_, __LINE__); \
-      return 10;                                                              \
-    }                                                                         \
+      return 10; \
+    } \
   } while (0)
 
 int main() {

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   EXPECT(cudaFree(nullptr) == cudaSuccess);  // the primary context of device 0, current
   getproc = reinterpret_cast<getproc_t>(dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"));
   EXPECT(getproc != nullptr);
-  auto create_v2 = reinterpret_cast<CUresult (*)(CUcontext*, unsigned, CUdevice)>(dlsym(RTLD_DEFAULT, "cuCtxCreate_v2"));
+  auto create_v2 = reinterpret_cast<CUresult (*)(CUcontext*, unsigned, CUdevice)>(
+      dlsym(RTLD_DEFAULT, "cuCtxCreate_v2"));
   auto create = get<CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice)>("cuCtxCreate");  // _v4
   auto destroy = get<CUresult (*)(CUcontext)>("cuCtxDestroy");
   auto get_current = get<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
@@ -68,8 +69,8 @@ int main(int argc, char** argv) {
   auto alloc_pitch = get<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>("cuMemAllocPitch");
   auto alloc_managed = get<CUresult (*)(CUdeviceptr*, size_t, unsigned)>("cuMemAllocManaged");
   auto alloc_host = get<CUresult (*)(void**, size_t)>("cuMemAllocHost");
-  EXPECT(create_v2 && create && destroy && get_current && push && get_device && mem_alloc && mem_free &&
-         alloc_pitch && alloc_managed && alloc_host);
+  EXPECT(create_v2 && create && destroy && get_current && push && get_device && mem_alloc && mem_free && alloc_pitch &&
+         alloc_managed && alloc_host);
 
   if (argc > 1 && std::string(argv[1]) == "cycle") {
     // `prog_ctx cycle`: 100 contexts created and destroyed in turn on device 0, more than
@@ -152,8 +153,8 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(c), static_cast<unsigned long long>(pitched),
               static_cast<unsigned long long>(managed), reinterpret_cast<unsigned long long>(host));
   OK(get_current(&cur));
-  EXPECT(cur == primary);          // popped from this thread's stack
-  EXPECT(used(0) == used0);        // the driver freed all of it
+  EXPECT(cur == primary);    // popped from this thread's stack
+  EXPECT(used(0) == used0);  // the driver freed all of it
   // A pointer of the dead context: the driver's answer, whatever gpuheap made of it.
   EXPECT(mem_free(a) == CUDA_ERROR_INVALID_VALUE);
   EXPECT(destroy(ctx) == CUDA_ERROR_INVALID_CONTEXT);  // already destroyed

@@ -102,10 +102,10 @@ int main() {
   OK(get<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
       "cuMemCreate")(&handle, gran, &prop, 0));
   CUdeviceptr va = 0;
-  OK(get<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>("cuMemAddressReserve")(
-      &va, 2 * gran, 0, 0, 0));
-  OK(get<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>("cuMemMap")(
-      va, gran, 0, handle, 0));
+  OK(get<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+      "cuMemAddressReserve")(&va, 2 * gran, 0, 0, 0));
+  OK(get<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>(
+      "cuMemMap")(va, gran, 0, handle, 0));
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -117,15 +117,16 @@ int main() {
   // Two handles mapped side by side, released while mapped, then one cuMemUnmap over both
   // mappings (as the CUDA samples' multi-device VMM allocator frees its stripes): both
   // mappings and both handles are freed by that one call.
-  auto create = get<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)>(
-      "cuMemCreate");
-  auto map = get<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>("cuMemMap");
+  auto create = get<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                 unsigned long long)>("cuMemCreate");
+  auto map = get<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>(
+      "cuMemMap");
   CUmemGenericAllocationHandle h1, h2;
   OK(create(&h1, gran, &prop, 0));
   OK(create(&h2, 2 * gran, &prop, 0));
   CUdeviceptr va2 = 0;
-  OK(get<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>("cuMemAddressReserve")(
-      &va2, 3 * gran, 0, 0, 0));
+  OK(get<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+      "cuMemAddressReserve")(&va2, 3 * gran, 0, 0, 0));
   OK(map(va2, gran, 0, h1, 0));
   OK(map(va2 + gran, 2 * gran, 0, h2, 0));
   OK(get<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease")(h1));

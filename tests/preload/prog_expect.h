@@ -6,11 +6,10 @@
 #include <cerrno>  // program_invocation_short_name (glibc, _GNU_SOURCE)
 #include <cstdio>
 
-#define EXPECT(c)                                                                                  \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      std::fprintf(stderr, "%s: expectation %s failed at line %d\n", program_invocation_short_name, \
-                   #c, __LINE__);                                                                  \
-      return 11;                                                                                   \
-    }                                                                                              \
+#define EXPECT(c) \
+  do { \
+    if (!(c)) { \
+      std::fprintf(stderr, "%s: expectation %s failed at line %d\n", program_invocation_short_name, #c, __LINE__); \
+      return 11; \
+    } \
   } while (0)

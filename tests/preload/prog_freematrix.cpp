@@ -63,9 +63,10 @@ F entry_ptsz(const char* name) {
 
 CUdeviceptr dp(void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
-const char* const kFrees[] = {"cudaFree",        "cudaFreeAsync",       "cudaFreeAsync_legacy", "cudaFreeAsync_ptsz",
-                              "cuMemFree",       "cuMemFree_entry",     "cuMemFreeAsync",       "cuMemFreeAsync_ptsz",
-                              "cuMemFreeAsync_ptds0", "cudaFreeHost"};
+const char* const kFrees[] = {"cudaFree",           "cudaFreeAsync",       "cudaFreeAsync_legacy",
+                              "cudaFreeAsync_ptsz", "cuMemFree",           "cuMemFree_entry",
+                              "cuMemFreeAsync",     "cuMemFreeAsync_ptsz", "cuMemFreeAsync_ptds0",
+                              "cudaFreeHost"};
 
 int free_with(const char* f, void* p) {
   auto is = [&](const char* s) { return std::strcmp(f, s) == 0; };
@@ -100,8 +101,8 @@ int free_with(const char* f, void* p) {
   return -2;
 }
 
-const char* const kAllocs[] = {"cudaMalloc",       "cuMemAlloc",    "cudaMallocAsync", "cudaMallocFromPoolAsync",
-                               "cuMemAllocAsync",  "cudaMallocManaged", "cudaMallocPitch", "cudaMallocHost"};
+const char* const kAllocs[] = {"cudaMalloc",      "cuMemAlloc",        "cudaMallocAsync", "cudaMallocFromPoolAsync",
+                               "cuMemAllocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMallocHost"};
 
 int alloc_with(const char* a, void** p, size_t n) {
   auto is = [&](const char* s) { return std::strcmp(a, s) == 0; };

@@ -49,7 +49,9 @@ bool pairs(long n) {
 
 // Byte `at` of user file k: changes every byte and with the file, so a block of trace
 // records, a zero tail or a shifted copy never matches.
-unsigned char pattern(int k, std::size_t at) { return static_cast<unsigned char>((at * 7 + at / 4096 + k * 31) & 0xff); }
+unsigned char pattern(int k, std::size_t at) {
+  return static_cast<unsigned char>((at * 7 + at / 4096 + k * 31) & 0xff);
+}
 
 bool write_all(int fd, const unsigned char* p, std::size_t n) {
   while (n) {
@@ -133,8 +135,7 @@ int disk(const std::string& dir, long mib) {
   if (trace && *trace && stat(trace, &st) == 0)
     std::printf("trace_alloc=%lld trace_size=%lld\n", static_cast<long long>(st.st_blocks) * 512,
                 static_cast<long long>(st.st_size));
-  else
-    std::printf("trace_alloc=none\n");
+  else std::printf("trace_alloc=none\n");
   std::fflush(stdout);
   int fd = open((dir + "/ckpt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   std::vector<unsigned char> block(1 << 20, 0x5a);
@@ -153,7 +154,8 @@ int disk(const std::string& dir, long mib) {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   std::string dir = argc > 2 ? argv[2] : ".";
-  if (mode == "closefds" && argc > 4) return closefds(dir, std::atol(argv[3]), std::atol(argv[4]), argc > 5 && std::strcmp(argv[5], "unlink") == 0);
+  if (mode == "closefds" && argc > 4)
+    return closefds(dir, std::atol(argv[3]), std::atol(argv[4]), argc > 5 && std::strcmp(argv[5], "unlink") == 0);
   if (mode == "stdio") return stdio(dir);
   if (mode == "disk" && argc > 3) return disk(dir, std::atol(argv[3]));
   std::fprintf(stderr, "usage: prog_harm closefds DIR KIB N | stdio DIR | disk DIR MIB\n");

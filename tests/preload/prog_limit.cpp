@@ -26,7 +26,6 @@
 
 #include "tests/preload/prog_expect.h"
 
-
 namespace {
 constexpr std::size_t MiB = 1u << 20;
 
@@ -101,7 +100,7 @@ int main(int argc, char** argv) {
     EXPECT(cudaGetLastError() == cudaErrorMemoryAllocation);  // latched like a real failure
     EXPECT(cudaGetLastError() == cudaSuccess);
     EXPECT(cudaFree(b[5]) == cudaSuccess);
-    EXPECT(info(&f, &t) && f == 14 * MiB);  // cached memory is free for the program
+    EXPECT(info(&f, &t) && f == 14 * MiB);               // cached memory is free for the program
     EXPECT(cudaMalloc(&b[5], 10 * MiB) == cudaSuccess);  // served from the cache
     // Pass-through kinds count against the cap too; the pool gives back its cache first.
     void* m = nullptr;
@@ -152,7 +151,7 @@ int main(int argc, char** argv) {
     EXPECT(cudaMalloc(&a, 10 * MiB) == cudaSuccess && cudaMalloc(&b, 10 * MiB) == cudaSuccess);
     EXPECT(cudaFree(a) == cudaSuccess);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the seal interval
-    EXPECT(cudaFree(b) == cudaSuccess);  // a's fence is done: its segment goes back
+    EXPECT(cudaFree(b) == cudaSuccess);                         // a's fence is done: its segment goes back
     EXPECT(used(0) <= 10 * MiB);
   } else if (!std::strcmp(mode, "race")) {
     if (int rc = race(4, 5)) return rc;
@@ -194,8 +193,10 @@ int main(int argc, char** argv) {
   } else if (!std::strcmp(mode, "vmm")) {
     auto create = drv<create_fn>("cuMemCreate");
     auto release = drv<release_fn>("cuMemRelease");
-    auto reserve = drv<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>("cuMemAddressReserve");
-    auto map = drv<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>("cuMemMap");
+    auto reserve = drv<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+        "cuMemAddressReserve");
+    auto map = drv<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>(
+        "cuMemMap");
     auto unmap = drv<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap");
     auto addr_free = drv<CUresult (*)(CUdeviceptr, size_t)>("cuMemAddressFree");
     EXPECT(create && release && reserve && map && unmap && addr_free);
@@ -220,9 +221,9 @@ int main(int argc, char** argv) {
     void *p = nullptr, *small = nullptr, *m = nullptr;
     EXPECT(cudaMalloc(&p, 10 * MiB) == cudaSuccess && cudaMalloc(&small, 1000) == cudaSuccess);
     EXPECT(cudaMallocManaged(&m, 8 * MiB) == cudaSuccess);
-    EXPECT(used(0) == 20 * MiB);  // 10 MiB segment, 2 MiB small segment, 8 MiB managed
+    EXPECT(used(0) == 20 * MiB);                   // 10 MiB segment, 2 MiB small segment, 8 MiB managed
     EXPECT(info(&f, &t) && f == 46 * MiB - 1024);  // + the small segment's unused cache
-    EXPECT(cudaDeviceReset() == cudaSuccess);  // all of it is gone with the context
+    EXPECT(cudaDeviceReset() == cudaSuccess);      // all of it is gone with the context
     EXPECT(used(0) == 0);
     EXPECT(info(&f, &t) && f == 64 * MiB);  // and out of the cap
     void* q = nullptr;
@@ -234,7 +235,7 @@ int main(int argc, char** argv) {
     EXPECT(used(0) == 0);
     EXPECT(info(&f, &t) && f == 64 * MiB);
     EXPECT(cudaMalloc(&q, 10 * MiB) == cudaSuccess && used(0) == 10 * MiB);
-    EXPECT(cudaFree(q) == cudaSuccess);  // pending behind its fence, segment cached
+    EXPECT(cudaFree(q) == cudaSuccess);        // pending behind its fence, segment cached
     EXPECT(cudaDeviceReset() == cudaSuccess);  // drops a pending block and a cached segment
     EXPECT(used(0) == 0);
   }

@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     });
   }
   for (auto& th : pool) th.join();
-  std::printf("allocs=%ld frees=%ld failures=%ld hwm_kb=%ld rss_kb=%ld\n", allocs.load(), frees.load(),
-              failures.load(), status_kb("VmHWM:"), status_kb("VmRSS:"));
+  std::printf("allocs=%ld frees=%ld failures=%ld hwm_kb=%ld rss_kb=%ld\n", allocs.load(), frees.load(), failures.load(),
+              status_kb("VmHWM:"), status_kb("VmRSS:"));
   return failures.load() == 0 ? 0 : 1;
 }

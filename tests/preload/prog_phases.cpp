@@ -16,7 +16,6 @@
 #include "preload/gpuheap.h"
 #include "tests/preload/prog_expect.h"
 
-
 template <class F>
 F* api(const char* name) {
   return reinterpret_cast<F*>(dlsym(RTLD_DEFAULT, name));

@@ -20,7 +20,6 @@ extern char** environ;
 
 namespace gpuheap::test {
 
-
 inline const std::string kBuild = GPUHEAP_BUILD_DIR;
 inline const std::string kProgs = PRELOAD_PROG_DIR;
 
@@ -37,9 +36,7 @@ struct ProgRun {
   std::string err;  // stderr
 };
 
-inline std::string make_dir() {
-  return gpuheap::test::temp_dir("gpuheap-preload");
-}
+inline std::string make_dir() { return gpuheap::test::temp_dir("gpuheap-preload"); }
 
 inline std::vector<std::string> traces_in(const std::string& dir) {
   std::vector<std::string> v;
@@ -56,7 +53,7 @@ inline std::vector<std::string> traces_in(const std::string& dir) {
 // interact with it (e.g. kill it). Returns exit status and traces.
 template <class OnStart>
 inline ProgRun run_with(const std::string& prog, std::vector<std::string> args, std::vector<std::string> env,
-             bool preload, OnStart on_start) {
+                        bool preload, OnStart on_start) {
   ProgRun r;
   r.dir = make_dir();
   std::vector<std::string> envs;
@@ -110,7 +107,7 @@ inline ProgRun run_with(const std::string& prog, std::vector<std::string> args, 
 }
 
 inline ProgRun run(const std::string& prog, std::vector<std::string> args = {}, std::vector<std::string> env = {},
-        bool preload = true) {
+                   bool preload = true) {
   return run_with(prog, std::move(args), std::move(env), preload, [](pid_t, int) {});
 }
 

@@ -2,8 +2,8 @@
 // a trace with its `end` record, which `gpuheap check` accepts and `gpuheap run` finishes; a
 // failed exec keeps tracing in the same file; a vfork child's _exit or exec leaves the
 // parent's trace alone. And signals sent to `gpuheap run` reach the program.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -31,8 +31,10 @@ const std::string kLife = kProgs + "/prog_lifecycle";
 
 // `cd DIR && gpuheap run --simulate ARGS` with stdout and stderr together.
 CmdRun run_in(const std::string& dir, const std::string& args) {
-  return run_cmd("cd '" + dir + "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
-                 "GPUHEAP_FOLLOW_FORK_ROOT " + kBuild + "/gpuheap run --simulate " + args + " 2>&1");
+  return run_cmd("cd '" + dir +
+                 "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
+                 "GPUHEAP_FOLLOW_FORK_ROOT " +
+                 kBuild + "/gpuheap run --simulate " + args + " 2>&1");
 }
 
 int count(const std::string& text, const std::string& what) {
@@ -108,9 +110,7 @@ TEST(Ends, FailedExecKeepsTracingInTheSameFile) {
 
 // Failed execs while other threads allocate: their appends wait for the exec and go on in
 // the same file (across several 4 MiB windows), none lost, one `end`, at exit.
-TEST(Ends, FailedExecsWhileOtherThreadsAllocate) {
-  expect_finished("exec_fail_threads", 0, 3 + 4 * 20000, "exit");
-}
+TEST(Ends, FailedExecsWhileOtherThreadsAllocate) { expect_finished("exec_fail_threads", 0, 3 + 4 * 20000, "exit"); }
 
 // vfork children share the parent's memory: their _exit and exec (failed or not) must not
 // end the parent's trace, which goes on and ends at the parent's exit.
@@ -288,7 +288,8 @@ TEST(Ends, TraceDirectoryRemovedMidRunIsAFailure) {
   CmdRun r = run_in(dir, "-o out/t.trace -- sh -c '" + kProgs + "/prog_files cuda && rm -r out'");
   EXPECT_EQ(r.status, 3) << r.out;
   EXPECT_NE(r.out.find("gpuheap: error: trace " + dir + "/out/t.trace was removed before the command ended\n"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("trace written to"), std::string::npos) << r.out;
   // The command's own failure keeps its status.
   r = run_in(dir, "-o gone/t.trace -- sh -c 'mkdir gone && " + kProgs + "/prog_files cuda; rm -r gone; exit 7'");

@@ -109,7 +109,8 @@ TEST(TraceFiles, GpuheapRunNamesOnlyListedFilesThatHoldEvents) {
   EXPECT_EQ(count(r.out, "trace written to"), 1) << r.out;
   EXPECT_NE(r.out.find("gpuheap: trace written to " + mine), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gpuheap: error: trace " + dir + "/gone.trace was removed before the command ended\n"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(count(r.out, "gone.trace"), 1) << r.out;
   EXPECT_EQ(count(r.out, "empty.trace"), 0) << r.out;
   CmdRun a = run_cmd(kBuild + "/gpuheap run --simulate --allow-no-trace -o '" + dir + "/u.%p.trace' -- " + kProgs +
@@ -189,8 +190,9 @@ TEST(TraceFiles, PathListIsNeverCreatedOrFollowed) {
 // opened O_CREAT without O_NOFOLLOW, re-created after the unlink).
 TEST(TraceFiles, GpuheapRunListIsPrivateAndNotRecreatedByLateChildren) {
   std::string dir = make_dir();
-  std::string script = "echo \"$GPUHEAP_PATH_FILE\" > " + dir + "/listname; stat -c %a \"$(dirname \"$GPUHEAP_PATH_FILE\")\" > " +
-                       dir + "/mode; (sleep 1; " + kProgs + "/prog_api; touch " + dir + "/late_done) >/dev/null 2>&1 &";
+  std::string script = "echo \"$GPUHEAP_PATH_FILE\" > " + dir +
+                       "/listname; stat -c %a \"$(dirname \"$GPUHEAP_PATH_FILE\")\" > " + dir + "/mode; (sleep 1; " +
+                       kProgs + "/prog_api; touch " + dir + "/late_done) >/dev/null 2>&1 &";
   CmdRun r = run_cmd(kBuild + "/gpuheap run --simulate -o '" + dir + "/t.%p.trace' -- sh -c '" + script + "' 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   std::string list = read_all(dir + "/listname");
@@ -239,7 +241,7 @@ TEST(TraceFiles, GpuheapRunFailsWhenATraceCannotBeWritten) {
   };
   const Case cases[] = {
       {dir + "/no/such/dir/t.%p.trace", "", "No such file or directory"},  // directory missing
-      {"/dev/full", "", "a character device"},                            // full disk stand-in
+      {"/dev/full", "", "a character device"},                             // full disk stand-in
       {dir + "/t.%p.trace", "ulimit -f 1; ", "File too large"},            // 512 bytes (dash), < a page
   };
   for (const Case& c : cases) {
@@ -248,13 +250,18 @@ TEST(TraceFiles, GpuheapRunFailsWhenATraceCannotBeWritten) {
                         "' -- sh -c '" + c.prefix + "exec " + kProgs + "/prog_api' 2>&1";
       CmdRun r = run_cmd(cmd);
       EXPECT_EQ(r.status, allow ? 0 : 3) << cmd << "\n" << r.out;
-      std::string tag = allow ? "gpuheap: warning: tracing failed in process " : "gpuheap: error: tracing failed in process ";
+      std::string tag = allow ? "gpuheap: warning: tracing failed in process "
+                              : "gpuheap: error: tracing failed in process ";
       std::size_t at = r.out.find(tag);
       ASSERT_NE(at, std::string::npos) << cmd << "\n" << r.out;
       EXPECT_NE(r.out.find(c.why, at), std::string::npos) << r.out;
       std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
       if (allow) EXPECT_EQ(last.rfind(tag, 0), 0u) << "not the last line: " << r.out;
-      else EXPECT_EQ(last, "gpuheap: error: 1 process could not write its trace; exit status 3 (--allow-no-trace: the command's own status)\n") << r.out;
+      else
+        EXPECT_EQ(last,
+                  "gpuheap: error: 1 process could not write its trace; exit status 3 (--allow-no-trace: the command's "
+                  "own status)\n")
+            << r.out;
       EXPECT_EQ(r.out.find("trace written to"), std::string::npos) << r.out;
     }
   }

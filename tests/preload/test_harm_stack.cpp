@@ -13,8 +13,8 @@
 #include "tests/trace_walk.h"
 
 namespace fmt_ = gpuheap::format;
-using gpuheap::test::run;
 using gpuheap::test::ProgRun;
+using gpuheap::test::run;
 
 namespace {
 
@@ -85,8 +85,8 @@ TEST(ReliabilityStack, StackUsedPerEvent) {
       long n = value_of(native.out, "stack_used"), t = value_of(traced.out, "stack_used");
       ASSERT_GT(n, 0);
       ASSERT_GT(t, 0);
-      std::printf("[figure] stack used by %s alloc+free (%s event): native %ld B, traced %ld B (+%ld)\n", api,
-                  when, n, t, t - n);
+      std::printf("[figure] stack used by %s alloc+free (%s event): native %ld B, traced %ld B (+%ld)\n", api, when, n,
+                  t, t - n);
       // The hooks' own frames (and the loader's, resolving a CUDA function at its first use):
       // unwinding and the trace's creation run on a stack of their own (record/scratch.h).
       EXPECT_LE(t - n, std::string(when) == "steady" ? 1024 : 3072) << api << " " << when;

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "tests/preload/run_prog.h"
@@ -106,7 +106,9 @@ TEST(Limits, OomReportOfSizeMaxRequestGivesWhatTheProcessHolds) {
     std::size_t held2 = r.err.find("held by this process ", second);
     ASSERT_TRUE(held1 < second && held2 != std::string::npos) << what << r.err;
     EXPECT_EQ(r.err.compare(held1, 25, "held by this process 0 B\n"), 0) << what << r.err;
-    EXPECT_EQ(r.err.compare(held2, 21 + std::strlen(c.held_later) + 1, std::string("held by this process ") + c.held_later + "\n"), 0)
+    EXPECT_EQ(r.err.compare(held2, 21 + std::strlen(c.held_later) + 1,
+                            std::string("held by this process ") + c.held_later + "\n"),
+              0)
         << what << r.err;
     EXPECT_EQ(r.err.find("held by this process 16777216"), std::string::npos) << what << r.err;
   }
@@ -300,7 +302,7 @@ TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
   ProgRun r = run("prog_ctx", {"1"}, {"SIMCUDA_DEVICE_COUNT=2"});
   EXPECT_EQ(r.status, 0) << r.err;  // the trace of the first context is checked even so
   auto c1 = numbers_after(r.out, "ctx1"), c2 = numbers_after(r.out, "ctx2"), live = numbers_after(r.out, "live");
-  ASSERT_EQ(c1.size(), 3u) << r.out;  // create, destroy called, destroy returned
+  ASSERT_EQ(c1.size(), 3u) << r.out;    // create, destroy called, destroy returned
   ASSERT_EQ(live.size(), 5u) << r.out;  // a, c, pitched, managed, host: left for the destroy
   const std::uint64_t stale = live[0];
   TraceFile t = load_trace(r.traces.at(0));
@@ -324,7 +326,8 @@ TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
     EXPECT_EQ(f->kind, a.kind);
     EXPECT_EQ(f->size, a.size) << format::alloc_kind_name(a.kind);
     const bool left_live = std::find(live.begin(), live.end(), a.ptr) != live.end();
-    EXPECT_EQ(f->ts >= c1[1] && f->ts <= c1[2], left_live) << format::alloc_kind_name(a.kind) << std::hex << " " << a.ptr;
+    EXPECT_EQ(f->ts >= c1[1] && f->ts <= c1[2], left_live)
+        << format::alloc_kind_name(a.kind) << std::hex << " " << a.ptr;
   }
   EXPECT_EQ(kinds, (std::map<AllocKind, int>{{AllocKind::device_pooled, 3},
                                              {AllocKind::managed, 1},
@@ -337,7 +340,8 @@ TEST(Limits, CtxDestroyFreesWhatTheContextHeld) {
     ++segs1;
     EXPECT_EQ(s.device, 0);
     std::size_t n = 0;
-    for (auto& sf : t.segment_frees) n += sf.ptr == s.ptr && sf.size == s.size && sf.device == 0 && sf.ts >= c1[1] && sf.ts <= c1[2];
+    for (auto& sf : t.segment_frees)
+      n += sf.ptr == s.ptr && sf.size == s.size && sf.device == 0 && sf.ts >= c1[1] && sf.ts <= c1[2];
     EXPECT_EQ(n, 1u) << std::hex << s.ptr;
   }
   EXPECT_EQ(segs1, 3u);

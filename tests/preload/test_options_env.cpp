@@ -97,7 +97,8 @@ TEST(PreloadOptions, OutputThatIsNotARegularFileGetsNoTraceAndNoSibling) {
   struct Case {
     std::string path, kind;
   };
-  for (const Case& c : {Case{"/dev/null", "a character device"}, Case{fifo, "a FIFO"}, Case{dir + "/sub", "a directory"}}) {
+  for (const Case& c :
+       {Case{"/dev/null", "a character device"}, Case{fifo, "a FIFO"}, Case{dir + "/sub", "a directory"}}) {
     ProgRun r = run("prog_api", {}, {"GPUHEAP_OUTPUT=" + c.path});
     EXPECT_EQ(r.status, 0) << c.path << r.err;
     EXPECT_EQ(count(r.err, "gpuheap: "), 1u) << c.path << ": " << r.err;
@@ -117,7 +118,7 @@ TEST(PreloadOptions, StderrIntoAClosedPipeDoesNotKillTheJob) {
     std::string dir = make_dir();
     int p[2];
     if (pipe(p) != 0) return -1;
-    close(p[0]);  // nobody reads stderr
+    close(p[0]);                          // nobody reads stderr
     std::vector<std::string> envs = env;  // first: getenv() returns the first match
     envs.push_back("LD_LIBRARY_PATH=" + kBuild + "/simcuda");
     envs.push_back("LD_PRELOAD=" + kBuild + "/libgpuheap.so");

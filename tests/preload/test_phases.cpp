@@ -75,8 +75,9 @@ TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
 // summary's By phase table lists them with their peaks.
 TEST(Phases, RunInjectsNvtxAndSummaryListsRanges) {
   std::string dir = make_dir();
-  CmdRun r = run_cmd("env -u NVTX_INJECTION64_PATH " + kBuild + "/gpuheap run --simulate --no-symbolize --no-compress -o '" +
-                     dir + "/t.trace' -- " + kProgs + "/prog_phases 2>&1");
+  CmdRun r = run_cmd("env -u NVTX_INJECTION64_PATH " + kBuild +
+                     "/gpuheap run --simulate --no-symbolize --no-compress -o '" + dir + "/t.trace' -- " + kProgs +
+                     "/prog_phases 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   TraceFile t = load_trace(dir + "/t.trace");
   ASSERT_TRUE(t.ok && t.has_end) << r.out;

@@ -20,8 +20,8 @@
 #include "tests/preload/trace_file.h"
 
 using gpuheap::format::AllocKind;
-using gpuheap::test::TraceFile;
 using gpuheap::test::load_trace;
+using gpuheap::test::TraceFile;
 
 using namespace gpuheap::test;
 
@@ -130,7 +130,8 @@ TEST(Preload, DriverApiThroughDlsymAndGetProcAddress) {
   // last mapping goes, with the sizes that were mapped and created.
   std::vector<std::pair<AllocKind, std::uint64_t>> vmm;
   for (auto& f : t.frees)
-    if ((f.kind == AllocKind::vmm_map || f.kind == AllocKind::vmm_physical) && !(f.flags & gpuheap::format::kFlagFailed))
+    if ((f.kind == AllocKind::vmm_map || f.kind == AllocKind::vmm_physical) &&
+        !(f.flags & gpuheap::format::kFlagFailed))
       vmm.emplace_back(f.kind, f.size);
   ASSERT_EQ(vmm.size(), 6u);
   const std::uint64_t gran = vmm[0].second;
@@ -152,10 +153,11 @@ TEST(Preload, SixteenThreadsExactEventCounts) {
   // Replay: no address is allocated twice without a free in between.
   std::unordered_map<std::uint64_t, int> live;
   std::size_t bad = 0;
-  walk_records(t.bytes.data(), t.bytes.size(), gpuheap::format::kFileHeaderSize, [&](const gpuheap::format::Record& rec) {
-    if (rec.type == gpuheap::format::RecordType::alloc) bad += live[rec.alloc.ptr]++ != 0;
-    if (rec.type == gpuheap::format::RecordType::free) bad += live[rec.free.ptr]-- != 1;
-  });
+  walk_records(t.bytes.data(), t.bytes.size(), gpuheap::format::kFileHeaderSize,
+               [&](const gpuheap::format::Record& rec) {
+                 if (rec.type == gpuheap::format::RecordType::alloc) bad += live[rec.alloc.ptr]++ != 0;
+                 if (rec.type == gpuheap::format::RecordType::free) bad += live[rec.free.ptr]-- != 1;
+               });
   EXPECT_EQ(bad, 0u) << "trace order is not a valid replay order";
 }
 

@@ -83,8 +83,7 @@ TEST(PyStacks, NestedFunctionsNameTheirFileAndLine) {
   EXPECT_EQ(peak[0]["bytes"], 3 * kMiB);
   expect_py_frame(peak[1]["stack"][1], "inner", p.lines["inner_tmp"].first);
   // Text: "at inner (/…/nested_alloc.py:LINE)", and no interpreter frame anywhere.
-  EXPECT_NE(p.text.find("at inner (" + kScript + ":" + std::to_string(p.lines["inner"].first) + ")"),
-            std::string::npos)
+  EXPECT_NE(p.text.find("at inner (" + kScript + ":" + std::to_string(p.lines["inner"].first) + ")"), std::string::npos)
       << p.text;
   EXPECT_EQ(p.text.find("_PyEval_EvalFrameDefault"), std::string::npos) << p.text;
   EXPECT_EQ(p.text.find("ffi_call"), std::string::npos) << p.text;

@@ -21,8 +21,10 @@ const std::string kFiles = kProgs + "/prog_files";
 // `cd DIR && gpuheap run --simulate ARGS` with stdout and stderr together. GPUHEAP_* variables
 // of the environment the tests run in are dropped.
 CmdRun run_in(const std::string& dir, const std::string& args) {
-  return run_cmd("cd '" + dir + "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
-                 "GPUHEAP_FOLLOW_FORK_ROOT " + kBuild + "/gpuheap run --simulate " + args + " 2>&1");
+  return run_cmd("cd '" + dir +
+                 "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
+                 "GPUHEAP_FOLLOW_FORK_ROOT " +
+                 kBuild + "/gpuheap run --simulate " + args + " 2>&1");
 }
 
 // Plain LD_PRELOAD on simcuda, from DIR, with extra VAR=VALUE words.
@@ -87,8 +89,9 @@ TEST(RunUx, OutputNameRefusesAnExistingFileUnlessForce) {
   std::ofstream(dir + "/t.trace") << "precious";
   CmdRun r = run_in(dir, "-o t.trace " + kFiles + " cuda");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_EQ(r.out, "gpuheap: error: run: " + dir + "/t.trace exists; --force replaces it (or give a pattern: -o "
-                   "t.%p.trace)\n");
+  EXPECT_EQ(r.out, "gpuheap: error: run: " + dir +
+                       "/t.trace exists; --force replaces it (or give a pattern: -o "
+                       "t.%p.trace)\n");
   EXPECT_EQ(read_all(dir + "/t.trace"), "precious");
   EXPECT_FALSE(exists(dir + "/t.1.trace"));
 

@@ -36,7 +36,8 @@ CUresult free_async(CUdeviceptr p, CUstream h, bool ptsz) {
   Allocation a;
   if (take_allocation(p, {Kind::async, Kind::device, Kind::pitch, Kind::managed}, &a) != CUDA_SUCCESS)
     return CUDA_ERROR_INVALID_VALUE;
-  enqueue(s, [a] { release_allocation(a); }, /*trivial=*/true);
+  enqueue(
+      s, [a] { release_allocation(a); }, /*trivial=*/true);
   return CUDA_SUCCESS;
 }
 
@@ -45,7 +46,8 @@ CUresult memset_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h, bo
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!range_is_known(dst, n)) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t seq = enqueue(s, [dst, v, n] { std::memset(reinterpret_cast<void*>(dst), v, n); }, false);
+  uint64_t seq = enqueue(
+      s, [dst, v, n] { std::memset(reinterpret_cast<void*>(dst), v, n); }, false);
   if (sync) wait_stream(s, seq);
   return CUDA_SUCCESS;
 }
@@ -56,9 +58,8 @@ CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bo
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t seq = enqueue(s, [dst, src, n] {
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-  }, false);
+  uint64_t seq = enqueue(
+      s, [dst, src, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); }, false);
   if (sync) wait_stream(s, seq);
   return CUDA_SUCCESS;
 }
@@ -174,7 +175,9 @@ SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n
   SIM_COUNT("cuMemcpyHtoD_v2_ptds");
   return memcpy_async(dst, dp(src), n, nullptr, true, true);
 }
-SIM_API CUresult cuMemcpyHtoD(CUdeviceptr_v1 dst, const void* src, unsigned int n) { return cuMemcpyHtoD_v2(dst, src, n); }
+SIM_API CUresult cuMemcpyHtoD(CUdeviceptr_v1 dst, const void* src, unsigned int n) {
+  return cuMemcpyHtoD_v2(dst, src, n);
+}
 SIM_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   SIM_COUNT("cuMemcpyDtoH_v2");
   return memcpy_async(dp(dst), src, n, nullptr, false, true);
@@ -192,4 +195,6 @@ SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n
   SIM_COUNT("cuMemcpyDtoD_v2_ptds");
   return memcpy_async(dst, src, n, nullptr, true, true);
 }
-SIM_API CUresult cuMemcpyDtoD(CUdeviceptr_v1 dst, CUdeviceptr_v1 src, unsigned int n) { return cuMemcpyDtoD_v2(dst, src, n); }
+SIM_API CUresult cuMemcpyDtoD(CUdeviceptr_v1 dst, CUdeviceptr_v1 src, unsigned int n) {
+  return cuMemcpyDtoD_v2(dst, src, n);
+}

@@ -19,10 +19,22 @@ size_t parse_bytes(const char* s) {
   if (end == s || v <= 0) return 0;
   double mult = 1;
   switch (std::toupper(static_cast<unsigned char>(*end))) {
-    case 'K': mult = 1024.0; ++end; break;
-    case 'M': mult = 1024.0 * 1024; ++end; break;
-    case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
-    case 'T': mult = 1024.0 * 1024 * 1024 * 1024; ++end; break;
+    case 'K':
+      mult = 1024.0;
+      ++end;
+      break;
+    case 'M':
+      mult = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'G':
+      mult = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
+    case 'T':
+      mult = 1024.0 * 1024 * 1024 * 1024;
+      ++end;
+      break;
     default: break;
   }
   if (*end == 'i' || *end == 'I') ++end;
@@ -225,10 +237,12 @@ SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
     case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;

@@ -30,17 +30,17 @@ constexpr int kDriverVersion = 13000;
 // The version the driver reports: kDriverVersion, or SIMCUDA_DRIVER_VERSION (1000..13000),
 // for a driver older than the runtime.
 int driver_version();
-constexpr size_t kAllocAlign = 512;              // accounting granularity of every allocation
+constexpr size_t kAllocAlign = 512;                  // accounting granularity of every allocation
 constexpr size_t kVmmGranularity = size_t{2} << 20;  // cuMemGetAllocationGranularity
 
 inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 // ---- call counters (simcuda_call_count) -------------------------------------------------------
 std::atomic<uint64_t>* counter_slot(const char* name);
-#define SIM_COUNT(name)                                                                   \
-  do {                                                                                    \
+#define SIM_COUNT(name) \
+  do { \
     static std::atomic<uint64_t>* sim_counter_ = ::simcuda::drv::counter_slot(name); \
-    sim_counter_->fetch_add(1, std::memory_order_relaxed);                                \
+    sim_counter_->fetch_add(1, std::memory_order_relaxed); \
   } while (0)
 
 // ---- allocations ------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ struct Allocation {
   size_t map_len = 0;    // bytes mmapped
   int device = 0;
   Kind kind = Kind::device;
-  uint64_t id = 0;       // CU_POINTER_ATTRIBUTE_BUFFER_ID
+  uint64_t id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID
   CUmemoryPool pool = nullptr;
   uint64_t vmm_handle = 0;  // Kind::vmm_map: the physical handle mapped here
   // The context whose destruction frees it (cuCtxDestroy, cuDevicePrimaryCtxReset); nullptr
@@ -86,10 +86,10 @@ struct CUevent_st {
   unsigned flags = 0;
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t recorded = 0;             // generation of the latest record (guarded by mu)
-  std::atomic<uint64_t> done{0};     // highest generation reached by a stream worker
-  std::atomic<int64_t> time_ns{0};   // CLOCK_MONOTONIC when `done` was last advanced
-  std::atomic<int> refs{1};          // handle + one per pending record
+  uint64_t recorded = 0;            // generation of the latest record (guarded by mu)
+  std::atomic<uint64_t> done{0};    // highest generation reached by a stream worker
+  std::atomic<int64_t> time_ns{0};  // CLOCK_MONOTONIC when `done` was last advanced
+  std::atomic<int> refs{1};         // handle + one per pending record
 };
 
 namespace simcuda::drv {
@@ -110,8 +110,8 @@ struct CUstream_st {
   std::condition_variable cv_work;
   std::condition_variable cv_done;
   std::deque<simcuda::drv::Op> queue;
-  uint64_t enqueued = 0;              // guarded by mu
-  std::atomic<uint64_t> completed{0}; // written under mu, read lock-free by queries
+  uint64_t enqueued = 0;               // guarded by mu
+  std::atomic<uint64_t> completed{0};  // written under mu, read lock-free by queries
   bool worker_started = false;
   bool destroyed = false;
 };
@@ -145,8 +145,8 @@ struct State {
   std::unordered_set<CUstream_st*> streams;
   std::unordered_set<CUevent_st*> events;
   std::unordered_set<CUmemPoolHandle_st*> pools;
-  std::unordered_set<CUctx_st*> contexts;      // created contexts, live or destroyed
-  std::vector<CUctx_st*> spare_contexts;       // destroyed ones, handed out again LIFO
+  std::unordered_set<CUctx_st*> contexts;  // created contexts, live or destroyed
+  std::vector<CUctx_st*> spare_contexts;   // destroyed ones, handed out again LIFO
 };
 
 State& state();  // created on first use, never destroyed (worker threads may outlive main)
@@ -176,11 +176,10 @@ void destroy_context_streams(CUctx_st* ctx);  // context reset or destroy
 
 // ---- memory (driver_mem.cpp) ------------------------------------------------------------------
 // `ctx`: the owning context (Allocation::ctx), nullptr for kinds no context owns.
-CUresult alloc_memory(int device, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32,
-                      uintptr_t* out);
+CUresult alloc_memory(int device, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32, uintptr_t* out);
 // Removes the allocation at exactly `base` whose kind is in `kinds`; `out` receives it.
 CUresult take_allocation(uintptr_t base, std::initializer_list<Kind> kinds, Allocation* out);
-void release_allocation(const Allocation& a);  // munmap + uncharge
+void release_allocation(const Allocation& a);        // munmap + uncharge
 bool find_allocation(uintptr_t p, Allocation* out);  // containing range
 bool range_is_known(uintptr_t p, size_t n);
 // Frees every allocation `ctx` owns; for a primary context also the device's stream-ordered

@@ -48,8 +48,7 @@ CUresult alloc_in_ctx(uintptr_t* out, size_t size, Kind kind, bool low32) {
 
 }  // namespace
 
-CUresult alloc_memory(int dev, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32,
-                      uintptr_t* out) {
+CUresult alloc_memory(int dev, CUctx_st* ctx, size_t size, Kind kind, CUmemoryPool pool, bool low32, uintptr_t* out) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   const bool charged = kind != Kind::host;
   if (size > (SIZE_MAX >> 1)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -224,7 +223,8 @@ SIM_API CUresult cuMemGetInfo(unsigned int* free_bytes, unsigned int* total_byte
 
 SIM_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
   SIM_COUNT("cuMemAllocManaged");
-  if (dptr == nullptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) return CUDA_ERROR_INVALID_VALUE;
+  if (dptr == nullptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+    return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p = 0;
   CUresult r = alloc_in_ctx(&p, size, Kind::managed, false);
   if (r == CUDA_SUCCESS) *dptr = p;
@@ -303,7 +303,8 @@ SIM_API CUresult cuMemFreeHost(void* p) {
   int dev = 0;
   if (CUresult r = ctx_device(&dev); r != CUDA_SUCCESS) return r;
   Allocation a;
-  if (take_allocation(reinterpret_cast<uintptr_t>(p), {Kind::host}, &a) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (take_allocation(reinterpret_cast<uintptr_t>(p), {Kind::host}, &a) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
   sync_device(a.device);
   release_allocation(a);
   return CUDA_SUCCESS;

@@ -19,8 +19,10 @@ struct Entry {
   void* fn;
 };
 
-#define E(base, ver, fn) {base, ver, false, reinterpret_cast<void*>(&fn)}
-#define P(base, ver, fn) {base, ver, true, reinterpret_cast<void*>(&fn)}
+#define E(base, ver, fn) \
+  { base, ver, false, reinterpret_cast<void*>(&fn) }
+#define P(base, ver, fn) \
+  { base, ver, true, reinterpret_cast<void*>(&fn) }
 
 const Entry kTable[] = {
     E("cuInit", 2000, cuInit),
@@ -134,8 +136,7 @@ const Entry kTable[] = {
 #undef E
 #undef P
 
-CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                CUdriverProcAddressQueryResult* status) {
+CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   constexpr cuuint64_t kValid = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   // "If the specified CUDA version is greater than the driver version, the API will return

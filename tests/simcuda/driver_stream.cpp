@@ -141,17 +141,20 @@ CUresult event_record(CUevent e, CUstream h, bool ptsz) {
     gen = ++e->recorded;
   }
   e->refs.fetch_add(1, std::memory_order_relaxed);
-  enqueue(s, [e, gen] {
-    {
-      std::lock_guard lock(e->mu);
-      if (e->done.load(std::memory_order_relaxed) < gen) {
-        e->time_ns.store(now_ns(), std::memory_order_relaxed);
-        e->done.store(gen, std::memory_order_release);
-      }
-    }
-    e->cv.notify_all();
-    unref_event(e);
-  }, /*trivial=*/true);
+  enqueue(
+      s,
+      [e, gen] {
+        {
+          std::lock_guard lock(e->mu);
+          if (e->done.load(std::memory_order_relaxed) < gen) {
+            e->time_ns.store(now_ns(), std::memory_order_relaxed);
+            e->done.store(gen, std::memory_order_release);
+          }
+        }
+        e->cv.notify_all();
+        unref_event(e);
+      },
+      /*trivial=*/true);
   return CUDA_SUCCESS;
 }
 
@@ -172,7 +175,8 @@ CUresult launch_host_func(CUstream h, CUhostFn fn, void* data, bool ptsz) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
-  enqueue(s, [fn, data] { fn(data); }, /*trivial=*/false);
+  enqueue(
+      s, [fn, data] { fn(data); }, /*trivial=*/false);
   return CUDA_SUCCESS;
 }
 
@@ -188,13 +192,16 @@ CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptsz) {
   }
   if (e->done.load(std::memory_order_acquire) >= gen) return CUDA_SUCCESS;
   e->refs.fetch_add(1, std::memory_order_relaxed);
-  enqueue(s, [e, gen] {
-    {
-      std::unique_lock lock(e->mu);
-      e->cv.wait(lock, [e, gen] { return e->done.load(std::memory_order_acquire) >= gen; });
-    }
-    unref_event(e);
-  }, /*trivial=*/false);
+  enqueue(
+      s,
+      [e, gen] {
+        {
+          std::unique_lock lock(e->mu);
+          e->cv.wait(lock, [e, gen] { return e->done.load(std::memory_order_acquire) >= gen; });
+        }
+        unref_event(e);
+      },
+      /*trivial=*/false);
   return CUDA_SUCCESS;
 }
 
@@ -326,10 +333,22 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream h) {
 }
 SIM_API CUresult cuStreamDestroy(CUstream h) { return cuStreamDestroy_v2(h); }
 
-SIM_API CUresult cuStreamSynchronize(CUstream h) { SIM_COUNT("cuStreamSynchronize"); return stream_sync(h, false); }
-SIM_API CUresult cuStreamSynchronize_ptsz(CUstream h) { SIM_COUNT("cuStreamSynchronize_ptsz"); return stream_sync(h, true); }
-SIM_API CUresult cuStreamQuery(CUstream h) { SIM_COUNT("cuStreamQuery"); return stream_query(h, false); }
-SIM_API CUresult cuStreamQuery_ptsz(CUstream h) { SIM_COUNT("cuStreamQuery_ptsz"); return stream_query(h, true); }
+SIM_API CUresult cuStreamSynchronize(CUstream h) {
+  SIM_COUNT("cuStreamSynchronize");
+  return stream_sync(h, false);
+}
+SIM_API CUresult cuStreamSynchronize_ptsz(CUstream h) {
+  SIM_COUNT("cuStreamSynchronize_ptsz");
+  return stream_sync(h, true);
+}
+SIM_API CUresult cuStreamQuery(CUstream h) {
+  SIM_COUNT("cuStreamQuery");
+  return stream_query(h, false);
+}
+SIM_API CUresult cuStreamQuery_ptsz(CUstream h) {
+  SIM_COUNT("cuStreamQuery_ptsz");
+  return stream_query(h, true);
+}
 
 SIM_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   SIM_COUNT("cuStreamWaitEvent");
@@ -368,8 +387,14 @@ SIM_API CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuEventRecord(CUevent e, CUstream h) { SIM_COUNT("cuEventRecord"); return event_record(e, h, false); }
-SIM_API CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { SIM_COUNT("cuEventRecord_ptsz"); return event_record(e, h, true); }
+SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
+  SIM_COUNT("cuEventRecord");
+  return event_record(e, h, false);
+}
+SIM_API CUresult cuEventRecord_ptsz(CUevent e, CUstream h) {
+  SIM_COUNT("cuEventRecord_ptsz");
+  return event_record(e, h, true);
+}
 SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int) {
   SIM_COUNT("cuEventRecordWithFlags");
   return event_record(e, h, false);

@@ -297,7 +297,8 @@ RT_API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 namespace {
 cudaError_t entry_point(const char* symbol, void** fn, unsigned version, unsigned long long flags,
                         cudaDriverEntryPointQueryResult* status, bool ptsz) {
-  if (symbol == nullptr || fn == nullptr || flags > cudaEnablePerThreadDefaultStream) return record(cudaErrorInvalidValue);
+  if (symbol == nullptr || fn == nullptr || flags > cudaEnablePerThreadDefaultStream)
+    return record(cudaErrorInvalidValue);
   const Api* api = nullptr;
   if (cudaError_t e = load(&api, false); e != cudaSuccess) return record(e);
   // cudaEnableDefault means per-thread for code built with per-thread default streams, which is

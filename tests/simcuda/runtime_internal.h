@@ -16,52 +16,52 @@
 namespace simcuda::rt {
 
 // X(member, base name)
-#define SIMCUDA_DRIVER_FUNCTIONS(X)                         \
-  X(cuInit, "cuInit")                                       \
-  X(cuDriverGetVersion, "cuDriverGetVersion")               \
-  X(cuDeviceGet, "cuDeviceGet")                             \
-  X(cuDeviceGetCount, "cuDeviceGetCount")                   \
-  X(cuDeviceGetName, "cuDeviceGetName")                     \
-  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                \
-  X(cuDeviceGetAttribute, "cuDeviceGetAttribute")           \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")   \
-  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")  \
-  X(cuCtxGetCurrent, "cuCtxGetCurrent")                     \
-  X(cuCtxSetCurrent, "cuCtxSetCurrent")                     \
-  X(cuCtxGetDevice, "cuCtxGetDevice")                       \
-  X(cuCtxSynchronize, "cuCtxSynchronize")                   \
-  X(cuMemAlloc_v2, "cuMemAlloc")                            \
-  X(cuMemFree_v2, "cuMemFree")                              \
-  X(cuMemGetInfo_v2, "cuMemGetInfo")                        \
-  X(cuMemAllocAsync, "cuMemAllocAsync")                     \
-  X(cuMemFreeAsync, "cuMemFreeAsync")                       \
-  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")     \
+#define SIMCUDA_DRIVER_FUNCTIONS(X) \
+  X(cuInit, "cuInit") \
+  X(cuDriverGetVersion, "cuDriverGetVersion") \
+  X(cuDeviceGet, "cuDeviceGet") \
+  X(cuDeviceGetCount, "cuDeviceGetCount") \
+  X(cuDeviceGetName, "cuDeviceGetName") \
+  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem") \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute") \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") \
+  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset") \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent") \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent") \
+  X(cuCtxGetDevice, "cuCtxGetDevice") \
+  X(cuCtxSynchronize, "cuCtxSynchronize") \
+  X(cuMemAlloc_v2, "cuMemAlloc") \
+  X(cuMemFree_v2, "cuMemFree") \
+  X(cuMemGetInfo_v2, "cuMemGetInfo") \
+  X(cuMemAllocAsync, "cuMemAllocAsync") \
+  X(cuMemFreeAsync, "cuMemFreeAsync") \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync") \
   X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool") \
-  X(cuMemPoolCreate, "cuMemPoolCreate")                     \
-  X(cuMemPoolDestroy, "cuMemPoolDestroy")                   \
-  X(cuMemAllocManaged, "cuMemAllocManaged")                 \
-  X(cuMemAllocHost_v2, "cuMemAllocHost")                    \
-  X(cuMemHostAlloc, "cuMemHostAlloc")                       \
-  X(cuMemFreeHost, "cuMemFreeHost")                         \
-  X(cuMemAllocPitch_v2, "cuMemAllocPitch")                  \
-  X(cuPointerGetAttribute, "cuPointerGetAttribute")         \
-  X(cuStreamCreate, "cuStreamCreate")                       \
+  X(cuMemPoolCreate, "cuMemPoolCreate") \
+  X(cuMemPoolDestroy, "cuMemPoolDestroy") \
+  X(cuMemAllocManaged, "cuMemAllocManaged") \
+  X(cuMemAllocHost_v2, "cuMemAllocHost") \
+  X(cuMemHostAlloc, "cuMemHostAlloc") \
+  X(cuMemFreeHost, "cuMemFreeHost") \
+  X(cuMemAllocPitch_v2, "cuMemAllocPitch") \
+  X(cuPointerGetAttribute, "cuPointerGetAttribute") \
+  X(cuStreamCreate, "cuStreamCreate") \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority") \
-  X(cuStreamDestroy_v2, "cuStreamDestroy")                  \
-  X(cuStreamSynchronize, "cuStreamSynchronize")             \
-  X(cuStreamQuery, "cuStreamQuery")                         \
-  X(cuStreamWaitEvent, "cuStreamWaitEvent")                 \
-  X(cuLaunchHostFunc, "cuLaunchHostFunc")                   \
-  X(cuEventCreate, "cuEventCreate")                         \
-  X(cuEventRecord, "cuEventRecord")                         \
-  X(cuEventRecordWithFlags, "cuEventRecordWithFlags")       \
-  X(cuEventQuery, "cuEventQuery")                           \
-  X(cuEventSynchronize, "cuEventSynchronize")               \
-  X(cuEventDestroy_v2, "cuEventDestroy")                    \
-  X(cuEventElapsedTime_v2, "cuEventElapsedTime")            \
-  X(cuMemsetD8_v2, "cuMemsetD8")                            \
-  X(cuMemsetD8Async, "cuMemsetD8Async")                     \
-  X(cuMemcpy, "cuMemcpy")                                   \
+  X(cuStreamDestroy_v2, "cuStreamDestroy") \
+  X(cuStreamSynchronize, "cuStreamSynchronize") \
+  X(cuStreamQuery, "cuStreamQuery") \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent") \
+  X(cuLaunchHostFunc, "cuLaunchHostFunc") \
+  X(cuEventCreate, "cuEventCreate") \
+  X(cuEventRecord, "cuEventRecord") \
+  X(cuEventRecordWithFlags, "cuEventRecordWithFlags") \
+  X(cuEventQuery, "cuEventQuery") \
+  X(cuEventSynchronize, "cuEventSynchronize") \
+  X(cuEventDestroy_v2, "cuEventDestroy") \
+  X(cuEventElapsedTime_v2, "cuEventElapsedTime") \
+  X(cuMemsetD8_v2, "cuMemsetD8") \
+  X(cuMemsetD8Async, "cuMemsetD8Async") \
+  X(cuMemcpy, "cuMemcpy") \
   X(cuMemcpyAsync, "cuMemcpyAsync")
 
 struct Api {

@@ -174,7 +174,9 @@ RT_API cudaError_t cudaMalloc3D(cudaPitchedPtr* out, cudaExtent extent) {
 
 RT_API cudaError_t cudaMemset(void* p, int v, size_t n) { return memset_impl(p, v, n, nullptr, false, false); }
 RT_API cudaError_t cudaMemset_ptds(void* p, int v, size_t n) { return memset_impl(p, v, n, nullptr, false, true); }
-RT_API cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) { return memset_impl(p, v, n, s, true, false); }
+RT_API cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+  return memset_impl(p, v, n, s, true, false);
+}
 RT_API cudaError_t cudaMemsetAsync_ptsz(void* p, int v, size_t n, cudaStream_t s) {
   return memset_impl(p, v, n, s, true, true);
 }

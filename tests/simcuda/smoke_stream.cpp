@@ -155,8 +155,8 @@ TEST(Streams, LegacyDefaultStreamOrdersAgainstBlockingStreams) {
   LogEntry first{&log, 1}, legacy{&log, 2}, after_legacy{&log, 3}, independent{&log, 4};
   ASSERT_EQ(cudaLaunchHostFunc(blocking, slow_write, &slow), cudaSuccess);
   ASSERT_EQ(cudaLaunchHostFunc(blocking, log_entry, &first), cudaSuccess);
-  ASSERT_EQ(cudaLaunchHostFunc(nullptr, log_entry, &legacy), cudaSuccess);  // waits for `blocking`
-  ASSERT_EQ(cudaLaunchHostFunc(blocking, log_entry, &after_legacy), cudaSuccess);  // waits for legacy
+  ASSERT_EQ(cudaLaunchHostFunc(nullptr, log_entry, &legacy), cudaSuccess);           // waits for `blocking`
+  ASSERT_EQ(cudaLaunchHostFunc(blocking, log_entry, &after_legacy), cudaSuccess);    // waits for legacy
   ASSERT_EQ(cudaLaunchHostFunc(nonblocking, log_entry, &independent), cudaSuccess);  // waits for nobody
   ASSERT_EQ(cudaStreamSynchronize(nonblocking), cudaSuccess);
   EXPECT_EQ(log.order[0], 4);

@@ -26,9 +26,9 @@
 namespace gpuheap::test {
 
 inline std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 class HostUpstream : public pool::Upstream {
@@ -86,19 +86,49 @@ class HostUpstream : public pool::Upstream {
   }
 
   // --- test controls / observations ---
-  void complete_all() { std::lock_guard<std::mutex> g(mu_); completed_ = last_fence_; }
+  void complete_all() {
+    std::lock_guard<std::mutex> g(mu_);
+    completed_ = last_fence_;
+  }
   void set_now(std::uint64_t ns) { manual_now_.store(ns); }  // 0 = real clock
-  std::size_t in_use() { std::lock_guard<std::mutex> g(mu_); return in_use_; }
-  std::size_t segments_live() { std::lock_guard<std::mutex> g(mu_); return live_.size(); }
+  std::size_t in_use() {
+    std::lock_guard<std::mutex> g(mu_);
+    return in_use_;
+  }
+  std::size_t segments_live() {
+    std::lock_guard<std::mutex> g(mu_);
+    return live_.size();
+  }
   // Fences recorded so far / completed so far (manual mode): a block freed when
   // last_fence() was L may be reported complete only once completed() > L.
-  Fence last_fence() { std::lock_guard<std::mutex> g(mu_); return last_fence_; }
-  Fence completed() { std::lock_guard<std::mutex> g(mu_); return completed_; }
-  std::uint64_t records() { std::lock_guard<std::mutex> g(mu_); return records_; }
-  std::uint64_t forced_waits() { std::lock_guard<std::mutex> g(mu_); return forced_waits_; }
-  std::uint64_t released() { std::lock_guard<std::mutex> g(mu_); return released_; }
-  std::uint64_t alloc_calls() { std::lock_guard<std::mutex> g(mu_); return alloc_calls_; }
-  std::uint64_t bad_frees() { std::lock_guard<std::mutex> g(mu_); return bad_frees_; }
+  Fence last_fence() {
+    std::lock_guard<std::mutex> g(mu_);
+    return last_fence_;
+  }
+  Fence completed() {
+    std::lock_guard<std::mutex> g(mu_);
+    return completed_;
+  }
+  std::uint64_t records() {
+    std::lock_guard<std::mutex> g(mu_);
+    return records_;
+  }
+  std::uint64_t forced_waits() {
+    std::lock_guard<std::mutex> g(mu_);
+    return forced_waits_;
+  }
+  std::uint64_t released() {
+    std::lock_guard<std::mutex> g(mu_);
+    return released_;
+  }
+  std::uint64_t alloc_calls() {
+    std::lock_guard<std::mutex> g(mu_);
+    return alloc_calls_;
+  }
+  std::uint64_t bad_frees() {
+    std::lock_guard<std::mutex> g(mu_);
+    return bad_frees_;
+  }
 
  private:
   std::mutex mu_;
@@ -185,7 +215,10 @@ class DelayingUpstream : public pool::Upstream {
     fences_.erase(f);
   }
   std::uint64_t now_ns() noexcept override { return steady_ns(); }
-  std::uint64_t waits() { std::lock_guard<std::mutex> g(mu_); return waits_; }
+  std::uint64_t waits() {
+    std::lock_guard<std::mutex> g(mu_);
+    return waits_;
+  }
 
  private:
   struct Item {
@@ -257,15 +290,24 @@ class RecordingObserver : public pool::PoolObserver {
     add({'E', 0, n, static_cast<int>(reason)});
   }
 
-  std::vector<Event> events() { std::lock_guard<std::mutex> g(mu_); return events_; }
-  std::map<std::uintptr_t, std::size_t> segments() { std::lock_guard<std::mutex> g(mu_); return segments_; }
+  std::vector<Event> events() {
+    std::lock_guard<std::mutex> g(mu_);
+    return events_;
+  }
+  std::map<std::uintptr_t, std::size_t> segments() {
+    std::lock_guard<std::mutex> g(mu_);
+    return segments_;
+  }
   std::string kinds() {
     std::lock_guard<std::mutex> g(mu_);
     std::string s;
     for (auto& e : events_) s += e.kind;
     return s;
   }
-  void clear() { std::lock_guard<std::mutex> g(mu_); events_.clear(); }
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    events_.clear();
+  }
 
  private:
   void add(Event e) {

@@ -7,7 +7,8 @@
 
 extern "C" std::vector<std::uint64_t> __cudartFakeEntry();  // test_symbolize.cpp
 
-extern "C" __attribute__((noinline)) std::vector<std::uint64_t> libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c() {
+extern "C" __attribute__((noinline)) std::vector<std::uint64_t>
+libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c() {
   return __cudartFakeEntry();
 }
 extern "C" __attribute__((noinline)) std::vector<std::uint64_t> cudaFakeMalloc() {

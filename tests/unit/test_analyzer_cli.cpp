@@ -188,7 +188,8 @@ TEST(Cli, ZstdCompressedTraceReadsTheSame) {
   std::vector<unsigned char> z(ZSTD_compressBound(b.data.size()));
   z.resize(ZSTD_compress(z.data(), z.size(), b.data.data(), b.data.size(), 3));
   std::string path = TraceBuilder::dir() + "/sample.gh.zst";
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(z.data()), static_cast<std::streamsize>(z.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(z.data()), static_cast<std::streamsize>(z.size()));
   auto plain = sh("summary --json " + b.write("sample_plain.gh"));
   auto comp = sh("summary --json " + path);
   ASSERT_EQ(comp.code, 0) << comp.out;
@@ -201,14 +202,14 @@ TEST(Cli, ZstdCompressedTraceReadsTheSame) {
   std::vector<unsigned char> z2(ZSTD_compressBound(b.data.size()) + 64);
   std::size_t n1 = ZSTD_compress(z2.data(), z2.size(), b.data.data(), half, 3);
   std::size_t n2 = ZSTD_compress(z2.data() + n1, z2.size() - n1, b.data.data() + half, b.data.size() - half, 3);
-  std::ofstream(path + ".cut", std::ios::binary).write(reinterpret_cast<const char*>(z2.data()),
-                                                       static_cast<std::streamsize>(n1 + n2 - 7));
+  std::ofstream(path + ".cut", std::ios::binary)
+      .write(reinterpret_cast<const char*>(z2.data()), static_cast<std::streamsize>(n1 + n2 - 7));
   auto cut = sh("summary " + path + ".cut");
   EXPECT_EQ(cut.code, 0) << cut.out;
   EXPECT_NE(cut.out.find("truncated: yes"), std::string::npos);
   // Cut inside its first block: nothing decompresses, so it is not a trace (exit 2, one line).
-  std::ofstream(path + ".cut1", std::ios::binary).write(reinterpret_cast<const char*>(z.data()),
-                                                        static_cast<std::streamsize>(z.size() - 7));
+  std::ofstream(path + ".cut1", std::ios::binary)
+      .write(reinterpret_cast<const char*>(z.data()), static_cast<std::streamsize>(z.size() - 7));
   auto cut1 = sh("summary " + path + ".cut1");
   EXPECT_EQ(cut1.code, 2) << cut1.out;
   EXPECT_NE(cut1.out.find("not a gpuheap trace (its zstd stream"), std::string::npos) << cut1.out;
@@ -241,8 +242,8 @@ TEST(Cli, WhatIsNotATraceIsRefusedByEveryCommand) {
   const std::string dir = TraceBuilder::dir();
   auto write_bytes = [&](const std::string& name, const std::vector<unsigned char>& bytes) {
     std::string p = dir + "/" + name;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return p;
   };
   TraceBuilder b;  // header, process, device records
@@ -258,13 +259,19 @@ TEST(Cli, WhatIsNotATraceIsRefusedByEveryCommand) {
       {"empty.gh", {}},
       {"four.gh", {'G', 'P', 'U', 'H'}},
       {"header_only.gh", header},
-      {"header_zero_tail.gh", [&] { auto v = header; v.resize(v.size() + 4096, 0); return v; }()},
+      {"header_zero_tail.gh",
+       [&] {
+         auto v = header;
+         v.resize(v.size() + 4096, 0);
+         return v;
+       }()},
       {"no_process.gh", no_process},
       {"cut_process.gh", cut_process},
   };
   for (const auto& [name, bytes] : cases) {
     auto p = write_bytes(name, bytes);
-    for (const std::string& cmd : std::vector<std::string>{"check --max-leaked 0 --max-reserved 1 ", "check --allow-truncated --max-leaked 0 ",
+    for (const std::string& cmd :
+         std::vector<std::string>{"check --max-leaked 0 --max-reserved 1 ", "check --allow-truncated --max-leaked 0 ",
                                   "summary ", "summary --json ", "dump ", "diff " + p + " "}) {
       auto r = sh(cmd + p);
       EXPECT_EQ(r.code, 2) << cmd << name << "\n" << r.out;
@@ -322,8 +329,9 @@ TEST(Cli, RunPassesExitStatusThrough) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("|" + dir + "/libgpuheap.so"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--framework-pools=keep"), std::string::npos) << r.out;
-  r = sh("run --no-pool --no-stacks --limit 1GiB -o /tmp/x.gh -- sh -c "
-         "'echo \"$GPUHEAP_POOL $GPUHEAP_STACKS $GPUHEAP_LIMIT $GPUHEAP_OUTPUT $PYTORCH_NO_CUDA_MEMORY_CACHING\"'");
+  r = sh(
+      "run --no-pool --no-stacks --limit 1GiB -o /tmp/x.gh -- sh -c "
+      "'echo \"$GPUHEAP_POOL $GPUHEAP_STACKS $GPUHEAP_LIMIT $GPUHEAP_OUTPUT $PYTORCH_NO_CUDA_MEMORY_CACHING\"'");
   EXPECT_NE(r.out.find("0 0 1GiB /tmp/x.gh 1"), std::string::npos) << r.out;
   r = sh("run -- sh -c 'kill -TERM $$'");
   EXPECT_EQ(r.code, 128 + 15) << r.out;
@@ -336,8 +344,8 @@ TEST(Cli, RunPassesExitStatusThrough) {
 TEST(Cli, HelpTextsAreWholeSentences) {
   const std::set<std::string> dangling = {"and", "or", "of", "the", "to", "with", "a", "an", "for", "by", "in"};
   int checked = 0;
-  for (const char* sub : {"", "run", "dump", "summary", "check", "diff", "export", "report", "symbolize", "compress",
-                          "replay"}) {
+  for (const char* sub :
+       {"", "run", "dump", "summary", "check", "diff", "export", "report", "symbolize", "compress", "replay"}) {
     auto r = sh(std::string(sub) + " --help");
     ASSERT_EQ(r.code, 0) << sub << ": " << r.out;
     std::istringstream in(r.out);
@@ -402,7 +410,8 @@ TEST(Cli, SummaryLibraryPidAndDeviceFilters) {
   auto nccl = sh("summary -q --library nccl " + path);
   EXPECT_NE(nccl.out.find("[NCCL]"), std::string::npos) << nccl.out;
   EXPECT_EQ(nccl.out.find("[train]"), std::string::npos) << nccl.out;
-  auto j = nlohmann::json::parse(run("(" + std::string(GPUHEAP_CLI) + " summary -q --json --library TRAIN " + path + " 2>/dev/null)").out);
+  auto j = nlohmann::json::parse(
+      run("(" + std::string(GPUHEAP_CLI) + " summary -q --json --library TRAIN " + path + " 2>/dev/null)").out);
   ASSERT_EQ(j["leaks"].size(), 1u);
   EXPECT_EQ(j["leaks"][0]["library"], "train");
   EXPECT_EQ(j["leaks"][0]["label"], "train+0x1ff");  // the call: return address - 1
@@ -410,7 +419,8 @@ TEST(Cli, SummaryLibraryPidAndDeviceFilters) {
   EXPECT_EQ(sh("summary -q --pid 100 " + path).code, 0);
   auto pid = sh("summary -q --pid 5 " + path);
   EXPECT_EQ(pid.code, 2);
-  EXPECT_NE(pid.out.find("--pid 5: no trace of that process (the traces are of pid 100)"), std::string::npos) << pid.out;
+  EXPECT_NE(pid.out.find("--pid 5: no trace of that process (the traces are of pid 100)"), std::string::npos)
+      << pid.out;
   auto dev = sh("summary -q --device 7 " + path);
   EXPECT_EQ(dev.code, 2);
   EXPECT_NE(dev.out.find("--device 7: no such device in the trace (devices: 0)"), std::string::npos) << dev.out;

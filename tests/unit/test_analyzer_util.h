@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_tmpdir.h"
 #include "analyzer/model/analysis.h"
 #include "format/trace.h"
+#include "tests/test_tmpdir.h"
 
 namespace gpuheap::test {
 
@@ -106,8 +106,8 @@ class TraceBuilder {
 
   std::string write(const std::string& name) const {
     std::string path = dir() + "/" + name;
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()),
-                                                static_cast<std::streamsize>(data.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
     return path;
   }
   static std::string dir() {

@@ -3,10 +3,10 @@
 
 #include <fstream>
 
-#include "analyzer/summary/check.h"
 #include "analyzer/base/error.h"
-#include "analyzer/summary/report.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/check.h"
+#include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -103,8 +103,12 @@ TEST(Check, BaselineAndTolerance) {
 // allocator, not the allocator's own frame. Names come from frames stored in the trace.
 TEST(Check, TopSiteIsNamedByItsLabel) {
   TraceBuilder b;
-  const char* names[] = {"", "void* c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(int)",
-                         "at::detail::empty_cuda(long)", "user_model_forward(int)", "model.cpp", "main"};
+  const char* names[] = {"",
+                         "void* c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(int)",
+                         "at::detail::empty_cuda(long)",
+                         "user_model_forward(int)",
+                         "model.cpp",
+                         "main"};
   for (std::uint32_t id = 1; id < 6; ++id) b.put(format::SymbolStringRecord{id, names[id]});
   auto frames = [&](std::uint64_t ip, std::uint32_t fn, std::uint32_t line) {
     format::SymbolFrameEntry e{fn, 4, line, 0};

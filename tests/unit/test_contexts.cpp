@@ -69,9 +69,16 @@ TEST(ContextTable, FindOrCreateMakesOncePerContext) {
 
 TEST(ContextTable, UnknownDeviceOrFailedMakeGivesNothing) {
   Table t;
-  EXPECT_EQ(t.find_or_create(ctx_of(1), [] { return -1; }, [](int) -> FakeState* { ADD_FAILURE(); return nullptr; }),
+  EXPECT_EQ(t.find_or_create(
+                ctx_of(1), [] { return -1; },
+                [](int) -> FakeState* {
+                  ADD_FAILURE();
+                  return nullptr;
+                }),
             nullptr);
-  EXPECT_EQ(t.find_or_create(ctx_of(1), [] { return 0; }, [](int) -> FakeState* { return nullptr; }), nullptr);
+  EXPECT_EQ(t.find_or_create(
+                ctx_of(1), [] { return 0; }, [](int) -> FakeState* { return nullptr; }),
+            nullptr);
   EXPECT_EQ(t.size(), 0);
 }
 
@@ -81,10 +88,11 @@ TEST(ContextTable, RetiredStatesAreSkippedByLiveWalksOnly) {
   FakeState* a = m.get(t, ctx_of(1), 0);
   FakeState* b = m.get(t, ctx_of(2), 0);
   std::vector<FakeState*> torn;
-  EXPECT_EQ(t.retire(ctx_of(1), [&](FakeState* s) {
-    EXPECT_TRUE(s->retired.load());  // retired before the teardown callback runs
-    torn.push_back(s);
-  }),
+  EXPECT_EQ(t.retire(ctx_of(1),
+                     [&](FakeState* s) {
+                       EXPECT_TRUE(s->retired.load());  // retired before the teardown callback runs
+                       torn.push_back(s);
+                     }),
             1);
   EXPECT_EQ(torn, std::vector<FakeState*>{a});
   EXPECT_EQ(t.find(ctx_of(1)), nullptr);

@@ -101,10 +101,12 @@ TEST(Diff, TotalsPerDeviceComeBeforeTheSiteTable) {
   EXPECT_NE(req.find(human_bytes(req_a)), std::string::npos) << req;
   EXPECT_NE(req.find(human_bytes(req_b)), std::string::npos) << req;
   EXPECT_NE(req.find("+" + human_bytes(req_b - req_a)), std::string::npos) << req;
-  EXPECT_NE(req.find(pct(100.0 * static_cast<double>(req_b - req_a) / static_cast<double>(req_a))), std::string::npos) << req;
+  EXPECT_NE(req.find(pct(100.0 * static_cast<double>(req_b - req_a) / static_cast<double>(req_a))), std::string::npos)
+      << req;
   auto res = line_of(r.out, "    peak reserved");
   EXPECT_NE(res.find(human_bytes(res_a)), std::string::npos) << res;
-  EXPECT_NE(res.find(pct(100.0 * static_cast<double>(res_b - res_a) / static_cast<double>(res_a))), std::string::npos) << res;
+  EXPECT_NE(res.find(pct(100.0 * static_cast<double>(res_b - res_a) / static_cast<double>(res_a))), std::string::npos)
+      << res;
   auto leaked = line_of(r.out, "    leaked at end");
   EXPECT_NE(leaked.find("+0.0%"), std::string::npos) << leaked;
   auto count = line_of(r.out, "    allocations");
@@ -129,12 +131,14 @@ TEST(Diff, JsonMatchesTheTwoSummaries) {
   ASSERT_EQ(doc["devices"].size(), 1u);
   const json& dev = doc["devices"][0];
   EXPECT_EQ(dev["device"], 0);
-  const std::pair<const char*, const char*> peaks[] = {
-      {"requested", "requested_bytes"}, {"allocated", "allocated_bytes"}, {"reserved", "reserved_bytes"}};
+  const std::pair<const char*, const char*> peaks[] = {{"requested", "requested_bytes"},
+                                                       {"allocated", "allocated_bytes"},
+                                                       {"reserved", "reserved_bytes"}};
   for (auto [ours, theirs] : peaks) {
     EXPECT_EQ(dev[ours]["a"], sa["devices"][0][theirs]["peak"]) << ours;
     EXPECT_EQ(dev[ours]["b"], sb["devices"][0][theirs]["peak"]) << ours;
-    EXPECT_EQ(dev[ours]["delta"].get<std::int64_t>(), dev[ours]["b"].get<std::int64_t>() - dev[ours]["a"].get<std::int64_t>());
+    EXPECT_EQ(dev[ours]["delta"].get<std::int64_t>(),
+              dev[ours]["b"].get<std::int64_t>() - dev[ours]["a"].get<std::int64_t>());
   }
   EXPECT_EQ(dev["leaked"]["a"], sa["leaked_bytes"]);
   EXPECT_EQ(dev["leaked"]["b"], sb["leaked_bytes"]);
@@ -216,7 +220,7 @@ TEST(Diff, FailOnAroundTheTolerance) {
 }
 
 TEST(Diff, GrowthFromZeroIsInfinite) {
-  auto a = job(3 * MiB, 0, 0).write("diff_za.gh");  // nothing leaked
+  auto a = job(3 * MiB, 0, 0).write("diff_za.gh");     // nothing leaked
   auto b = job(3 * MiB, 0, 4096).write("diff_zb.gh");  // 4 KiB leaked
   auto r = sh("diff --fail-on leaked --tolerance 1000000 " + a + " " + b);
   EXPECT_EQ(r.code, 1) << r.out;
@@ -280,7 +284,8 @@ TraceBuilder sym_job(const std::vector<SymSite>& sites) {
   b.put(format::SymbolStringRecord{1, "model.cpp"});
   for (const auto& s : sites)
     for (const auto& [fn, line] : s.frames)
-      if (ids.emplace(fn, static_cast<std::uint32_t>(ids.size() + 1)).second) b.put(format::SymbolStringRecord{ids[fn], fn});
+      if (ids.emplace(fn, static_cast<std::uint32_t>(ids.size() + 1)).second)
+        b.put(format::SymbolStringRecord{ids[fn], fn});
   std::uint64_t ip = 0x401000, addr = 0x1000000;
   for (std::uint32_t id = 1; id <= sites.size(); ++id) {
     std::vector<std::uint64_t> stack;
@@ -346,7 +351,8 @@ TEST(Diff, MovedSiteThatGrewIsOneRow) {
   EXPECT_EQ(s["key"], "make_acts(int)|model.cpp|20;main|model.cpp|41;");
   EXPECT_EQ(s["key_b"], "make_acts(int)|model.cpp|23;main|model.cpp|44;");
   ASSERT_EQ(s["moved"].size(), 2u);
-  EXPECT_EQ(s["moved"][0], (json{{"frame", 0}, {"function", "make_acts(int)"}, {"file", "model.cpp"}, {"a", 20}, {"b", 23}}));
+  EXPECT_EQ(s["moved"][0],
+            (json{{"frame", 0}, {"function", "make_acts(int)"}, {"file", "model.cpp"}, {"a", 20}, {"b", 23}}));
   EXPECT_EQ(doc["sites_changed"], 1);
   EXPECT_EQ(doc["sites_moved_unchanged"], 1);
 }
@@ -391,7 +397,8 @@ TEST(CheckBaseline, NamesTheSitesThatGrew) {
   ASSERT_FALSE(r.violations.empty());
   const std::string& v = r.violations[0];
   EXPECT_NE(v.find("peak requested bytes"), std::string::npos) << v;
-  const auto scratch = v.find("grew: +7.00 MiB at make_scratch (model.cpp:31) ["), acts = v.find("+4.00 MiB at make_acts (model.cpp:21) [");
+  const auto scratch = v.find("grew: +7.00 MiB at make_scratch (model.cpp:31) ["),
+             acts = v.find("+4.00 MiB at make_acts (model.cpp:21) [");
   ASSERT_NE(scratch, std::string::npos) << v;
   ASSERT_NE(acts, std::string::npos) << v;
   EXPECT_LT(scratch, acts) << v;  // largest growth first
@@ -404,7 +411,8 @@ TEST(CheckBaseline, NamesTheSitesThatGrew) {
   std::ofstream(path) << summary_json(base, top1).dump();
   auto cut = run_check(grown, o);
   ASSERT_FALSE(cut.violations.empty());
-  EXPECT_NE(cut.violations[0].find("7.00 MiB at make_scratch (model.cpp:31) [") , std::string::npos) << cut.violations[0];
+  EXPECT_NE(cut.violations[0].find("7.00 MiB at make_scratch (model.cpp:31) ["), std::string::npos)
+      << cut.violations[0];
   EXPECT_NE(cut.violations[0].find("growth unknown"), std::string::npos) << cut.violations[0];
   EXPECT_EQ(cut.violations[0].find(", new)"), std::string::npos) << cut.violations[0];
 }
@@ -415,7 +423,7 @@ TEST(CheckBaseline, CountsTheRestAndTheUnknown) {
   std::vector<SymSite> few, many;
   for (std::uint32_t i = 0; i < 6; ++i) few.push_back({{{"f", 10 + i}, {"main", 50}}, MiB});
   many = few;
-  for (auto& s : many) s.bytes = 2 * MiB;  // every listed site grew 1 MiB
+  for (auto& s : many) s.bytes = 2 * MiB;                // every listed site grew 1 MiB
   many.push_back({{{"g", 70}, {"main", 51}}, 3 * MiB});  // not in a --top 5 baseline
   const std::string path = TraceBuilder::dir() + "/rest_baseline.json";
   SummaryOptions top5;
@@ -426,5 +434,6 @@ TEST(CheckBaseline, CountsTheRestAndTheUnknown) {
   ASSERT_FALSE(r.violations.empty());
   // 5 listed sites grew by 1 MiB, 1 unlisted of f and g each: unknown.
   EXPECT_NE(r.violations[0].find("; and 4 more site(s), 2 of them not among the sites the baseline lists"),
-            std::string::npos) << r.violations[0];
+            std::string::npos)
+      << r.violations[0];
 }

@@ -26,7 +26,6 @@ constexpr std::uint64_t P1 = 0x9000000, P2 = 0x9100000;
 // A module path that is markup, CSV, JSON and folded-syntax at once.
 const char* kHostile = "/tmp/a;b,\"c\"\n<img src=x onerror=alert(1)>\xff.so";
 
-
 TraceBuilder sample() {
   TraceBuilder b;
   b.module(0x400000, 0x500000, "/nonexistent/app");
@@ -73,7 +72,8 @@ class Export : public ::testing::Test {
   }
   std::string exp(const std::string& fmt, const std::string& extra = "") {
     std::string out = TraceBuilder::dir() + "/export." + fmt + extra.substr(extra.find_last_of(' ') + 1);
-    auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format " + fmt + " " + extra + " -o " + out + " " + *path_);
+    auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format " + fmt + " " + extra + " -o " + out + " " +
+                 *path_);
     EXPECT_EQ(r.code, 0) << r.out;
     return out;
   }
@@ -278,15 +278,17 @@ TEST_F(Export, TorchSnapshotKeepsTheLastMaxEntries) {
   auto full = exp("torch-snapshot");
   auto csv = exp("csv");
   std::string cut = TraceBuilder::dir() + "/export.cut.pickle";
-  auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format torch-snapshot --max-entries 5 -o " + cut +
-               " " + *path_);
+  auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format torch-snapshot --max-entries 5 -o " + cut + " " +
+               *path_);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("warning: torch-snapshot: cuda:0: kept the last 5 of "), std::string::npos) << r.out;
-  auto py = run("python3 -c \"import pickle,sys; f=pickle.load(open(sys.argv[1],'rb')); c=pickle.load(open(sys.argv[2],"
-                "'rb')); d=f['device_traces'][0]; assert 'gpuheap_dropped_entries' not in f; "
-                "assert c['device_traces'][0]==d[-5:], 'not the last 5'; "
-                "assert c['gpuheap_dropped_entries']==[len(d)-5], c['gpuheap_dropped_entries']; "
-                "assert c['segments']==f['segments']; print('ok', len(d))\" " + full + " " + cut);
+  auto py = run(
+      "python3 -c \"import pickle,sys; f=pickle.load(open(sys.argv[1],'rb')); c=pickle.load(open(sys.argv[2],"
+      "'rb')); d=f['device_traces'][0]; assert 'gpuheap_dropped_entries' not in f; "
+      "assert c['device_traces'][0]==d[-5:], 'not the last 5'; "
+      "assert c['gpuheap_dropped_entries']==[len(d)-5], c['gpuheap_dropped_entries']; "
+      "assert c['segments']==f['segments']; print('ok', len(d))\" " +
+      full + " " + cut);
   EXPECT_EQ(py.code, 0) << py.out;
   EXPECT_EQ(py.out.rfind("ok ", 0), 0u) << py.out;
   // The truncated history is consistent backwards from the final segments (the viewer's way).
@@ -296,7 +298,9 @@ TEST_F(Export, TorchSnapshotKeepsTheLastMaxEntries) {
   // 0 keeps every entry: the same bytes as below the cap.
   std::string all = TraceBuilder::dir() + "/export.all.pickle";
   ASSERT_EQ(run(std::string(GPUHEAP_CLI) + " export -q --force --format torch-snapshot --max-entries 0 -o " + all +
-                " " + *path_).code, 0);
+                " " + *path_)
+                .code,
+            0);
   EXPECT_EQ(run("cmp " + all + " " + full).code, 0);
 }
 

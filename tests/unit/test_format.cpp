@@ -79,71 +79,112 @@ TEST(Format, EveryRecordRoundTrips) {
     EXPECT_EQ(r.type, types[i]);
     switch (r.type) {
       case f::RecordType::process:
-        EXPECT_EQ(r.process.pid, 1234u); EXPECT_EQ(r.process.ppid, 1u);
-        EXPECT_EQ(r.process.wall_ns, 1700000000123456789ull); EXPECT_EQ(r.process.mono_ns, 987654321u);
-        EXPECT_EQ(r.process.hostname, "host"); EXPECT_EQ(r.process.cmdline, std::string_view("a\0b", 3));
-        EXPECT_EQ(r.process.version, "0.1"); EXPECT_EQ(r.process.exe, "/bin/x");
+        EXPECT_EQ(r.process.pid, 1234u);
+        EXPECT_EQ(r.process.ppid, 1u);
+        EXPECT_EQ(r.process.wall_ns, 1700000000123456789ull);
+        EXPECT_EQ(r.process.mono_ns, 987654321u);
+        EXPECT_EQ(r.process.hostname, "host");
+        EXPECT_EQ(r.process.cmdline, std::string_view("a\0b", 3));
+        EXPECT_EQ(r.process.version, "0.1");
+        EXPECT_EQ(r.process.exe, "/bin/x");
         break;
       case f::RecordType::device:
-        EXPECT_EQ(r.device.device, 3); EXPECT_EQ(r.device.total_memory, 80ull << 30);
+        EXPECT_EQ(r.device.device, 3);
+        EXPECT_EQ(r.device.total_memory, 80ull << 30);
         EXPECT_EQ(r.device.name, "H200");
         break;
       case f::RecordType::module:
-        EXPECT_EQ(r.module.base, 0x1000u); EXPECT_EQ(r.module.lo, 0x2000u); EXPECT_EQ(r.module.hi, 0x9000u);
-        EXPECT_EQ(r.module.path, "/lib/libz.so"); EXPECT_EQ(r.module.build_id, std::string_view("\x01\x02\0\x04", 4));
+        EXPECT_EQ(r.module.base, 0x1000u);
+        EXPECT_EQ(r.module.lo, 0x2000u);
+        EXPECT_EQ(r.module.hi, 0x9000u);
+        EXPECT_EQ(r.module.path, "/lib/libz.so");
+        EXPECT_EQ(r.module.build_id, std::string_view("\x01\x02\0\x04", 4));
         break;
       case f::RecordType::module_unload:
-        EXPECT_EQ(r.module_unload.ts, 55u); EXPECT_EQ(r.module_unload.base, 0x1000u);
+        EXPECT_EQ(r.module_unload.ts, 55u);
+        EXPECT_EQ(r.module_unload.base, 0x1000u);
         break;
       case f::RecordType::stack:
-        EXPECT_EQ(r.stack.id, 7u); ASSERT_EQ(r.stack.depth, 3);
+        EXPECT_EQ(r.stack.id, 7u);
+        ASSERT_EQ(r.stack.depth, 3);
         for (int k = 0; k < 3; ++k) EXPECT_EQ(r.stack.ip(k), kIps[k]);
         break;
       case f::RecordType::alloc: {
         auto& a = r.alloc;
-        EXPECT_EQ(a.ts, 10u); EXPECT_EQ(a.tid, 42u); EXPECT_EQ(a.device, 2); EXPECT_EQ(a.kind, f::AllocKind::managed);
-        EXPECT_EQ(a.flags, f::kFlagSmallPool); EXPECT_EQ(a.ptr, 0xabc000u); EXPECT_EQ(a.requested, 100u);
-        EXPECT_EQ(a.size, 512u); EXPECT_EQ(a.stream, 0x77u); EXPECT_EQ(a.stack, 7u);
+        EXPECT_EQ(a.ts, 10u);
+        EXPECT_EQ(a.tid, 42u);
+        EXPECT_EQ(a.device, 2);
+        EXPECT_EQ(a.kind, f::AllocKind::managed);
+        EXPECT_EQ(a.flags, f::kFlagSmallPool);
+        EXPECT_EQ(a.ptr, 0xabc000u);
+        EXPECT_EQ(a.requested, 100u);
+        EXPECT_EQ(a.size, 512u);
+        EXPECT_EQ(a.stream, 0x77u);
+        EXPECT_EQ(a.stack, 7u);
         EXPECT_EQ(used, f::kFrameHeaderSize + 52);
         break;
       }
       case f::RecordType::free: {
         auto& x = r.free;
-        EXPECT_EQ(x.ts, 11u); EXPECT_EQ(x.tid, 43u); EXPECT_EQ(x.device, 1); EXPECT_EQ(x.kind, f::AllocKind::vmm_map);
-        EXPECT_EQ(x.flags, f::kFlagFailed); EXPECT_EQ(x.ptr, 0xabc000u); EXPECT_EQ(x.size, 512u);
-        EXPECT_EQ(x.stream, 0x78u); EXPECT_EQ(x.stack, 7u); EXPECT_EQ(used, f::kFrameHeaderSize + 44);
+        EXPECT_EQ(x.ts, 11u);
+        EXPECT_EQ(x.tid, 43u);
+        EXPECT_EQ(x.device, 1);
+        EXPECT_EQ(x.kind, f::AllocKind::vmm_map);
+        EXPECT_EQ(x.flags, f::kFlagFailed);
+        EXPECT_EQ(x.ptr, 0xabc000u);
+        EXPECT_EQ(x.size, 512u);
+        EXPECT_EQ(x.stream, 0x78u);
+        EXPECT_EQ(x.stack, 7u);
+        EXPECT_EQ(used, f::kFrameHeaderSize + 44);
         break;
       }
       case f::RecordType::free_completed:
-        EXPECT_EQ(r.free_completed.ts, 12u); EXPECT_EQ(r.free_completed.device, 1);
-        EXPECT_EQ(r.free_completed.ptr, 0xabc000u); EXPECT_EQ(r.free_completed.size, 512u);
+        EXPECT_EQ(r.free_completed.ts, 12u);
+        EXPECT_EQ(r.free_completed.device, 1);
+        EXPECT_EQ(r.free_completed.ptr, 0xabc000u);
+        EXPECT_EQ(r.free_completed.size, 512u);
         break;
       case f::RecordType::segment_alloc:
       case f::RecordType::segment_free:
         EXPECT_EQ(r.segment.ts, r.type == f::RecordType::segment_alloc ? 13u : 14u);
         EXPECT_EQ(r.segment.flags, r.type == f::RecordType::segment_alloc ? f::kFlagSmallPool : 0);
-        EXPECT_EQ(r.segment.device, 1); EXPECT_EQ(r.segment.ptr, 0xa00000u); EXPECT_EQ(r.segment.size, 2u << 20);
+        EXPECT_EQ(r.segment.device, 1);
+        EXPECT_EQ(r.segment.ptr, 0xa00000u);
+        EXPECT_EQ(r.segment.size, 2u << 20);
         break;
       case f::RecordType::oom: {
         auto& o = r.oom;
-        EXPECT_EQ(o.ts, 15u); EXPECT_EQ(o.tid, 44u); EXPECT_EQ(o.kind, f::AllocKind::async);
-        EXPECT_EQ(o.requested, 1u << 30); EXPECT_EQ(o.stream, 9u); EXPECT_EQ(o.device_free, 100u);
-        EXPECT_EQ(o.device_total, 200u); EXPECT_EQ(o.limit, 300u); EXPECT_EQ(o.reserved, 400u);
-        EXPECT_EQ(o.allocated, 500u); EXPECT_EQ(o.largest_free, 600u); EXPECT_EQ(o.stack, 7u);
+        EXPECT_EQ(o.ts, 15u);
+        EXPECT_EQ(o.tid, 44u);
+        EXPECT_EQ(o.kind, f::AllocKind::async);
+        EXPECT_EQ(o.requested, 1u << 30);
+        EXPECT_EQ(o.stream, 9u);
+        EXPECT_EQ(o.device_free, 100u);
+        EXPECT_EQ(o.device_total, 200u);
+        EXPECT_EQ(o.limit, 300u);
+        EXPECT_EQ(o.reserved, 400u);
+        EXPECT_EQ(o.allocated, 500u);
+        EXPECT_EQ(o.largest_free, 600u);
+        EXPECT_EQ(o.stack, 7u);
         break;
       }
       case f::RecordType::retry:
-        EXPECT_EQ(r.retry.ts, 16u); EXPECT_EQ(r.retry.requested, 4096u);
+        EXPECT_EQ(r.retry.ts, 16u);
+        EXPECT_EQ(r.retry.requested, 4096u);
         break;
       case f::RecordType::empty_cache:
-        EXPECT_EQ(r.empty_cache.ts, 17u); EXPECT_EQ(r.empty_cache.reason, f::EmptyCacheReason::oom_retry);
+        EXPECT_EQ(r.empty_cache.ts, 17u);
+        EXPECT_EQ(r.empty_cache.reason, f::EmptyCacheReason::oom_retry);
         EXPECT_EQ(r.empty_cache.released, 1u << 20);
         break;
       case f::RecordType::thread:
-        EXPECT_EQ(r.thread.tid, 45u); EXPECT_EQ(r.thread.name, "worker-3");
+        EXPECT_EQ(r.thread.tid, 45u);
+        EXPECT_EQ(r.thread.name, "worker-3");
         break;
       case f::RecordType::end:
-        EXPECT_EQ(r.end.ts, 18u); EXPECT_EQ(r.end.reason, f::EndReason::signal); EXPECT_EQ(r.end.records, 14u);
+        EXPECT_EQ(r.end.ts, 18u);
+        EXPECT_EQ(r.end.reason, f::EndReason::signal);
+        EXPECT_EQ(r.end.records, 14u);
         break;
     }
     off += used, ++i;
@@ -160,11 +201,15 @@ TEST(Format, PhaseRecordRoundTripsAndRefusesBadOps) {
   std::size_t used = 0;
   ASSERT_EQ(f::decode_frame(b.data(), b.size(), r, &used), f::FrameStatus::ok);
   EXPECT_EQ(r.type, f::RecordType::phase);
-  EXPECT_EQ(r.phase.ts, 77u); EXPECT_EQ(r.phase.tid, 46u); EXPECT_EQ(r.phase.op, f::PhaseOp::push);
-  EXPECT_EQ(r.phase.source, f::PhaseSource::nvtx); EXPECT_EQ(r.phase.name, "backward");
+  EXPECT_EQ(r.phase.ts, 77u);
+  EXPECT_EQ(r.phase.tid, 46u);
+  EXPECT_EQ(r.phase.op, f::PhaseOp::push);
+  EXPECT_EQ(r.phase.source, f::PhaseSource::nvtx);
+  EXPECT_EQ(r.phase.name, "backward");
   EXPECT_EQ(used, f::kFrameHeaderSize + 8 + 4 + 1 + 1 + 4 + 8);
   ASSERT_EQ(f::decode_frame(b.data() + used, b.size() - used, r, &used), f::FrameStatus::ok);
-  EXPECT_EQ(r.phase.op, f::PhaseOp::pop); EXPECT_TRUE(r.phase.name.empty());
+  EXPECT_EQ(r.phase.op, f::PhaseOp::pop);
+  EXPECT_TRUE(r.phase.name.empty());
   Bytes bad = b;
   bad[f::kFrameHeaderSize + 12] = 3;  // op beyond pop
   EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
@@ -190,18 +235,26 @@ TEST(Format, SymbolRecordsRoundTripAndRefuseBadCounts) {
   std::size_t used = 0, off = 0;
   ASSERT_EQ(f::decode_frame(b.data(), b.size(), r, &used), f::FrameStatus::ok);
   EXPECT_EQ(r.type, f::RecordType::symbol_string);
-  EXPECT_EQ(r.symbol_string.id, 1u); EXPECT_EQ(r.symbol_string.text, "alloc_weights(int)");
+  EXPECT_EQ(r.symbol_string.id, 1u);
+  EXPECT_EQ(r.symbol_string.text, "alloc_weights(int)");
   off += used;
   ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok);
-  EXPECT_EQ(r.symbol_string.id, 2u); EXPECT_EQ(r.symbol_string.text, "/src/model.cpp");
+  EXPECT_EQ(r.symbol_string.id, 2u);
+  EXPECT_EQ(r.symbol_string.text, "/src/model.cpp");
   off += used;
   ASSERT_EQ(f::decode_frame(b.data() + off, b.size() - off, r, &used), f::FrameStatus::ok);
   EXPECT_EQ(r.type, f::RecordType::symbol_frames);
   EXPECT_EQ(r.symbol_frames.ip, 0x401234u);
   ASSERT_EQ(r.symbol_frames.count, 2);
   auto e0 = r.symbol_frames.entry(0), e1 = r.symbol_frames.entry(1);
-  EXPECT_EQ(e0.function, 1u); EXPECT_EQ(e0.file, 2u); EXPECT_EQ(e0.line, 17u); EXPECT_EQ(e0.flags, f::kSymbolInlined);
-  EXPECT_EQ(e1.function, 1u); EXPECT_EQ(e1.file, 0u); EXPECT_EQ(e1.line, 0u); EXPECT_EQ(e1.flags, 0);
+  EXPECT_EQ(e0.function, 1u);
+  EXPECT_EQ(e0.file, 2u);
+  EXPECT_EQ(e0.line, 17u);
+  EXPECT_EQ(e0.flags, f::kSymbolInlined);
+  EXPECT_EQ(e1.function, 1u);
+  EXPECT_EQ(e1.file, 0u);
+  EXPECT_EQ(e1.line, 0u);
+  EXPECT_EQ(e1.flags, 0);
   EXPECT_EQ(off + used, b.size());
 
   Bytes bad(b.begin() + static_cast<std::ptrdiff_t>(frames_at), b.end());
@@ -313,7 +366,8 @@ TEST(Format, FileHeader) {
   std::uint16_t v = 0;
   EXPECT_EQ(f::decode_file_header(h, sizeof h, &v), f::HeaderStatus::ok);
   EXPECT_EQ(v, f::kFormatVersion);
-  for (std::size_t n = 0; n < sizeof h; ++n) EXPECT_EQ(f::decode_file_header(h, n, nullptr), f::HeaderStatus::short_file) << n;
+  for (std::size_t n = 0; n < sizeof h; ++n)
+    EXPECT_EQ(f::decode_file_header(h, n, nullptr), f::HeaderStatus::short_file) << n;
   unsigned char elf[f::kFileHeaderSize] = {0x7f, 'E', 'L', 'F'};
   EXPECT_EQ(f::decode_file_header(elf, sizeof elf, nullptr), f::HeaderStatus::not_a_trace);
   EXPECT_EQ(f::decode_file_header(elf, 3, nullptr), f::HeaderStatus::not_a_trace);
@@ -469,7 +523,8 @@ TEST(FormatRules, AddressSpaces) {
   EXPECT_EQ(f::space_key(p, f::AllocKind::device_pooled), p);
   EXPECT_EQ(f::space_key(p, f::AllocKind::async), f::space_key(p, f::AllocKind::managed));
   std::set<std::uint64_t> keys;
-  for (auto k : {f::AllocKind::device_pooled, f::AllocKind::vmm_physical, f::AllocKind::vmm_map, f::AllocKind::va_reserve})
+  for (auto k :
+       {f::AllocKind::device_pooled, f::AllocKind::vmm_physical, f::AllocKind::vmm_map, f::AllocKind::va_reserve})
     keys.insert(f::space_key(p, k));
   EXPECT_EQ(keys.size(), 4u);
 }
@@ -495,8 +550,9 @@ TEST(FormatRules, OomDiagnosis) {
   EXPECT_TRUE(d.fits_without_fragmentation);
   f::OomText t;
   f::oom_text(frag, d, &t);
-  EXPECT_STREQ(t.fit, "without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
-                      "block 2.00 MiB)");
+  EXPECT_STREQ(t.fit,
+               "without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
+               "block 2.00 MiB)");
   EXPECT_EQ(std::string(t.suggestion).rfind("the pool's free memory is split", 0), 0u) << t.suggestion;
 
   f::OomFacts cap = frag;
@@ -504,8 +560,9 @@ TEST(FormatRules, OomDiagnosis) {
   d = f::diagnose_oom(cap);
   EXPECT_EQ(d.cause, f::OomCause::limit);
   f::oom_text(cap, d, &t);
-  EXPECT_STREQ(t.suggestion, "the per-process cap GPUHEAP_LIMIT=40.0 MiB is what failed; the device itself has 900 MiB "
-                             "free");
+  EXPECT_STREQ(t.suggestion,
+               "the per-process cap GPUHEAP_LIMIT=40.0 MiB is what failed; the device itself has 900 MiB "
+               "free");
   EXPECT_STREQ(f::oom_cause_name(d.cause), "limit");
 
   f::OomFacts real;

@@ -126,7 +126,8 @@ TEST(Labels, ShortNameElidesTemplateArguments) {
                        "float, float>::*)(at::TensorIterator&), &at::native::sum_functor<float, float, "
                        "float>::operator(), 1u>, float (float, float)> >, double>"),
             "at::native::gpu_reduce_kernel<...>");
-  EXPECT_EQ(short_name("c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<int> >::call"),
+  EXPECT_EQ(short_name(
+                "c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<int> >::call"),
             "c10::impl::wrap_kernel_functor_unboxed_<...>::call");
   EXPECT_EQ(short_name("user_model_forward"), "user_model_forward");
   EXPECT_EQ(short_name("at::(anonymous namespace)::create_out"), "at::(anonymous namespace)::create_out");
@@ -138,7 +139,8 @@ TEST(Labels, ShortNameElidesTemplateArguments) {
 
   // site_label_text elides on request (summary's default view, check), native labels only.
   std::vector<Frame> st = {fn("c10::cuda::CUDACachingAllocator::allocate(unsigned long)"),
-                           fn("void at::native::gpu_reduce_kernel<float, 4>(at::TensorIterator&)", "/x/libtorch_cuda.so")};
+                           fn("void at::native::gpu_reduce_kernel<float, 4>(at::TensorIterator&)",
+                              "/x/libtorch_cuda.so")};
   EXPECT_EQ(site_label_text(st), "at::native::gpu_reduce_kernel<float, 4>");
   EXPECT_EQ(site_label_text(st, true), "at::native::gpu_reduce_kernel<...>");
   std::vector<Frame> py_st = {anon("/v/torch/lib/libc10_cuda.so", 0x10), anon("/v/torch/lib/libtorch_cuda.so", 0x20),
@@ -158,7 +160,8 @@ TEST(Labels, PassthroughFrames) {
   EXPECT_EQ(passthrough_kind(py("Linear.forward", "/v/site-packages/torch/nn/modules/linear.py", 134)),
             Passthrough::none);
   EXPECT_EQ(passthrough_kind(py("Model._call_impl", "/work/job.py", 3)), Passthrough::none);
-  EXPECT_EQ(passthrough_kind(fn("at::_ops::addmm::call(at::Tensor const&)", "/v/libtorch_cpu.so")), Passthrough::dispatch);
+  EXPECT_EQ(passthrough_kind(fn("at::_ops::addmm::call(at::Tensor const&)", "/v/libtorch_cpu.so")),
+            Passthrough::dispatch);
   EXPECT_EQ(passthrough_kind(fn("at::_ops::mm::redispatch(c10::DispatchKeySet)", "/v/libtorch_cpu.so")),
             Passthrough::dispatch);
   EXPECT_EQ(passthrough_kind(fn("c10::impl::wrap_kernel_functor_unboxed_<X>::call(c10::OperatorKernel*)")),

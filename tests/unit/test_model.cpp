@@ -147,8 +147,8 @@ TEST(Model, NonPooledKinds) {
   b.alloc(0xA000000, 100, 4096, 1, AllocKind::async);
   b.alloc(0xB000000, 200, 8192, 1, AllocKind::managed);
   b.alloc(0xC000000, 64 * MiB, 64 * MiB, 1, AllocKind::va_reserve);
-  b.alloc(0x5, 2 * MiB, 2 * MiB, 1, AllocKind::vmm_physical);          // handle
-  b.alloc(0xC000000, 2 * MiB, 2 * MiB, 1, AllocKind::vmm_map);         // same VA as the reservation
+  b.alloc(0x5, 2 * MiB, 2 * MiB, 1, AllocKind::vmm_physical);   // handle
+  b.alloc(0xC000000, 2 * MiB, 2 * MiB, 1, AllocKind::vmm_map);  // same VA as the reservation
   b.alloc(0x7ff000000000ull, 300, 4096, 1, AllocKind::host_pinned);
   b.free(0xA000000, AllocKind::async);
   b.alloc(0xA100000, 100, 2048, 1, AllocKind::async);
@@ -228,10 +228,10 @@ TEST(Model, PeakConsumersAtTheRightMoment) {
 
 TEST(Model, PeakConsumersIncludeStillLiveAllocations) {
   TraceBuilder b;
-  b.alloc(0x1000000, MiB, MiB, 7, AllocKind::device_passthrough);      // lives to the end
+  b.alloc(0x1000000, MiB, MiB, 7, AllocKind::device_passthrough);          // lives to the end
   b.alloc(0x2000000, 2 * MiB, 2 * MiB, 8, AllocKind::device_passthrough);  // peak 3 MiB
   b.free(0x2000000, AllocKind::device_passthrough);
-  b.alloc(0x3000000, MiB, MiB, 9, AllocKind::device_passthrough);      // 2 MiB: lower
+  b.alloc(0x3000000, MiB, MiB, 9, AllocKind::device_passthrough);  // 2 MiB: lower
   b.end();
   auto a = analyze_one(b, "peak2.gh");
   const auto& d = dev0(a);
@@ -250,7 +250,7 @@ TEST(Model, Temporaries) {
   b.free(0x2000, AllocKind::device_passthrough, 1);  // not: tid 1 allocated since
   b.alloc(0x4000, 10, 512, 3, AllocKind::device_passthrough, 0, 1);
   b.alloc(0x5000, 10, 512, 4, AllocKind::device_passthrough, 0, 2);  // other thread
-  b.free(0x4000, AllocKind::device_passthrough, 1);  // temporary: per-thread definition
+  b.free(0x4000, AllocKind::device_passthrough, 1);                  // temporary: per-thread definition
   b.end();
   auto a = analyze_one(b, "temp.gh");
   const auto& s = a.traces[0]->sites;
@@ -352,7 +352,7 @@ TEST(Model, FragmentationAtPeakAllocated) {
   b.alloc(kSeg + MiB + 512 * 1024, MiB / 2, MiB / 2, 1);  // leaves a 512 KiB hole before it
   b.alloc(kSeg + 2 * MiB, MiB, MiB, 1);
   b.free(kSeg + 2 * MiB);
-  b.completed(kSeg + 2 * MiB);  // tail piece [2 MiB, 4 MiB)
+  b.completed(kSeg + 2 * MiB);            // tail piece [2 MiB, 4 MiB)
   b.segment(kSeg, 4 * MiB, false, true);  // bogus release with blocks still active: detached
   b.end();
   auto a = analyze_one(b, "frag.gh");

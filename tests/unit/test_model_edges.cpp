@@ -213,9 +213,7 @@ namespace {
 struct Wide {
   std::uint64_t a[5];
 };
-__attribute__((noinline)) void prefetch_wide(const gpuheap::base::FlatMap<Wide>& m, std::uint64_t k) {
-  m.prefetch(k);
-}
+__attribute__((noinline)) void prefetch_wide(const gpuheap::base::FlatMap<Wide>& m, std::uint64_t k) { m.prefetch(k); }
 }  // namespace
 
 // Optimized builds only (the release build CI and users run): at -O0 or under a sanitizer

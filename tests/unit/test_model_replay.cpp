@@ -221,8 +221,8 @@ void run_case(unsigned seed, int events, int no_new_peak_after = -1) {
   const auto& m = *a.traces[0];
   ASSERT_EQ(m.devices.size(), 1u);
   const auto& d = m.devices[0];
-  for (int metric : {kRequestedBytes, kAllocatedBytes, kActiveBytes, kReservedBytes, kInactiveSplitBytes,
-                     kAllocations, kActiveAllocs, kSegments, kInactiveSplit})
+  for (int metric : {kRequestedBytes, kAllocatedBytes, kActiveBytes, kReservedBytes, kInactiveSplitBytes, kAllocations,
+                     kActiveAllocs, kSegments, kInactiveSplit})
     for (int q = 0; q < 3; ++q) {
       const auto& got = d.stat[metric][q];
       const auto& want = ref.stat[metric][q];

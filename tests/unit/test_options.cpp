@@ -52,7 +52,11 @@ std::uint64_t value_of(const d::Settings& s, d::OptionId id) {
     case I::unsafe_reuse: return s.unsafe_reuse;
     case I::release_threshold: return s.release_threshold;
     case I::follow_fork: return s.follow_fork;
-    case I::output: case I::path_file: case I::buffer_mb: case I::limit: case I::follow_fork_root: break;
+    case I::output:
+    case I::path_file:
+    case I::buffer_mb:
+    case I::limit:
+    case I::follow_fork_root: break;
   }
   return 0;
 }
@@ -69,48 +73,86 @@ struct Case {
 // Every numeric option: valid spellings, boundaries on both sides, garbage.
 const Case kCases[] = {
     // booleans (default 0)
-    {"GPUHEAP_FREE_STACKS", "1", true, 1}, {"GPUHEAP_FREE_STACKS", "on", true, 1},
-    {"GPUHEAP_FREE_STACKS", "TRUE", true, 1}, {"GPUHEAP_FREE_STACKS", "Yes", true, 1},
-    {"GPUHEAP_FREE_STACKS", "0", true, 0}, {"GPUHEAP_FREE_STACKS", "2", false, 0},
+    {"GPUHEAP_FREE_STACKS", "1", true, 1},
+    {"GPUHEAP_FREE_STACKS", "on", true, 1},
+    {"GPUHEAP_FREE_STACKS", "TRUE", true, 1},
+    {"GPUHEAP_FREE_STACKS", "Yes", true, 1},
+    {"GPUHEAP_FREE_STACKS", "0", true, 0},
+    {"GPUHEAP_FREE_STACKS", "2", false, 0},
     {"GPUHEAP_FREE_STACKS", "enabled", false, 0},
-    {"GPUHEAP_QUIET", "1", true, 1}, {"GPUHEAP_QUIET", "yes", true, 1}, {"GPUHEAP_QUIET", "oN", true, 1},
-    {"GPUHEAP_QUIET", "no", true, 0}, {"GPUHEAP_QUIET", "y", false, 0}, {"GPUHEAP_QUIET", "-1", false, 0},
-    {"GPUHEAP_STRICT_FENCES", "1", true, 1}, {"GPUHEAP_STRICT_FENCES", "off", true, 0},
-    {"GPUHEAP_STRICT_FENCES", "FALSE", true, 0}, {"GPUHEAP_STRICT_FENCES", "01", false, 0},
-    {"GPUHEAP_UNSAFE_REUSE", "true", true, 1}, {"GPUHEAP_UNSAFE_REUSE", "no", true, 0},
+    {"GPUHEAP_QUIET", "1", true, 1},
+    {"GPUHEAP_QUIET", "yes", true, 1},
+    {"GPUHEAP_QUIET", "oN", true, 1},
+    {"GPUHEAP_QUIET", "no", true, 0},
+    {"GPUHEAP_QUIET", "y", false, 0},
+    {"GPUHEAP_QUIET", "-1", false, 0},
+    {"GPUHEAP_STRICT_FENCES", "1", true, 1},
+    {"GPUHEAP_STRICT_FENCES", "off", true, 0},
+    {"GPUHEAP_STRICT_FENCES", "FALSE", true, 0},
+    {"GPUHEAP_STRICT_FENCES", "01", false, 0},
+    {"GPUHEAP_UNSAFE_REUSE", "true", true, 1},
+    {"GPUHEAP_UNSAFE_REUSE", "no", true, 0},
     {"GPUHEAP_UNSAFE_REUSE", "maybe", false, 0},
-    {"GPUHEAP_DISABLE", "yes", true, 1}, {"GPUHEAP_DISABLE", "off", true, 0}, {"GPUHEAP_DISABLE", "x", false, 0},
+    {"GPUHEAP_DISABLE", "yes", true, 1},
+    {"GPUHEAP_DISABLE", "off", true, 0},
+    {"GPUHEAP_DISABLE", "x", false, 0},
     // booleans (default 1)
-    {"GPUHEAP_POOL", "off", true, 0}, {"GPUHEAP_POOL", "No", true, 0}, {"GPUHEAP_POOL", "1", true, 1},
+    {"GPUHEAP_POOL", "off", true, 0},
+    {"GPUHEAP_POOL", "No", true, 0},
+    {"GPUHEAP_POOL", "1", true, 1},
     {"GPUHEAP_POOL", "nope", false, 1},
-    {"GPUHEAP_STACKS", "off", true, 0}, {"GPUHEAP_STACKS", "0", true, 0}, {"GPUHEAP_STACKS", "false", true, 0},
-    {"GPUHEAP_STACKS", " off ", true, 0}, {"GPUHEAP_STACKS", "o", false, 1},
-    {"GPUHEAP_PYTHON_STACKS", "0", true, 0}, {"GPUHEAP_PYTHON_STACKS", "yes", true, 1},
+    {"GPUHEAP_STACKS", "off", true, 0},
+    {"GPUHEAP_STACKS", "0", true, 0},
+    {"GPUHEAP_STACKS", "false", true, 0},
+    {"GPUHEAP_STACKS", " off ", true, 0},
+    {"GPUHEAP_STACKS", "o", false, 1},
+    {"GPUHEAP_PYTHON_STACKS", "0", true, 0},
+    {"GPUHEAP_PYTHON_STACKS", "yes", true, 1},
     {"GPUHEAP_PYTHON_STACKS", "python", false, 1},
-    {"GPUHEAP_FOLLOW_FORK", "0", true, 0}, {"GPUHEAP_FOLLOW_FORK", "OFF", true, 0},
-    {"GPUHEAP_FOLLOW_FORK", "on", true, 1}, {"GPUHEAP_FOLLOW_FORK", "10", false, 1},
+    {"GPUHEAP_FOLLOW_FORK", "0", true, 0},
+    {"GPUHEAP_FOLLOW_FORK", "OFF", true, 0},
+    {"GPUHEAP_FOLLOW_FORK", "on", true, 1},
+    {"GPUHEAP_FOLLOW_FORK", "10", false, 1},
     // integer 1..256
-    {"GPUHEAP_STACK_DEPTH", "1", true, 1}, {"GPUHEAP_STACK_DEPTH", "256", true, 256},
-    {"GPUHEAP_STACK_DEPTH", "32", true, 32}, {"GPUHEAP_STACK_DEPTH", "0", false, 64},
-    {"GPUHEAP_STACK_DEPTH", "257", false, 64}, {"GPUHEAP_STACK_DEPTH", "-5", false, 64},
-    {"GPUHEAP_STACK_DEPTH", "12abc", false, 64}, {"GPUHEAP_STACK_DEPTH", "99999999999999999999999", false, 64},
+    {"GPUHEAP_STACK_DEPTH", "1", true, 1},
+    {"GPUHEAP_STACK_DEPTH", "256", true, 256},
+    {"GPUHEAP_STACK_DEPTH", "32", true, 32},
+    {"GPUHEAP_STACK_DEPTH", "0", false, 64},
+    {"GPUHEAP_STACK_DEPTH", "257", false, 64},
+    {"GPUHEAP_STACK_DEPTH", "-5", false, 64},
+    {"GPUHEAP_STACK_DEPTH", "12abc", false, 64},
+    {"GPUHEAP_STACK_DEPTH", "99999999999999999999999", false, 64},
     // durations
-    {"GPUHEAP_FLUSH_MS", "1", true, 1 * kMs}, {"GPUHEAP_FLUSH_MS", "60000", true, 60 * kS},
-    {"GPUHEAP_FLUSH_MS", "60s", true, 60 * kS}, {"GPUHEAP_FLUSH_MS", "500us", false, 20 * kMs},
-    {"GPUHEAP_FLUSH_MS", "1000us", true, 1 * kMs}, {"GPUHEAP_FLUSH_MS", "0", false, 20 * kMs},
-    {"GPUHEAP_FLUSH_MS", "60001", false, 20 * kMs}, {"GPUHEAP_FLUSH_MS", "fast", false, 20 * kMs},
-    {"GPUHEAP_FLUSH_MS", "1.5", false, 20 * kMs}, {"GPUHEAP_FLUSH_MS", "5min", false, 20 * kMs},
-    {"GPUHEAP_SEAL_US", "0", true, 0}, {"GPUHEAP_SEAL_US", "5000000", true, 5 * kS},
-    {"GPUHEAP_SEAL_US", "2ms", true, 2 * kMs}, {"GPUHEAP_SEAL_US", "3600s", true, 3600 * kS},
-    {"GPUHEAP_SEAL_US", "3601s", false, 200 * kUs}, {"GPUHEAP_SEAL_US", "abc", false, 200 * kUs},
-    {"GPUHEAP_SEAL_US", "-1", false, 200 * kUs}, {"GPUHEAP_SEAL_US", "18446744073709551615", false, 200 * kUs},
+    {"GPUHEAP_FLUSH_MS", "1", true, 1 * kMs},
+    {"GPUHEAP_FLUSH_MS", "60000", true, 60 * kS},
+    {"GPUHEAP_FLUSH_MS", "60s", true, 60 * kS},
+    {"GPUHEAP_FLUSH_MS", "500us", false, 20 * kMs},
+    {"GPUHEAP_FLUSH_MS", "1000us", true, 1 * kMs},
+    {"GPUHEAP_FLUSH_MS", "0", false, 20 * kMs},
+    {"GPUHEAP_FLUSH_MS", "60001", false, 20 * kMs},
+    {"GPUHEAP_FLUSH_MS", "fast", false, 20 * kMs},
+    {"GPUHEAP_FLUSH_MS", "1.5", false, 20 * kMs},
+    {"GPUHEAP_FLUSH_MS", "5min", false, 20 * kMs},
+    {"GPUHEAP_SEAL_US", "0", true, 0},
+    {"GPUHEAP_SEAL_US", "5000000", true, 5 * kS},
+    {"GPUHEAP_SEAL_US", "2ms", true, 2 * kMs},
+    {"GPUHEAP_SEAL_US", "3600s", true, 3600 * kS},
+    {"GPUHEAP_SEAL_US", "3601s", false, 200 * kUs},
+    {"GPUHEAP_SEAL_US", "abc", false, 200 * kUs},
+    {"GPUHEAP_SEAL_US", "-1", false, 200 * kUs},
+    {"GPUHEAP_SEAL_US", "18446744073709551615", false, 200 * kUs},
     {"GPUHEAP_SEAL_US", "100NS", true, 100},
     // size (default none = 0)
-    {"GPUHEAP_RELEASE_THRESHOLD", "1", true, 1}, {"GPUHEAP_RELEASE_THRESHOLD", "0", true, 0},
-    {"GPUHEAP_RELEASE_THRESHOLD", "512MiB", true, 512ull << 20}, {"GPUHEAP_RELEASE_THRESHOLD", "2GB", true, 2'000'000'000},
-    {"GPUHEAP_RELEASE_THRESHOLD", "1.5g", true, 3ull << 29}, {"GPUHEAP_RELEASE_THRESHOLD", "8gib", true, 8ull << 30},
-    {"GPUHEAP_RELEASE_THRESHOLD", "-1", false, 0}, {"GPUHEAP_RELEASE_THRESHOLD", "10 parsecs", false, 0},
-    {"GPUHEAP_RELEASE_THRESHOLD", "inf", false, 0}, {"GPUHEAP_RELEASE_THRESHOLD", "99999999TiB", false, 0},
+    {"GPUHEAP_RELEASE_THRESHOLD", "1", true, 1},
+    {"GPUHEAP_RELEASE_THRESHOLD", "0", true, 0},
+    {"GPUHEAP_RELEASE_THRESHOLD", "512MiB", true, 512ull << 20},
+    {"GPUHEAP_RELEASE_THRESHOLD", "2GB", true, 2'000'000'000},
+    {"GPUHEAP_RELEASE_THRESHOLD", "1.5g", true, 3ull << 29},
+    {"GPUHEAP_RELEASE_THRESHOLD", "8gib", true, 8ull << 30},
+    {"GPUHEAP_RELEASE_THRESHOLD", "-1", false, 0},
+    {"GPUHEAP_RELEASE_THRESHOLD", "10 parsecs", false, 0},
+    {"GPUHEAP_RELEASE_THRESHOLD", "inf", false, 0},
+    {"GPUHEAP_RELEASE_THRESHOLD", "99999999TiB", false, 0},
 };
 
 }  // namespace
@@ -123,7 +165,7 @@ TEST(Options, TableIsComplete) {
     EXPECT_EQ(d::find_option(s.name), &s);
     EXPECT_TRUE(s.doc && *s.doc && s.default_text && *s.default_text) << s.name;
   }
-  EXPECT_EQ(names.size(), 18u);  // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17)
+  EXPECT_EQ(names.size(), 18u);                            // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17)
   EXPECT_EQ(d::kOptionTable[0].id, d::OptionId::disable);  // read first: nothing else when set
 }
 
@@ -262,7 +304,8 @@ TEST(Options, ParseBool) {
     b = true;
     EXPECT_TRUE(gpuheap::common::parse_bool(f, &b) && !b) << f;
   }
-  for (const char* x : {"", "2", "t", "f", "onn", "yes please", " 1"}) EXPECT_FALSE(gpuheap::common::parse_bool(x, &b)) << x;
+  for (const char* x : {"", "2", "t", "f", "onn", "yes please", " 1"})
+    EXPECT_FALSE(gpuheap::common::parse_bool(x, &b)) << x;
 }
 
 TEST(Options, ParseSizeAndDuration) {

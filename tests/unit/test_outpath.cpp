@@ -12,10 +12,10 @@
 #include "preload/record/outpath.h"
 
 using gpuheap::common::absolute_output_pattern;
-using gpuheap::preload::create_trace_file;
-using gpuheap::preload::current_outpath_vars;
 using gpuheap::common::expand_output_pattern;
 using gpuheap::common::OutpathVars;
+using gpuheap::preload::create_trace_file;
+using gpuheap::preload::current_outpath_vars;
 
 namespace {
 

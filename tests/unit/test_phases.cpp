@@ -244,7 +244,10 @@ TEST(Phases, CliCheckAfterAndMaxGrowth) {
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["growth"]["phase"], "step");
   EXPECT_EQ(doc["growth"]["growth_bytes"], 200);
-  EXPECT_EQ(sh("summary " + leaky).out.find("Growth, device 0: 1.27 KiB requested live at the end of 'step' #4 vs 1.07 KiB") != std::string::npos, true);
+  EXPECT_EQ(sh("summary " + leaky)
+                    .out.find("Growth, device 0: 1.27 KiB requested live at the end of 'step' #4 vs 1.07 KiB") !=
+                std::string::npos,
+            true);
 }
 
 TEST(Phases, DeepNestingIsBoundedAndStillMatched) {

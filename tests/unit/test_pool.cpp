@@ -17,9 +17,9 @@ namespace {
 
 using test::HostUpstream;
 using test::RecordingObserver;
+using test_util::addr;
 using test_util::KiB;
 using test_util::MiB;
-using test_util::addr;
 using test_util::must_alloc;
 
 struct PoolTest : ::testing::Test {
@@ -184,9 +184,7 @@ TEST_F(PoolTest, FindInteriorPointers) {
   Pool p(up, {}, &obs);
   PoolBlock a = must_alloc(p, 4096), b = must_alloc(p, 1000), c = must_alloc(p, 3 * MiB);
   PoolBlock f;
-  auto at = [](const PoolBlock& x, std::size_t off) {
-    return reinterpret_cast<const void*>(addr(x) + off);
-  };
+  auto at = [](const PoolBlock& x, std::size_t off) { return reinterpret_cast<const void*>(addr(x) + off); };
   ASSERT_TRUE(p.find(a.ptr, &f));
   EXPECT_EQ(f.ptr, a.ptr);
   ASSERT_TRUE(p.find(at(a, 4095), &f));
@@ -200,7 +198,7 @@ TEST_F(PoolTest, FindInteriorPointers) {
   ASSERT_TRUE(p.find(at(c, 3 * MiB - 1), &f));
   EXPECT_EQ(f.ptr, c.ptr);
   EXPECT_FALSE(f.small);
-  EXPECT_FALSE(p.find(at(c, 3 * MiB + 5), &f));  // free remainder of c's segment
+  EXPECT_FALSE(p.find(at(c, 3 * MiB + 5), &f));                 // free remainder of c's segment
   EXPECT_FALSE(p.find(at(c, 20 * MiB), &f) && f.ptr == c.ptr);  // past the segment
   EXPECT_FALSE(p.find(reinterpret_cast<void*>(16), &f));
   ASSERT_TRUE(p.deallocate(a.ptr));
@@ -303,7 +301,7 @@ TEST_F(PoolTest, ContainsCoversEveryBlockStateButNotForeignMemory) {
   EXPECT_TRUE(p.contains(base + 4096 + 8));     // pending
   EXPECT_TRUE(p.contains(base + 2 * MiB - 1));  // free tail
   EXPECT_FALSE(p.contains(base - 1));
-  EXPECT_FALSE(p.contains(base + 2 * MiB));     // the only segment ends here
+  EXPECT_FALSE(p.contains(base + 2 * MiB));  // the only segment ends here
   int local = 0;
   EXPECT_FALSE(p.contains(&local));
   EXPECT_FALSE(p.contains(nullptr));
@@ -341,8 +339,8 @@ TEST_F(PoolTest, LimitCapsReservedBytes) {
   PoolBlock a = must_alloc(p, 2 * MiB);  // 20 MiB segment
   PoolBlock b = must_alloc(p, 4096);     // 2 MiB small segment: 22 MiB
   PoolBlock c;
-  EXPECT_EQ(p.allocate(4 * MiB - 512, &c), PoolStatus::ok);  // fits the large segment
-  EXPECT_EQ(p.allocate(14 * MiB, &c), PoolStatus::ok);      // 18 - 4 = 14 MiB left
+  EXPECT_EQ(p.allocate(4 * MiB - 512, &c), PoolStatus::ok);       // fits the large segment
+  EXPECT_EQ(p.allocate(14 * MiB, &c), PoolStatus::ok);            // 18 - 4 = 14 MiB left
   EXPECT_EQ(p.allocate(4 * MiB, &c), PoolStatus::out_of_memory);  // needs another 20 MiB
   PoolStats st = p.stats();
   EXPECT_EQ(st.reserved, 22 * MiB);

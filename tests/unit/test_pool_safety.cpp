@@ -18,9 +18,9 @@ using test::DelayingUpstream;
 using test::HostUpstream;
 using test::LimitingUpstream;
 using test::RecordingObserver;
+using test_util::addr;
 using test_util::KiB;
 using test_util::MiB;
-using test_util::addr;
 using test_util::must_alloc;
 
 TEST(PoolFences, PendingBlocksAreNotReusedBeforeTheirFence) {
@@ -88,8 +88,8 @@ TEST(PoolFences, TrimReleasesOnlyWhatTheGpuFinishedWithoutWaiting) {
   RecordingObserver obs;
   Pool p(up, {}, &obs);
   PoolBlock a = must_alloc(p, 12 * MiB), b = must_alloc(p, 4 * KiB);
-  ASSERT_TRUE(p.deallocate(a.ptr));  // sealed (first free)
-  ASSERT_TRUE(p.deallocate(b.ptr));  // unsealed: trim never records or waits
+  ASSERT_TRUE(p.deallocate(a.ptr));                            // sealed (first free)
+  ASSERT_TRUE(p.deallocate(b.ptr));                            // unsealed: trim never records or waits
   EXPECT_EQ(p.trim(format::EmptyCacheReason::threshold), 0u);  // fence not done: nothing is free yet
   EXPECT_EQ(up.forced_waits(), 0u);
   up.complete_all();
@@ -104,8 +104,7 @@ TEST(PoolFences, TrimReleasesOnlyWhatTheGpuFinishedWithoutWaiting) {
 
 // A slow "kernel" on stream 0 still writes into a block when the host frees it; the block is
 // reallocated and stream 1 fills it. Returns true when stream 0's late write corrupted it.
-bool late_write_corrupts(bool unsafe, std::size_t bytes, bool* same_address,
-                         std::uint64_t* waits) {
+bool late_write_corrupts(bool unsafe, std::size_t bytes, bool* same_address, std::uint64_t* waits) {
   DelayingUpstream gpu(2);
   PoolConfig cfg;
   cfg.unsafe_reuse = unsafe;
@@ -114,8 +113,7 @@ bool late_write_corrupts(bool unsafe, std::size_t bytes, bool* same_address,
   std::size_t words = std::min<std::size_t>(bytes, 256 * KiB) / sizeof(std::uint32_t);
   auto fill = [words](void* p, std::uint32_t v) {
     auto* w = static_cast<std::uint32_t*>(p);
-    for (std::size_t i = 0; i < words; ++i)
-      std::atomic_ref<std::uint32_t>(w[i]).store(v, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < words; ++i) std::atomic_ref<std::uint32_t>(w[i]).store(v, std::memory_order_relaxed);
   };
   PoolBlock a = must_alloc(pool, bytes);
   gpu.launch(0, 300ms, [=] { fill(a.ptr, 0xAAAAAAAAu); });
@@ -234,8 +232,7 @@ void random_sequence(PoolConfig cfg, std::uint32_t seed, int ops) {
   std::map<std::uintptr_t, std::size_t> live, unreclaimed;
   std::vector<std::uintptr_t> order;
   std::size_t seen_events = 0;
-  auto overlaps = [](const std::map<std::uintptr_t, std::size_t>& m, std::uintptr_t a,
-                     std::size_t n) {
+  auto overlaps = [](const std::map<std::uintptr_t, std::size_t>& m, std::uintptr_t a, std::size_t n) {
     auto it = m.lower_bound(a + n);
     return it != m.begin() && (--it, it->first + it->second > a);
   };
@@ -320,9 +317,7 @@ void random_sequence(PoolConfig cfg, std::uint32_t seed, int ops) {
   EXPECT_EQ(up.in_use(), 0u);
 }
 
-TEST(PoolProperty, RandomSequencesKeepInvariantsDefaultConfig) {
-  random_sequence({}, 12345, 3000);
-}
+TEST(PoolProperty, RandomSequencesKeepInvariantsDefaultConfig) { random_sequence({}, 12345, 3000); }
 
 TEST(PoolProperty, RandomSequencesKeepInvariantsOversizeAndEagerFences) {
   PoolConfig cfg;

@@ -52,7 +52,7 @@ TEST(Progress, Line) {
             "gpuheap: reading run.trace: 1.2 GiB / 3.4 GiB (35%), 21.3 M events/s");
   EXPECT_EQ(progress_line("2 traces", 0, 100, 0), "gpuheap: reading 2 traces: 0 B / 100 B (0%), 0 events/s");
   EXPECT_EQ(progress_line("t", 200, 100, 5), "gpuheap: reading t: 100 B / 100 B (100%), 5 events/s");  // clamped
-  EXPECT_EQ(progress_line("t", 5 * MiB, 0, 1e6), "gpuheap: reading t: 5.0 MiB, 1.0 M events/s");  // size unknown
+  EXPECT_EQ(progress_line("t", 5 * MiB, 0, 1e6), "gpuheap: reading t: 5.0 MiB, 1.0 M events/s");       // size unknown
 }
 
 TEST(Progress, WhenDue) {

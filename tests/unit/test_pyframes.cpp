@@ -14,7 +14,8 @@ namespace {
 std::string unhex(const std::string& h) {
   std::string out;
   if (h == "-") return out;
-  for (std::size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -81,9 +82,9 @@ TEST(PyLines, LocationTableCodes) {
 TEST(PyLines, NotStartedFrameIsItsFirstLineAndDamageIsNoLine) {
   EXPECT_EQ(py_line(12, 42, "", format::kPyNoLasti), 42);
   EXPECT_EQ(py_line(12, 42, "", 0), 0);
-  EXPECT_EQ(py_line(12, 42, std::string("\x01\x02", 2), 0), 0);  // not at an entry
+  EXPECT_EQ(py_line(12, 42, std::string("\x01\x02", 2), 0), 0);        // not at an entry
   EXPECT_EQ(py_line(12, 42, std::string("\xf0\x7f", 2), 0), 42 - 31);  // varint cut short: no overread
-  EXPECT_EQ(py_line(10, 42, std::string("\x04", 1), 0), 0);  // odd-length 3.10 table
+  EXPECT_EQ(py_line(10, 42, std::string("\x04", 1), 0), 0);            // odd-length 3.10 table
 }
 
 TEST(PyLines, FramesNameCodeRecordsAndUnknownIds) {

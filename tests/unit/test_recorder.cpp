@@ -15,8 +15,8 @@
 #include <set>
 #include <thread>
 
-#include "preload/record/sink.h"
 #include "preload/record/scratch.h"
+#include "preload/record/sink.h"
 #include "test_recorder_util.h"
 
 using namespace rec_test;

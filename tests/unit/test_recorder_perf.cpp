@@ -70,8 +70,10 @@ TEST(RecorderPerf, RecordSixteenThreads) {
   d::recorder_stop(f::EndReason::stopped);
   double avg = 0;
   for (double x : per) avg += x / kThreads;
-  std::printf("[          ] record(): 16 threads on %u cores: %.1f ns wall per record (all threads), "
-              "%.1f ns per call as seen by a thread\n", std::thread::hardware_concurrency(), wall, avg);
+  std::printf(
+      "[          ] record(): 16 threads on %u cores: %.1f ns wall per record (all threads), "
+      "%.1f ns per call as seen by a thread\n",
+      std::thread::hardware_concurrency(), wall, avg);
   EXPECT_EQ(read_trace(d::recorder_path()).count(f::RecordType::alloc), std::size_t{kThreads} * kN);
   if (!kSanitized) EXPECT_LT(wall, 5000.0);
 }

@@ -21,7 +21,8 @@ std::string trace_of(const TempDir& dir, pid_t pid) { return dir.path + "/t." + 
 
 int wait_status(pid_t pid) {
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   return st;
 }
 
@@ -125,8 +126,7 @@ TEST_P(FatalSignal, EndRecordWrittenAndDeathUnchanged) {
     if (sig == SIGSEGV) {  // a real fault, on a page that exists but may not be touched
       void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       *static_cast<volatile int*>(page) = 1;
-    }
-    else if (sig == SIGABRT) abort();
+    } else if (sig == SIGABRT) abort();
     else kill(getpid(), sig);
     for (;;) pause();
   }

@@ -72,7 +72,7 @@ inline Trace read_trace(const std::string& path) {
   t.header = f::decode_file_header(p, t.data.size(), nullptr);
   if (t.header != f::HeaderStatus::ok) return t;
   const gpuheap::test::WalkEnd e = gpuheap::test::walk_records(p, t.data.size(), f::kFileHeaderSize,
-                                             [&](const f::Record& r) { t.records.push_back(r); });
+                                                               [&](const f::Record& r) { t.records.push_back(r); });
   t.last = e.status;
   t.tail_bytes = t.data.size() - e.offset;
   return t;

@@ -130,8 +130,8 @@ TEST(Replay, PassThroughFreeCompletesAtOnce) {
 
 TEST(Replay, PeakLayout) {
   TraceBuilder b;
-  b.alloc(kA, 1000, 1024);           // small pool: 2 MiB segment, 1 KiB block
-  b.alloc(kB, MiB + 1, MiB + 512);   // large: a 20 MiB segment, split
+  b.alloc(kA, 1000, 1024);          // small pool: 2 MiB segment, 1 KiB block
+  b.alloc(kB, MiB + 1, MiB + 512);  // large: a 20 MiB segment, split
   b.end();
   ReplayResult r = replay(b, "layout.trace");
   const ReplayDevice& d = r.devices.at(0);
@@ -228,7 +228,8 @@ TEST(Replay, SegmentAddressesNeverOverlap) {
 // byte.
 TEST(Replay, KeptH100ResNetTraceReproducesRecordedPeakReserved) {
   ReplayOptions o;
-  ReplayResult r = replay_trace(std::string(GPUHEAP_SOURCE_DIR) + "/tests/gpu/traces/h100-resnet18-nocache.trace.zst", o);
+  ReplayResult r = replay_trace(std::string(GPUHEAP_SOURCE_DIR) + "/tests/gpu/traces/h100-resnet18-nocache.trace.zst",
+                                o);
   ASSERT_EQ(r.devices.size(), 1u);  // the host allocations make no device of their own
   const ReplayDevice& d = r.devices[0];
   EXPECT_EQ(d.recorded_reserved_peak, 373293056u);
@@ -249,8 +250,8 @@ TEST(Replay, LimitUsesThePoolsReleaseAndRetry) {
   ReplayResult oom = replay(b, "retry.trace", "gpuheap", 13 * MiB);
   ASSERT_TRUE(oom.oom.hit);
   EXPECT_EQ(oom.oom.requested, 14 * MiB);
-  EXPECT_EQ(oom.oom.event_index, 6u);  // 1-based: process, device, alloc, free, completed, alloc
-  EXPECT_EQ(oom.oom.reserved, 0u);     // the retry gave the 12 MiB segment back first
+  EXPECT_EQ(oom.oom.event_index, 6u);   // 1-based: process, device, alloc, free, completed, alloc
+  EXPECT_EQ(oom.oom.reserved, 0u);      // the retry gave the 12 MiB segment back first
   EXPECT_EQ(oom.oom.ts_ns, 4 * 1000u);  // the 4th event; TraceBuilder ticks 1 us per event
 }
 

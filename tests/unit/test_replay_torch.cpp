@@ -233,7 +233,7 @@ TraceBuilder library_trace(bool with_c10) {
   b.stack(1, {0x1100, 0x10100, 0x50100});           // the caching allocator's cudaMalloc
   b.stack(2, {0x1100, 0x30100, 0x30200, 0x50100});  // cuBLAS's own, called from torch
   b.stack(3, {0x1100, 0x3100, 0x10100});            // through the runtime, from c10
-  b.stack(4, {0x1100, 0x99000});                     // in no recorded module: cannot tell
+  b.stack(4, {0x1100, 0x99000});                    // in no recorded module: cannot tell
   b.alloc(kA, 5 * MiB, 5 * MiB, 1);
   b.alloc(kW1, 32 * MiB, 32 * MiB, 2);
   b.alloc(kW2, 1000, 1024, 2);

@@ -1,8 +1,8 @@
 // Reports: torch-style cells, text summary rows, JSON schema keys, diff ordering.
 #include <gtest/gtest.h>
 
-#include "analyzer/summary/report.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -31,7 +31,7 @@ TraceBuilder sample_trace() {
 
 TEST(Units, TorchCells) {
   EXPECT_EQ(torch_size_cell(3584, 3584), "  3584 B  ");
-  EXPECT_EQ(torch_size_cell(786431, 786431), "786431 B  ");   // < 768 KiB stays in bytes
+  EXPECT_EQ(torch_size_cell(786431, 786431), "786431 B  ");  // < 768 KiB stays in bytes
   EXPECT_EQ(torch_size_cell(786432, 786432), "   768 KiB");
   EXPECT_EQ(torch_size_cell(3 * MiB, 3 * MiB), "  3072 KiB");  // < 768 MiB stays in KiB
   EXPECT_EQ(torch_size_cell(805306368, 805306368), "   768 MiB");
@@ -63,14 +63,17 @@ TEST(Report, TextSummaryRowsAndValues) {
   EXPECT_NE(t.find("cudaMalloc retries: 0"), std::string::npos);
   EXPECT_NE(t.find("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "), std::string::npos);
   // Allocated: current 3 MiB + 1 KiB, peak 5 MiB + 1 KiB, total alloc 5 MiB + 1 KiB, freed 2 MiB (KiB units).
-  EXPECT_NE(t.find(" Allocated memory      |   3073 KiB |   5121 KiB |   5121 KiB |   2048 KiB "), std::string::npos) << t;
-  EXPECT_NE(t.find(" GPU reserved memory   |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   "), std::string::npos) << t;
+  EXPECT_NE(t.find(" Allocated memory      |   3073 KiB |   5121 KiB |   5121 KiB |   2048 KiB "), std::string::npos)
+      << t;
+  EXPECT_NE(t.find(" GPU reserved memory   |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   "), std::string::npos)
+      << t;
   EXPECT_NE(t.find(" Allocations           |       2    |       3    |       3    |       1    "), std::string::npos);
-  for (const char* row : {"Active memory", "Requested memory", "Non-releasable memory", "Active allocs",
-                          "GPU reserved segments", "Non-releasable allocs", "Oversize allocations",
-                          "Oversize GPU segments", "from large pool", "from small pool"})
+  for (const char* row :
+       {"Active memory", "Requested memory", "Non-releasable memory", "Active allocs", "GPU reserved segments",
+        "Non-releasable allocs", "Oversize allocations", "Oversize GPU segments", "from large pool", "from small pool"})
     EXPECT_NE(t.find(row), std::string::npos) << row;
-  EXPECT_NE(t.find(" Async (stream-ord.)   |   4096 B   |   4096 B   |   4096 B   |       1    "), std::string::npos) << t;
+  EXPECT_NE(t.find(" Async (stream-ord.)   |   4096 B   |   4096 B   |   4096 B   |       1    "), std::string::npos)
+      << t;
   // Every table line is 75 columns.
   std::size_t start = t.find(std::string(75, '='));
   std::size_t stop = t.find("\n\n", start);
@@ -83,12 +86,14 @@ TEST(Report, TextSummaryRowsAndValues) {
     p = e + 1;
   }
   // Requested bytes first, the pool's block bytes beside them.
-  EXPECT_NE(t.find("Peak memory consumers, device 0: peak 5.00 MiB requested (5.00 MiB allocated)"),
-            std::string::npos) << t;
+  EXPECT_NE(t.find("Peak memory consumers, device 0: peak 5.00 MiB requested (5.00 MiB allocated)"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("#1    5.00 MiB requested   5.00 MiB allocated (100.0% of peak) in 2 allocations"),
-            std::string::npos) << t;
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("Leaks (live at the end of the trace): 3.00 MiB requested (3.00 MiB allocated) in 3 allocations"),
-            std::string::npos) << t;
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("#2    4.98 KiB requested   5.00 KiB allocated in 2 allocations"), std::string::npos) << t;
   EXPECT_NE(t.find("#2  2 allocations (4.98 KiB requested, 5.00 KiB allocated in total)"), std::string::npos) << t;
   EXPECT_NE(t.find("Fragmentation at peak allocated, device 0"), std::string::npos) << t;
@@ -105,9 +110,9 @@ TEST(Report, JsonRequiredKeys) {
   for (const char* k : {"truncated", "events", "path", "pid", "command", "duration_ns"})
     EXPECT_TRUE(j["trace"].contains(k)) << k;
   const auto& d = j["devices"][0];
-  for (const char* k : {"device", "name", "total_memory", "requested_bytes", "allocated_bytes", "active_bytes",
-                        "reserved_bytes", "inactive_split_bytes", "allocations", "segments", "num_ooms",
-                        "num_alloc_retries"})
+  for (const char* k :
+       {"device", "name", "total_memory", "requested_bytes", "allocated_bytes", "active_bytes", "reserved_bytes",
+        "inactive_split_bytes", "allocations", "segments", "num_ooms", "num_alloc_retries"})
     EXPECT_TRUE(d.contains(k)) << k;
   EXPECT_EQ(d["allocated_bytes"]["peak"], 5 * MiB + 1024);
   EXPECT_EQ(d["allocated_bytes"]["large_pool"]["peak"], 5 * MiB + 1024);

@@ -54,8 +54,8 @@ Result browse(const std::string& html, const std::string& what, const char* wind
   std::string profile = ::mkdtemp(tmpl);
   auto r = run("timeout 120 " + exe +
                " --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update"
-               " --disable-sync --disable-dev-shm-usage --no-first-run --hide-scrollbars --window-size=" + window +
-               " --virtual-time-budget=15000 --user-data-dir=" + profile + " " + what + " file://" + html +
+               " --disable-sync --disable-dev-shm-usage --no-first-run --hide-scrollbars --window-size=" +
+               window + " --virtual-time-budget=15000 --user-data-dir=" + profile + " " + what + " file://" + html +
                " 2>/dev/null");
   run("rm -rf " + profile);
   return r;
@@ -74,8 +74,9 @@ void expect_rendered(const std::string& dom) {
   EXPECT_NE(dom.find("data-status=\"ok\""), std::string::npos) << dom.substr(0, 3000);
   EXPECT_EQ(dom.find("<title>gpuheap report: ok</title>") == std::string::npos, false);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(dom, m, std::regex("ok: (\\d+) timelines, (\\d+) series, (\\d+) markers, (\\d+) "
-                                                   "flame graphs, (\\d+) frames drawn")))
+  ASSERT_TRUE(std::regex_search(dom, m,
+                                std::regex("ok: (\\d+) timelines, (\\d+) series, (\\d+) markers, (\\d+) "
+                                           "flame graphs, (\\d+) frames drawn")))
       << dom.substr(0, 3000);
   EXPECT_GE(std::stoi(m[1]), 1);
   EXPECT_GE(std::stoi(m[2]), 4);  // requested, allocated, active, reserved
@@ -138,7 +139,8 @@ TEST(ReportHtml, HostileNamesStayText) {
   EXPECT_NE(dom.out.find("1 phase spans"), std::string::npos) << dom.out.substr(0, 3000);
   EXPECT_EQ(data["timelines"][0]["spans"][0]["label"], kHostilePhase);
   bool mark = false;
-  for (const auto& m : data["timelines"][0]["markers"]) mark = mark || (m["kind"] == "phase" && m["label"] == "<u>mark</u>");
+  for (const auto& m : data["timelines"][0]["markers"])
+    mark = mark || (m["kind"] == "phase" && m["label"] == "<u>mark</u>");
   EXPECT_TRUE(mark) << data["timelines"][0]["markers"].dump();
 }
 

@@ -71,7 +71,8 @@ TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
       const json& s = j["peak_consumers"][i];
       const std::string e = entry(t, "Peak memory consumers", i + 1);
       EXPECT_NE(e.find("[" + s["library"].get<std::string>() + "] " + shown_label(s)), std::string::npos)
-          << i << ": " << s["label"] << "\n" << e;
+          << i << ": " << s["label"] << "\n"
+          << e;
       EXPECT_NE(e.find("\n        at "), std::string::npos) << e;  // with a stack
     }
     for (int i = 0; i < 5; ++i) {
@@ -79,7 +80,8 @@ TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
       const std::string e = entry(t, "Leaks (", i + 1);
       EXPECT_NE(e.find(shown_label(s)), std::string::npos) << e;
       // Its stack, or the peak consumer's that is the same.
-      EXPECT_TRUE(e.find("\n        at ") != std::string::npos || e.find("; stack as peak consumer #") != std::string::npos)
+      EXPECT_TRUE(e.find("\n        at ") != std::string::npos ||
+                  e.find("; stack as peak consumer #") != std::string::npos)
           << e;
     }
     EXPECT_NE(t.find("Most allocations (by count)"), std::string::npos);
@@ -104,7 +106,8 @@ TEST(SummaryView, ModuleCallFramesAreFoldedAndCounted) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(e, m, std::regex(R"(\.\.\. (\d+) allocator frames?, (\d+) native frames?\n)"))) << e;
   std::size_t counted = std::stoul(m[1]) + std::stoul(m[2]);
-  ASSERT_TRUE(std::regex_search(e, m, std::regex(R"(\.\.\. (\d+) more frames?, (\d+) module-call frames folded\n)"))) << e;
+  ASSERT_TRUE(std::regex_search(e, m, std::regex(R"(\.\.\. (\d+) more frames?, (\d+) module-call frames folded\n)")))
+      << e;
   const std::size_t folded = std::stoul(m[2]);
   counted += std::stoul(m[1]) + folded;
   const std::size_t shown = static_cast<std::size_t>(std::count(e.begin(), e.end(), '\n')) - 3;  // site, two counts
@@ -114,7 +117,8 @@ TEST(SummaryView, ModuleCallFramesAreFoldedAndCounted) {
   for (const auto& f : site["stack"]) {
     const std::string fn = f["function"];
     if (shown_at < shown && e.find("at " + fn + " (") != std::string::npos) ++shown_at;
-    else if (shown_at > 0 && shown_at < shown) calls += fn.find("_call_impl") != std::string::npos || fn == "Sequential.forward";
+    else if (shown_at > 0 && shown_at < shown)
+      calls += fn.find("_call_impl") != std::string::npos || fn == "Sequential.forward";
   }
   EXPECT_GE(folded, 4u);
   EXPECT_EQ(calls, folded) << e;
@@ -169,7 +173,8 @@ TEST(SummaryView, DiffNamesAndCutsSitesAsTheSummaryDoes) {
   const auto rows = r.out.find("Per-site change");
   ASSERT_NE(rows, std::string::npos) << r.out;
   const std::string t = r.out.substr(rows);
-  EXPECT_NE(t.find("\n        [PyTorch] Block.forward (torch_job.py:49)\n        ... 6 allocator frames, 12 native frames\n"),
+  EXPECT_NE(t.find("\n        [PyTorch] Block.forward (torch_job.py:49)\n        ... 6 allocator frames, 12 native "
+                   "frames\n"),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("module-call frames folded\n"), std::string::npos) << t;

@@ -52,9 +52,7 @@ __attribute__((noinline)) void capture_cb(void* arg) { static_cast<Capture*>(arg
 
 // Static cudart code inside a user binary: hidden by name.
 namespace cudart {
-__attribute__((noinline)) std::vector<std::uint64_t> fake_runtime_call() {
-  return symtest_exe::capture_stack();
-}
+__attribute__((noinline)) std::vector<std::uint64_t> fake_runtime_call() { return symtest_exe::capture_stack(); }
 }  // namespace cudart
 extern "C" __attribute__((noinline)) std::vector<std::uint64_t> __cudartFakeEntry() {
   return cudart::fake_runtime_call();
@@ -122,8 +120,7 @@ TEST_F(SymbolizeTest, CallSiteHasExactFunctionFileAndLine) {
   EXPECT_EQ(Symbolizer::format_frame(frames[1]),
             fmt::format("symtest_exe::noinline_alloc_site(int*) ({}:{})", frames[1].file, line));
   // The test body that called it is next.
-  EXPECT_NE(frames[2].function.find("CallSiteHasExactFunctionFileAndLine"), std::string::npos)
-      << frames[2].function;
+  EXPECT_NE(frames[2].function.find("CallSiteHasExactFunctionFileAndLine"), std::string::npos) << frames[2].function;
 }
 
 TEST_F(SymbolizeTest, InlinedFrameNamesInlinedFunctionAndCallerLine) {
@@ -239,7 +236,7 @@ TEST_F(SymbolizeTest, StaticCudartHashNamesAndApiEntryAreHidden) {
   EXPECT_EQ(find_fn(visible, "cudaFakeMalloc"), nullptr);
   ASSERT_GE(visible.size(), 3u);
   EXPECT_EQ(visible.size(), frames_to_main(all) - 4);  // the four runtime frames
-  EXPECT_EQ(visible[1].function, "cudaUserHelper");  // right after capture_stack
+  EXPECT_EQ(visible[1].function, "cudaUserHelper");    // right after capture_stack
   EXPECT_NE(visible[2].function.find("cudaMallocChecked"), std::string::npos);
 }
 
@@ -306,8 +303,8 @@ TEST_F(SymbolizeTest, UnusableFilesFallBackToModuleOffsetWithoutBlocking) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   auto text = (dir / "text.so").string();
   std::ofstream(text) << "not an ELF file\n";
-  std::vector<std::string> paths = {"/nonexistent/dir/libmissing.so", "relative/libx.so", fifo, text,
-                                    "/dev/zero", dir.string(), ""};
+  std::vector<std::string> paths =
+      {"/nonexistent/dir/libmissing.so", "relative/libx.so", fifo, text, "/dev/zero", dir.string(), ""};
   for (const auto& p : paths) {
     auto mods = mods_;
     mods.front().path = p;

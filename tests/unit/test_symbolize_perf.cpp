@@ -12,8 +12,8 @@
 
 namespace {
 
-double symbolize_range(const symtest::OwnedModule& m, const std::vector<symtest::OwnedModule>& all,
-                       std::size_t count, std::size_t* named) {
+double symbolize_range(const symtest::OwnedModule& m, const std::vector<symtest::OwnedModule>& all, std::size_t count,
+                       std::size_t* named) {
   gpuheap::Symbolizer s;
   for (const auto& x : all) s.add_module(x.record());
   std::uint64_t stride = (m.hi - m.lo) / count;
@@ -35,8 +35,8 @@ TEST(SymbolizePerf, TenThousandDistinctAddressesPerModule) {
     ASSERT_NE(m, nullptr);
     std::size_t named = 0;
     double secs = symbolize_range(*m, mods, kCount, &named);
-    std::printf("symbolize: %zu addresses in %s: %.3f s (%zu with a function name)\n", kCount, m->path.c_str(),
-                secs, named);
+    std::printf("symbolize: %zu addresses in %s: %.3f s (%zu with a function name)\n", kCount, m->path.c_str(), secs,
+                named);
     // Addresses stride over data segments too; only the text part has names.
     EXPECT_GT(named, kCount / 10) << m->path;
     EXPECT_LT(secs, 5.0) << m->path;
