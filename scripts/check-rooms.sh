@@ -49,8 +49,10 @@ while IFS= read -r readme; do
   [ -n "$line" ] || { echo "$readme: no 'May use:' line" >&2; exit 1; }
   list=${line#May use:}
   list=${list//,/ }
-  [ "$(echo $list)" = "nothing" ] && list=""
-  may[$room]=" $(echo $list) "
+  read -r -a words <<< "$list"
+  list="${words[*]}"
+  [ "$list" = "nothing" ] && list=""
+  may[$room]=" $list "
   used[$room]=" "
   rooms+=("$room")
 done < <(find format common pool preload analyzer -name README.md 2>/dev/null | sort)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lint: the rooms' includes against their READMEs (scripts/check-rooms.sh), shellcheck over
+# Lint: the rooms' includes against their READMEs (scripts/check-rooms.sh), the formatting
+# (scripts/format.sh --check), shellcheck over
 # the shell scripts, then clang-tidy (.clang-tidy at the root) over analyzer/, pool/, common/,
 # preload/ and format/ (the header is checked through the sources that include it). Exit 1 on
 # any finding. Installs shellcheck and clang-tidy when missing, as setup.sh installs its
@@ -9,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rooms_status=0
 scripts/check-rooms.sh || rooms_status=1
+# The formatting (.clang-format, applied by scripts/format.sh): any line it would change fails.
+scripts/format.sh --check >/dev/null || { scripts/format.sh --check | tail -20; rooms_status=1; }
 need=()
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 command -v clang-tidy >/dev/null 2>&1 || need+=(clang-tidy clang)
