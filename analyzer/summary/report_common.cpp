@@ -254,7 +254,7 @@ std::vector<DiffSide> diff_side(const Model& m, StackResolver& res) {
   }
   std::vector<DiffSide> out;
   out.reserve(by_key.size());
-  for (auto& [k, r] : by_key) out.push_back(std::move(r));
+  for (auto& [k, r] : by_key) out.push_back(r);
   return out;
 }
 
@@ -273,8 +273,10 @@ std::vector<SitePair> pair_sides(const std::vector<DiffSide>& a, const std::vect
     if (b[i].frames->empty()) bare[std::string(b[i].key)].b = static_cast<long>(i);
     else fb.push_back(b[i].frames), ib.push_back(static_cast<long>(i));
   }
+  auto matched = match_sites(fa, fb);
+  out.reserve(bare.size() + matched.size());
   for (auto& [k, p] : bare) out.push_back(p);
-  for (auto p : match_sites(fa, fb))
+  for (auto p : matched)
     out.push_back({p.a < 0 ? -1 : ia[static_cast<std::size_t>(p.a)], p.b < 0 ? -1 : ib[static_cast<std::size_t>(p.b)]});
   return out;
 }

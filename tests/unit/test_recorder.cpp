@@ -478,7 +478,8 @@ TEST(Recorder, SmallThreadStackFirstEventKeepsItsStack) {
 // the main thread's from RLIMIT_STACK, another thread's from its bounds, less than its size.
 TEST(Recorder, StackRoomKnowsTheThreadsBounds) {
   EXPECT_GE(d::stack_room(), d::kDeepMinRoom) << "the main thread (8 MiB unless limited)";
-  // The thread's real stack size, read inside it: ThreadSanitizer enlarges the size asked for.
+  // The thread's real stack size, read inside it: ThreadSanitizer enlarges the size asked for
+  // (and keeps part of the stack for itself).
   struct Seen {
     std::size_t room = 0, size = 0;
   } seen;
@@ -500,6 +501,6 @@ TEST(Recorder, StackRoomKnowsTheThreadsBounds) {
   ASSERT_EQ(pthread_join(th, nullptr), 0);
   pthread_attr_destroy(&attr);
   ASSERT_GE(seen.size, 64u << 10);
-  EXPECT_GT(seen.room, seen.size / 2);
+  EXPECT_GT(seen.room, 32u << 10);  // the frames above it take a few KiB at most
   EXPECT_LT(seen.room, seen.size);
 }
