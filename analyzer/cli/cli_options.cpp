@@ -63,4 +63,16 @@ void add_window(CLI::App* cmd, WindowSpec& window, std::string& growth_phase) {
   cmd->add_option("--growth-phase", growth_phase, "Phase whose instances measure growth (default: most repeated)");
 }
 
+void add_output_file(CLI::App* cmd, std::string& output, bool& force, const std::string& what) {
+  cmd->add_option("-o,--output", output, what + " (- = stdout); an existing one needs --force")->required();
+  cmd->add_flag("--force", force, "Replace an existing output file (never one of the traces)");
+}
+
+void add_traces_quiet_debuginfod(CLI::App* cmd, std::vector<std::string>& traces, bool& quiet,
+                                 DebuginfodOptions& debuginfod) {
+  cmd->add_option("traces", traces, kTracesHelp)->required();
+  cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  add_debuginfod(cmd, debuginfod);
+}
+
 }  // namespace gpuheap::cli

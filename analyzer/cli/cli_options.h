@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +33,13 @@ struct DebuginfodOptions {
   void apply() const;
 };
 void add_debuginfod(CLI::App* cmd, DebuginfodOptions& o);
+
+// -o/--output FILE and --force on the commands that write one file; `what` names it.
+void add_output_file(CLI::App* cmd, std::string& output, bool& force, const std::string& what);
+
+// The TRACE... positional, -q/--quiet and --debuginfod of the commands that read traces.
+void add_traces_quiet_debuginfod(CLI::App* cmd, std::vector<std::string>& traces, bool& quiet,
+                                 DebuginfodOptions& debuginfod);
 
 // -v/--verbose on the commands that symbolize: list the trace's modules not found here
 // (without it, one line says how many).

@@ -23,15 +23,12 @@ void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
   cmd->add_option("--metric", x.metric, "What folded stacks weigh: peak (default), leaked, allocated or count")
       ->check(CLI::IsMember({"peak", "leaked", "allocated", "count"}));
   cmd->add_option("--device", x.device, "Only this device (event formats)");
-  cmd->add_option("-o,--output", x.output, "Output file (- = stdout); an existing one needs --force")->required();
-  cmd->add_flag("--force", x.force, "Replace an existing output file (never one of the traces)");
+  add_output_file(cmd, x.output, x.force, "Output file");
   cmd->add_option("--max-entries", x.max_entries,
                   "torch-snapshot: trace entries kept per device, the last ones (default 100000, as memory_viz "
                   "suggests; 0: all)");
   cmd->add_flag("--all-frames", x.all_frames, "Keep gpuheap/CUDA-internal frames");
-  cmd->add_option("traces", o.traces, kTracesHelp)->required();
-  cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
-  add_debuginfod(cmd, o.debuginfod);
+  add_traces_quiet_debuginfod(cmd, o.traces, o.quiet, o.debuginfod);
 }
 
 int run_export(ExportCliOptions o) {

@@ -43,21 +43,6 @@ using format::RecordType;
 
 std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_ns ? ts - in.mono_ns : 0; }
 
-// The device an event record is about; INT32_MIN for records about no device.
-int event_device(const format::Record& r) {
-  switch (r.type) {
-    case RecordType::alloc: return r.alloc.device;
-    case RecordType::free: return r.free.device;
-    case RecordType::free_completed: return r.free_completed.device;
-    case RecordType::segment_alloc:
-    case RecordType::segment_free: return r.segment.device;
-    case RecordType::oom: return r.oom.device;
-    case RecordType::retry: return r.retry.device;
-    case RecordType::empty_cache: return r.empty_cache.device;
-    default: return INT32_MIN;
-  }
-}
-
 }  // namespace
 
 void export_csv(const std::vector<std::string>& traces, const ExportOptions& opt, OutFile& out) {

@@ -33,16 +33,13 @@ std::uint64_t record_ts(const format::Record& r, std::uint64_t last) {
     default: return last;
   }
 }
+// The device of a record the merge orders by allocation state (OOM, retry and empty_cache
+// records go through Model::feed like the records about no device).
 int record_device(const format::Record& r) {
   using format::RecordType;
-  switch (r.type) {
-    case RecordType::alloc: return r.alloc.device;
-    case RecordType::free: return r.free.device;
-    case RecordType::free_completed: return r.free_completed.device;
-    case RecordType::segment_alloc:
-    case RecordType::segment_free: return r.segment.device;
-    default: return INT32_MIN;
-  }
+  bool pool_event = r.type == RecordType::alloc || r.type == RecordType::free || r.type == RecordType::free_completed ||
+                    r.type == RecordType::segment_alloc || r.type == RecordType::segment_free;
+  return pool_event ? event_device(r) : INT32_MIN;
 }
 
 void warn_trace(const TraceReader& rd, const Model& m) {

@@ -20,6 +20,7 @@
 // refused with NotATraceError (every command exits 2 on it rather than report on nothing).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -146,5 +147,22 @@ class TraceReader {
   const unsigned char* last_frame_ = nullptr;
   std::size_t last_frame_len_ = 0;
 };
+
+// The device an event record (alloc, free, free_completed, segment, oom, retry,
+// empty_cache) is about; INT32_MIN for a record about no device.
+inline int event_device(const format::Record& r) {
+  using format::RecordType;
+  switch (r.type) {
+    case RecordType::alloc: return r.alloc.device;
+    case RecordType::free: return r.free.device;
+    case RecordType::free_completed: return r.free_completed.device;
+    case RecordType::segment_alloc:
+    case RecordType::segment_free: return r.segment.device;
+    case RecordType::oom: return r.oom.device;
+    case RecordType::retry: return r.retry.device;
+    case RecordType::empty_cache: return r.empty_cache.device;
+    default: return INT32_MIN;
+  }
+}
 
 }  // namespace gpuheap

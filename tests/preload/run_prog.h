@@ -127,4 +127,13 @@ inline CmdRun run_cmd(const std::string& cmd) {
   return r;
 }
 
+// `cd DIR && gpuheap run --simulate ARGS` with stdout and stderr together. GPUHEAP_* variables
+// of the environment the tests run in are dropped.
+inline CmdRun run_in(const std::string& dir, const std::string& args) {
+  return run_cmd("cd '" + dir +
+                 "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
+                 "GPUHEAP_FOLLOW_FORK_ROOT " +
+                 kBuild + "/gpuheap run --simulate " + args + " 2>&1");
+}
+
 }  // namespace gpuheap::test

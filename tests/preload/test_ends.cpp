@@ -29,14 +29,6 @@ namespace {
 
 const std::string kLife = kProgs + "/prog_lifecycle";
 
-// `cd DIR && gpuheap run --simulate ARGS` with stdout and stderr together.
-CmdRun run_in(const std::string& dir, const std::string& args) {
-  return run_cmd("cd '" + dir +
-                 "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
-                 "GPUHEAP_FOLLOW_FORK_ROOT " +
-                 kBuild + "/gpuheap run --simulate " + args + " 2>&1");
-}
-
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;

@@ -18,15 +18,6 @@ namespace {
 
 const std::string kFiles = kProgs + "/prog_files";
 
-// `cd DIR && gpuheap run --simulate ARGS` with stdout and stderr together. GPUHEAP_* variables
-// of the environment the tests run in are dropped.
-CmdRun run_in(const std::string& dir, const std::string& args) {
-  return run_cmd("cd '" + dir +
-                 "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_QUIET -u GPUHEAP_FOLLOW_FORK -u "
-                 "GPUHEAP_FOLLOW_FORK_ROOT " +
-                 kBuild + "/gpuheap run --simulate " + args + " 2>&1");
-}
-
 // Plain LD_PRELOAD on simcuda, from DIR, with extra VAR=VALUE words.
 CmdRun preload_in(const std::string& dir, const std::string& env, const std::string& cmd) {
   return run_cmd("cd '" + dir + "' && env -u GPUHEAP_OUTPUT -u GPUHEAP_FOLLOW_FORK_ROOT LD_LIBRARY_PATH=" + kBuild +
