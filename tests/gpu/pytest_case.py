@@ -76,9 +76,9 @@ def case_torch_pytest(ctx):
         "reexecuted": "tracing to" in err,
         "outcomes": outcomes == want,
         "over_names_make_big": "make_big (test_torch_limits.py:" in messages.get("test_over", ""),
-        "over_says_2gib": "peak GPU memory 2.0" in messages.get("test_over", ""),
+        "over_says_2gib": "GPU memory peak 2.00 GiB > limit 1.00 GiB" in messages.get("test_over", ""),
         "leak_names_keep_tensor": "keep_tensor (test_torch_limits.py:" in messages.get("test_leak", ""),
-        "leak_says_left_allocated": "MiB of GPU memory left allocated" in messages.get("test_leak", ""),
+        "leak_says_left_allocated": "GPU memory left allocated 64.00 MiB > limit 1.00 MiB" in messages.get("test_leak", ""),
     }
     res = {"checks": checks, "outcomes": outcomes, "seconds": round(dt, 1),
            "messages": {k: v[:1200] for k, v in messages.items()}, "stdout_tail": out[-1500:]}

@@ -130,7 +130,12 @@ def _history_on():
     """Whether torch's recorder is on at the end (proof that --torch-history took), None where
     this torch has no query for it."""
     f = getattr(torch._C, "_cuda_isHistoryEnabled", None)
-    return bool(f()) if f else None
+    try:
+        return bool(f()) if f else None
+    except RuntimeError:
+        # backend:cudaMallocAsync refuses the query ("does not yet support
+        # recordHistory"); its recorder cannot be on.
+        return False
 
 
 def main():
