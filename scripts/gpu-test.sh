@@ -3,6 +3,10 @@
 # (PyTorch, CuPy, JAX, plain CUDA C++, stream safety, OOM, identical losses, GPUHEAP_LIMIT), prints PASS/FAIL per
 # case and writes the measured values to bench/results/gpu-test-<date>.json.
 #   scripts/gpu-test.sh [--bench] [--only case1,case2]
+#   --only compat         the compatibility matrix alone (tests/gpu/compat: torch.compile, CUDA graphs,
+#                         allocator settings, statistics, batch-size finder, DataLoader, spawn, transformers,
+#                         Lightning, JAX, numba, CuPy; native vs `gpuheap run`); --only compat.NAME one case
+#   GPU_COMPAT_STEPS=N    steps per compat job (default 10)
 #   GPUHEAP_BIN_DIR=dir   use gpuheap binaries from dir instead of build/ (no build then)
 #                         (a COMMIT file there names the commit recorded in the results)
 #   PYTHON=python3        the Python that has torch, cupy, jax, torchvision

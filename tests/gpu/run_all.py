@@ -21,6 +21,9 @@ import gh  # noqa: E402
 import torch_snapshot_case  # noqa: E402
 import pytest_case  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat"))
+import matrix  # noqa: E402  (the compatibility matrix, issue 39: cases compat.*)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_JOB = os.path.join(HERE, "torch_job.py")
 STEPS = int(os.environ.get("GPU_TEST_STEPS", "30"))
@@ -502,7 +505,7 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("torch_python_lines", case_torch_python_lines), ("replay_truth", case_replay_truth),
          ("torch_phases", case_torch_phases), ("replay_torch_truth", case_replay_torch_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS)),
-         ("torch_pytest", pytest_case.case_torch_pytest)]
+         ("torch_pytest", pytest_case.case_torch_pytest)] + matrix.CASES
 
 
 def versions():
@@ -531,23 +534,34 @@ def main():
     ctx = Ctx(work)
     only = set(x for x in a.only.split(",") if x)
     doc = {"schema": "gpuheap.gpu-test/1", "versions": versions(), "work": work, "cases": {}}
-    failed = 0
+    failed = skipped = 0
     for name, fn in CASES:
-        if only and name not in only:
+        # --only compat selects the whole group compat.*, --only compat.NAME one case of it
+        if only and name not in only and name.split(".")[0] not in only:
             continue
         t0 = time.monotonic()
         try:
             ok, details = fn(ctx)
-            status = "PASS" if ok else "FAIL"
+            # A case returns True/False, or a verdict: PASS, DIFF (a documented difference),
+            # SKIP (its library is missing: not a pass) or FAIL.
+            status = ok if isinstance(ok, str) else ("PASS" if ok else "FAIL")
         except Exception as e:  # a broken case is a failure with its reason, the others still run
             status, details = "FAIL", {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
-        failed += status != "PASS"
+        failed += status not in ("PASS", "DIFF", "SKIP")
+        skipped += status == "SKIP"
         doc["cases"][name] = {"status": status, "seconds": round(time.monotonic() - t0, 1), "details": details}
         print(f"{status} {name} ({doc['cases'][name]['seconds']}s)", flush=True)
-        print("    " + json.dumps(details)[:1500], flush=True)
+        if isinstance(details, dict) and "verdict" in details:  # a compat.* case: its reason and checks
+            print(f"    {details.get('reason') or 'ok'}; checks {json.dumps(details.get('checks'))}"[:1500], flush=True)
+        else:
+            print("    " + json.dumps(details)[:1500], flush=True)
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=1)
-    print(f"{len(doc['cases']) - failed}/{len(doc['cases'])} cases passed; results in {a.out}")
+    print(f"{len(doc['cases']) - failed - skipped}/{len(doc['cases'])} cases passed (DIFF: a documented difference), "
+          f"{skipped} skipped; results in {a.out}")
+    if not doc["cases"]:
+        print(f"no case matches --only {a.only}")
+        return 1
     return 1 if failed else 0
 
 
