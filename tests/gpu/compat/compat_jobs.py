@@ -381,7 +381,10 @@ def job_jax(a):
 
 def job_numba(a):
     need("numba")
-    from numba import cuda
+    try:
+        from numba import cuda
+    except Exception as e:  # numba-cuda built against another numpy: broken natively too
+        return {"skip": f"numba.cuda not importable: {type(e).__name__}: {str(e)[:200]}"}
     import numpy as np
     if not cuda.is_available():
         return {"skip": "numba.cuda.is_available() is False"}

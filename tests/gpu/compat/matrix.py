@@ -37,7 +37,8 @@ DOCUMENTED = {
     "oom_type": "under PYTORCH_NO_CUDA_MEMORY_CACHING=1 torch raises torch.AcceleratorError, not "
                 "torch.cuda.OutOfMemoryError, when cudaMalloc fails; remedy: gpuheap run --framework-pools=keep",
     "graph_capture": "under PYTORCH_NO_CUDA_MEMORY_CACHING=1 torch calls cudaMalloc inside CUDA graph capture, which "
-                     "CUDA refuses (natively too); remedy: gpuheap run --framework-pools=keep",
+                     "CUDA refuses (natively too), and torch.compile's CUDA graph trees find the outputs outside "
+                     "their private pool; remedy: gpuheap run --framework-pools=keep",
 }
 
 
@@ -164,7 +165,7 @@ def evidence(documented, run):
     if documented == "oom_type":
         return str(r.get("uncaught", "")).endswith("AcceleratorError")
     if documented == "graph_capture":
-        return run["rc"] != 0 and re.search(r"captur", run["stderr_tail"], re.I) is not None
+        return run["rc"] != 0 and re.search(r"captur|not allocated in pool", run["stderr_tail"], re.I) is not None
     return False
 
 
