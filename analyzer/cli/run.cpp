@@ -288,6 +288,10 @@ std::string find_preload_library() {
 
 namespace {
 
+// The simulated CUDA runtime beside the preload: build/simcuda of a build tree, and
+// gpuheap/lib/gpuheap/simcuda of the wheel (cmake --install does not install it).
+std::string simcuda_dir(const std::string& lib) { return lib.substr(0, lib.rfind('/')) + "/simcuda"; }
+
 // The environment the program runs in: the preload, the path list, the options as the
 // preload's variables, and framework caching allocators off unless kept.
 void prepare_environment(const RunOptions& opt, bool quiet, const std::string& pattern, const std::string& lib,
@@ -305,7 +309,7 @@ void prepare_environment(const RunOptions& opt, bool quiet, const std::string& p
   if (opt.no_stacks) ::setenv("GPUHEAP_STACKS", "0", 1);
   if (opt.no_pool) ::setenv("GPUHEAP_POOL", "0", 1);
   if (!opt.limit.empty()) ::setenv("GPUHEAP_LIMIT", opt.limit.c_str(), 1);
-  if (opt.simulate) prepend_env("LD_LIBRARY_PATH", self_dir() + "/simcuda", ':');
+  if (opt.simulate) prepend_env("LD_LIBRARY_PATH", simcuda_dir(lib), ':');
   if (!opt.keep_framework_pools) {
     // Framework caching allocators hide allocations from cudaMalloc; switch off the ones
     // that have an environment switch so gpuheap sees every tensor. A value the user set
@@ -445,6 +449,13 @@ int run_traced(const RunOptions& opt) {
     throw UsageError(
         fmt::format("run: libgpuheap.so not found next to the gpuheap binary ({}), in its ../lib/gpuheap or ../lib",
                     self_dir()));
+  // Without the simulated runtime the program would meet the real one (or none) and the
+  // trace would not be the simulated run that was asked for.
+  if (opt.simulate && !is_file(simcuda_dir(lib) + "/libcudart.so.13"))
+    throw UsageError(
+        fmt::format("run --simulate: no simulated CUDA runtime in {} (it is in a build tree and "
+                    "the wheel; cmake --install does not install it)",
+                    simcuda_dir(lib)));
   PathList list = make_path_list();
   const std::string& path_file = list.file;
 

@@ -124,7 +124,7 @@ def _read_stats(lib):
 
 def _find_gpuheap(config=None):
     """The gpuheap CLI: --gpuheap-bin, $GPUHEAP_BIN, next to the preload in LD_PRELOAD (build
-    tree or PREFIX/lib/gpuheap), PREFIX/bin of an installed plugin, then PATH."""
+    tree or PREFIX/lib/gpuheap), the wheel's, PREFIX/bin of an installed plugin, then PATH."""
     cands = []
     if config is not None:
         opt = config.getoption("gpuheap_bin", None) if hasattr(config, "getoption") else \
@@ -138,6 +138,7 @@ def _find_gpuheap(config=None):
             d = os.path.dirname(os.path.abspath(lib))
             cands += [os.path.join(d, "gpuheap"), os.path.join(d, "..", "..", "bin", "gpuheap")]
     here = os.path.dirname(os.path.abspath(__file__))
+    cands.append(os.path.join(here, "gpuheap", "bin", "gpuheap"))  # the wheel, beside this module
     cands.append(os.path.join(here, "..", "..", "..", "bin", "gpuheap"))  # share/gpuheap/python
     found = shutil.which("gpuheap")
     if found:

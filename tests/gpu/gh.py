@@ -2,9 +2,10 @@
 command under the preload, and reading traces back through the CLI (`gpuheap dump` for
 per-record questions, `gpuheap summary --json` for the replayed statistics).
 
-The binaries come from $GPUHEAP_BIN_DIR (default: build/ of this checkout). `gpuheap` there
-may be a wrapper script that sets LD_LIBRARY_PATH for the CLI alone (see scripts/gpu-test.sh);
-the traced jobs themselves only get LD_PRELOAD, never extra library paths.
+The binaries come from $GPUHEAP_BIN_DIR (a build tree: gpuheap and libgpuheap.so side by side),
+else from the gpuheap wheel installed for this interpreter (scripts/gpu-test.sh installs it
+into a venv), else from build/ of this checkout. The traced jobs themselves only get
+LD_PRELOAD, never extra library paths.
 """
 import json
 import os
@@ -14,16 +15,37 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.path.abspath(os.environ.get("GPUHEAP_BIN_DIR", os.path.join(ROOT, "build")))
-PRELOAD = os.path.join(BIN, "libgpuheap.so")
-CLI = os.path.join(BIN, "gpuheap")
+
+
+def _installed_wheel():
+    """The gpuheap package of the installed wheel (None without one, or with the source tree's
+    python/gpuheap, which has no binaries)."""
+    if os.environ.get("GPUHEAP_BIN_DIR"):
+        return None
+    try:
+        import gpuheap
+    except ImportError:
+        return None
+    return gpuheap if os.path.isfile(gpuheap.cli_path()) else None
+
+
+WHEEL = _installed_wheel()
+if WHEEL is not None:
+    CLI, PRELOAD = WHEEL.cli_path(), WHEEL.preload_path()
+    BIN = os.path.dirname(CLI)
+else:
+    BIN = os.path.abspath(os.environ.get("GPUHEAP_BIN_DIR", os.path.join(ROOT, "build")))
+    PRELOAD = os.path.join(BIN, "libgpuheap.so")
+    CLI = os.path.join(BIN, "gpuheap")
 PY = sys.executable
 
 
 def commit():
-    """The commit the binaries were built from: $GPUHEAP_BIN_DIR/COMMIT when the build was
-    carried to the GPU machine (write it there when carrying: the copy's git HEAD can be stale
-    and once recorded the wrong commit), else this checkout's HEAD."""
+    """The commit the binaries were built from: the wheel's build commit, or
+    $GPUHEAP_BIN_DIR/COMMIT when a build tree was carried to the GPU machine (the copy's git
+    HEAD can be stale and once recorded the wrong commit), else this checkout's HEAD."""
+    if WHEEL is not None:
+        return WHEEL.build_commit()
     try:
         with open(os.path.join(BIN, "COMMIT")) as f:
             return f.read().strip()

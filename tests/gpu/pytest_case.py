@@ -59,9 +59,12 @@ def case_torch_pytest(ctx):
     with open(test, "w") as f:
         f.write(SAMPLE)
     junit = os.path.join(d, "junit.xml")
-    plugin = os.path.join(gh.ROOT, "python", "pytest_gpuheap")
-    env = {"PYTHONPATH": plugin, "GPUHEAP_OUTPUT": os.path.join(d, "pytest-%p.trace")}
-    rc, out, err, dt = gh.run([gh.PY, "-m", "pytest", "-p", "pytest_gpuheap", "-p", "no:cacheprovider", "-rA",
+    env = {"GPUHEAP_OUTPUT": os.path.join(d, "pytest-%p.trace")}
+    load = []
+    if gh.WHEEL is None:  # a build tree: the plugin of this checkout; the wheel registers its own (pytest11)
+        env["PYTHONPATH"] = os.path.join(gh.ROOT, "python", "pytest_gpuheap")
+        load = ["-p", "pytest_gpuheap"]
+    rc, out, err, dt = gh.run([gh.PY, "-m", "pytest", *load, "-p", "no:cacheprovider", "-rA",
                                "--gpuheap", f"--gpuheap-bin={gh.CLI}", f"--junitxml={junit}", test],
                               env=env, timeout=600)
     outcomes, messages = {}, {}

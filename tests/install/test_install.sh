@@ -43,6 +43,12 @@ t=$(find "$tmp" -maxdepth 1 -name 'mini.trace*' | sort | head -1)
 "$prefix/bin/gpuheap" summary "$t" >"$tmp/summary.txt" || { cat "$tmp/summary.txt"; fail "installed gpuheap summary"; }
 grep -q "Peak memory consumers" "$tmp/summary.txt" || { cat "$tmp/summary.txt"; fail "summary has no peak consumers"; }
 grep -q "mini_train" "$tmp/summary.txt" || fail "summary does not name mini_train"
+# --simulate without the simulated runtime (not installed) is a usage error, not a run on
+# whatever libcudart the system has.
+rc=0; "$prefix/bin/gpuheap" run --simulate -o "$tmp/sim.trace" -- "$prog" 1 1 8 >"$tmp/sim.out" 2>&1 || rc=$?
+if [ "$rc" != 2 ] || ! grep -q "no simulated CUDA runtime" "$tmp/sim.out"; then
+  cat "$tmp/sim.out"; fail "installed run --simulate exited $rc, not a usage error"
+fi
 # LD_PRELOAD of the installed library (no gpuheap run) traces as well.
 LD_PRELOAD=$prefix/lib/gpuheap/libgpuheap.so LD_LIBRARY_PATH=$build/simcuda GPUHEAP_OUTPUT=$tmp/direct.trace \
   "$prog" 2 1 32 >/dev/null 2>"$tmp/direct.err" || { cat "$tmp/direct.err"; fail "LD_PRELOAD of the installed .so"; }
