@@ -127,10 +127,10 @@ void resolve_pid(pid_t pid, Sources& s) {
   for (pid_t p : procs)
     for (auto& t : open_traces(p)) s.files.push_back(t);
   if (s.files.empty())
-    throw UsageError(fmt::format(
-        "top: process {} leads to no gpuheap trace (no `gpuheap run` path list in its environment or its "
-        "children's, no trace open)",
-        pid));
+    throw UsageError(
+        fmt::format("top: process {} leads to no gpuheap trace (no `gpuheap run` path list in its environment or its "
+                    "children's, no trace open)",
+                    pid));
 }
 
 // The newest path list of this user's `gpuheap run`s (run.cpp make_path_list: a 0700

@@ -63,7 +63,7 @@ class TraceFollower {
   bool has_end() const { return has_end_; }
   bool gone() const { return gone_; }
   bool finished() const { return finished_; }
-  std::uint64_t offset() const { return off_; }      // file bytes consumed (whole records)
+  std::uint64_t offset() const { return off_; }       // file bytes consumed (whole records)
   std::uint64_t bytes_read() const { return read_; }  // file bytes read, all polls together
   Model& model() { return *model_; }
   const Model& model() const { return *model_; }

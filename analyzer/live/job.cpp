@@ -45,8 +45,9 @@ std::vector<SiteNow> group_sites(const std::vector<SiteNow>& sites, Group g, Sor
   for (auto& [k, v] : by)
     if (v.bytes > 0 || v.growth != 0) out.push_back(std::move(v));
   auto value = [s](const SiteNow& x) -> std::int64_t {
-    return s == Sort::bytes ? static_cast<std::int64_t>(x.bytes)
-                            : s == Sort::growth ? x.growth : static_cast<std::int64_t>(x.count);
+    return s == Sort::bytes    ? static_cast<std::int64_t>(x.bytes)
+           : s == Sort::growth ? x.growth
+                               : static_cast<std::int64_t>(x.count);
   };
   std::stable_sort(out.begin(), out.end(), [&](const SiteNow& a, const SiteNow& b) { return value(a) > value(b); });
   if (top && out.size() > top) out.resize(top);
@@ -123,7 +124,8 @@ ProcessNow Followed::now() {
     x.ooms = d.num_ooms, x.retries = d.num_alloc_retries;
     // A device missing from a step's start was not seen yet then: nothing allocated on it.
     for (const auto& s : step_starts) {
-      auto it = std::find_if(s.requested.begin(), s.requested.end(), [&](const auto& r) { return r.first == d.device; });
+      auto it = std::find_if(s.requested.begin(), s.requested.end(),
+                             [&](const auto& r) { return r.first == d.device; });
       x.step_starts.emplace_back(s.index, it == s.requested.end() ? 0 : it->second);
     }
     p.devices.push_back(std::move(x));
@@ -231,9 +233,8 @@ void Job::refresh() {
   I.discover();
   for (auto& t : I.traces) I.poll(*t);
   ++I.refreshes;
-  const bool all = !I.traces.empty() && std::all_of(I.traces.begin(), I.traces.end(), [](const auto& t) {
-    return t->ended();
-  });
+  const bool all = !I.traces.empty() &&
+                   std::all_of(I.traces.begin(), I.traces.end(), [](const auto& t) { return t->ended(); });
   if (all && !I.all_ended_before) I.all_ended_since = std::chrono::steady_clock::now();
   I.all_ended_before = all;
 }

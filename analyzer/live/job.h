@@ -61,10 +61,10 @@ struct ProcessNow {
   std::uint32_t pid = 0;
   // "running", "ended" (its end record) or "gone" (the process is gone without one).
   std::string state = "running";
-  std::string phase;           // ranges open on the thread of the last phase record ("" none)
-  std::string step_name;       // the most repeated top-level range or mark ("" none yet)
-  std::uint64_t step = 0;      // its instances started so far
-  std::string growth_since;    // "step" (the start of the current step) or "refresh"
+  std::string phase;               // ranges open on the thread of the last phase record ("" none)
+  std::string step_name;           // the most repeated top-level range or mark ("" none yet)
+  std::uint64_t step = 0;          // its instances started so far
+  std::string growth_since;        // "step" (the start of the current step) or "refresh"
   std::vector<DeviceNow> devices;  // GPUs, in the order first seen (by index once ended)
   std::vector<SiteNow> sites;      // every site with live bytes or growth, unsorted
   std::uint64_t records = 0, bytes_read = 0;
@@ -89,11 +89,11 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  void refresh();                  // finds new traces, reads what was appended to each
-  Snapshot snapshot();             // after refresh()
-  void program_exited();           // run --live: the program was waited for; the list is complete
-  bool ended() const;              // every trace ended and no more can come
-  std::string describe() const;    // what is followed, for the view's title
+  void refresh();                // finds new traces, reads what was appended to each
+  Snapshot snapshot();           // after refresh()
+  void program_exited();         // run --live: the program was waited for; the list is complete
+  bool ended() const;            // every trace ended and no more can come
+  std::string describe() const;  // what is followed, for the view's title
 
   static constexpr std::size_t kSteps = 32;
 

@@ -45,13 +45,12 @@ nlohmann::json process_json(const ProcessNow& p, std::size_t top) {
                     {"steps", steps_json(d)}});
   nlohmann::json sites = nlohmann::json::array();
   for (const auto& s : group_sites(p.sites, Group::line, Sort::bytes, top))
-    sites.push_back({{"label", s.line}, {"function", s.function}, {"bytes", s.bytes}, {"count", s.count},
-                     {"growth", s.growth}});
-  nlohmann::json j = {{"pid", p.pid},   {"host", p.host},   {"trace", p.trace},     {"state", p.state},
-                      {"phase", p.phase}, {"devices", devs}, {"top_sites", sites}, {"growth_since", p.growth_since},
+    sites.push_back(
+        {{"label", s.line}, {"function", s.function}, {"bytes", s.bytes}, {"count", s.count}, {"growth", s.growth}});
+  nlohmann::json j = {{"pid", p.pid},        {"host", p.host},  {"trace", p.trace},   {"state", p.state},
+                      {"phase", p.phase},    {"devices", devs}, {"top_sites", sites}, {"growth_since", p.growth_since},
                       {"records", p.records}};
-  j["step"] = p.step_name.empty() ? nlohmann::json(nullptr)
-                                  : nlohmann::json{{"name", p.step_name}, {"number", p.step}};
+  j["step"] = p.step_name.empty() ? nlohmann::json(nullptr) : nlohmann::json{{"name", p.step_name}, {"number", p.step}};
   return j;
 }
 
@@ -78,12 +77,12 @@ std::string snapshot_text(const Snapshot& s, std::size_t top) {
     std::string step = p.step_name.empty() ? "" : fmt::format(" step {} ({})", p.step, p.step_name);
     std::string phase = p.phase.empty() ? "" : " phase " + p.phase;
     for (const auto& d : p.devices)
-      out += fmt::format("[{:.1f}s] pid {} {} device {}: requested {} (peak {}) allocated {} (peak {}) reserved {} "
-                         "(peak {}) ooms {} retries {}{}{}\n",
-                         s.elapsed_s, p.pid, p.state, d.device, human_bytes(d.requested.current),
-                         human_bytes(d.requested.peak), human_bytes(d.allocated.current),
-                         human_bytes(d.allocated.peak), human_bytes(d.reserved.current), human_bytes(d.reserved.peak),
-                         d.ooms, d.retries, step, phase);
+      out += fmt::format(
+          "[{:.1f}s] pid {} {} device {}: requested {} (peak {}) allocated {} (peak {}) reserved {} "
+          "(peak {}) ooms {} retries {}{}{}\n",
+          s.elapsed_s, p.pid, p.state, d.device, human_bytes(d.requested.current), human_bytes(d.requested.peak),
+          human_bytes(d.allocated.current), human_bytes(d.allocated.peak), human_bytes(d.reserved.current),
+          human_bytes(d.reserved.peak), d.ooms, d.retries, step, phase);
     for (const auto& x : group_sites(p.sites, Group::line, Sort::bytes, top))
       out += fmt::format("  {:>10} x{:<5} {:>11}  {}\n", human_bytes(x.bytes), x.count,
                          (x.growth < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(std::abs(x.growth))),
@@ -102,7 +101,10 @@ int run_view(Job& job, const ViewOptions& opt) {
     job.refresh();
     Snapshot s = job.snapshot();
     const bool last = s.ended || opt.once;
-    const std::string line = opt.json ? snapshot_json(s, opt.top, s.ended).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : snapshot_text(s, opt.top);
+    const std::string line = opt.json ? snapshot_json(s, opt.top, s.ended)
+                                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                            "\n"
+                                      : snapshot_text(s, opt.top);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
     if (s.ended) std::fprintf(stderr, "gpuheap top: process ended\n");

@@ -14,10 +14,10 @@
 namespace gpuheap::live {
 
 struct ViewOptions {
-  double interval = 1.0;  // seconds between refreshes
-  bool once = false;      // one refresh, then exit
-  bool json = false;      // one JSON line per refresh (schema gpuheap.top/1, docs/cli.md)
-  std::size_t top = 10;   // sites per process in JSON and text lines
+  double interval = 1.0;       // seconds between refreshes
+  bool once = false;           // one refresh, then exit
+  bool json = false;           // one JSON line per refresh (schema gpuheap.top/1, docs/cli.md)
+  std::size_t top = 10;        // sites per process in JSON and text lines
   std::string program_output;  // run --live: where the program's output goes (shown in the view)
   // run --live: called before each refresh (waits for the program without blocking).
   std::function<void()> tick;

@@ -77,10 +77,12 @@ int draw_device(ViewState& v, const ProcessNow& p, int y) {
                        d.name, human_bytes(d.total_memory), d.ooms, d.retries));
   const auto& h = v.history[fmt::format("{}#{}", p.trace, d.device)];
   const std::size_t spark = COLS > 60 ? static_cast<std::size_t>(COLS - 52) : 8;
-  const std::pair<const char*, const Stat*> rows[] = {
-      {"requested", &d.requested}, {"allocated", &d.allocated}, {"reserved", &d.reserved}};
+  const std::pair<const char*, const Stat*> rows[] = {{"requested", &d.requested},
+                                                      {"allocated", &d.allocated},
+                                                      {"reserved", &d.reserved}};
   for (const auto& [name, st] : rows) {
-    std::string line = fmt::format("  {:<9} {:>11}  peak {:>11}", name, human_bytes(st->current), human_bytes(st->peak));
+    std::string line = fmt::format("  {:<9} {:>11}  peak {:>11}", name, human_bytes(st->current),
+                                   human_bytes(st->peak));
     if (st == &d.allocated) line += "   " + sparkline(h, spark, v.utf8);
     put(y++, line);
   }
@@ -91,7 +93,9 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
   erase();
   int y = 0;
   put(y++, fmt::format("gpuheap top  {}  refresh {}  {:.0f}s{}", job.describe(), s.refresh, s.elapsed_s,
-                       v.paused ? "  [paused]" : s.ended ? "  process ended (q quits)" : ""));
+                       v.paused  ? "  [paused]"
+                       : s.ended ? "  process ended (q quits)"
+                                 : ""));
   if (!opt.program_output.empty()) put(y++, "program output: " + opt.program_output);
   if (s.processes.empty()) {
     put(y++, s.waiting);
@@ -104,8 +108,8 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
                          p.phase.empty() ? "-" : p.phase));
     y = draw_device(v, p, y);
     ++y;
-    put(y++, fmt::format("{:>11} {:>7} {:>12}  SITE (by {}, sorted by {}; growth since {})", "BYTES", "COUNT",
-                         "GROWTH", group_name(v.group), sort_name(v.sort), p.growth_since));
+    put(y++, fmt::format("{:>11} {:>7} {:>12}  SITE (by {}, sorted by {}; growth since {})", "BYTES", "COUNT", "GROWTH",
+                         group_name(v.group), sort_name(v.sort), p.growth_since));
     const int rows = std::max(1, LINES - y - 2 - static_cast<int>(std::min<std::size_t>(s.notes.size(), 3)));
     for (const auto& x : group_sites(p.sites, v.group, v.sort, static_cast<std::size_t>(rows)))
       put(y++, fmt::format("{:>11} {:>7} {:>12}  {}", human_bytes(x.bytes), x.count, signed_bytes(x.growth),
@@ -119,7 +123,8 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
 // One key; false on quit.
 bool on_key(ViewState& v, int ch, const Snapshot& s) {
   switch (ch) {
-    case 'q': case 'Q': return false;
+    case 'q':
+    case 'Q': return false;
     case 'p': v.paused = !v.paused; break;
     case 's': v.sort = v.sort == Sort::bytes ? Sort::growth : v.sort == Sort::growth ? Sort::count : Sort::bytes; break;
     case 'g': v.group = v.group == Group::line ? Group::function : Group::line; break;
