@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-test.sh needs onto a GPU machine that has no apt (the lent H100 and
 # H200 hosts: Ubuntu 24.04 with the CUDA toolkit and PyTorch, but no libunwind and no zstd): the CLI with the libraries it needs beyond glibc and
-# libstdc++ (spdlog, fmt, libdw, libelf, libzstd: `gpuheap run` compresses its traces at exit;
+# libstdc++ (spdlog, fmt, libdw, libelf, libzstd: `gpuheap run` compresses its traces at exit; ncurses: `gpuheap top`;
 # RUNPATH $ORIGIN, for the CLI alone), libgpuheap.so
 # with its bundled libunwind, and a COMMIT file naming the build's commit for bench/results.
 #   scripts/gpu-bundle.sh [OUT_DIR]     (default .carry/bin; BUILD_DIR=build)
@@ -17,7 +17,7 @@ cp "$BUILD_DIR/gpuheap" "$BUILD_DIR/libgpuheap.so" "$out/"
 cp -L "$BUILD_DIR"/libunwind*.so* "$out/"
 # The CLI's own libraries: whatever ldd resolves for these sonames (and the libraries they
 # pull in that a bare Ubuntu lacks).
-for lib in $(ldd "$BUILD_DIR/gpuheap" | awk '/libspdlog|libfmt|libdw|libelf|libzstd/ {print $3}'); do cp -L "$lib" "$out/"; done
+for lib in $(ldd "$BUILD_DIR/gpuheap" | awk '/libspdlog|libfmt|libdw|libelf|libzstd|libncurses/ {print $3}'); do cp -L "$lib" "$out/"; done
 # zstd (the GPU machine has none), to compress a trace made there for examples/traces.
 if command -v zstd >/dev/null; then
   cp -L "$(command -v zstd)" "$out/"

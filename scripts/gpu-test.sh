@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpuheap on a real GPU: builds gpuheap if needed (scripts/setup.sh), runs every case of tests/gpu
-# (PyTorch, CuPy, JAX, plain CUDA C++, stream safety, OOM, identical losses, GPUHEAP_LIMIT), prints PASS/FAIL per
+# (PyTorch, CuPy, JAX, plain CUDA C++, stream safety, OOM, identical losses, GPUHEAP_LIMIT, gpuheap top), prints PASS/FAIL per
 # case and writes the measured values to bench/results/gpu-test-<date>.json.
 #   scripts/gpu-test.sh [--bench] [--only case1,case2]
 #   GPUHEAP_BIN_DIR=dir   use gpuheap binaries from dir instead of build/ (no build then)
