@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -21,26 +22,49 @@ namespace gpuheap::live {
 
 namespace {
 
-constexpr std::size_t kHistory = 600;  // refreshes kept per device for the sparkline
+// The sparkline spans the last kSparkSeconds, one column per equal slice of it: a column is
+// the largest requested figure sampled in its slice (a refresh), the last one carried over
+// slices without a refresh, blank before the first.
+constexpr double kSparkSeconds = 300;
+constexpr std::size_t kHistory = 4096;  // samples kept per device (a 0.05 s interval fills 300 s with 6000)
+
+struct Sample {
+  double t = 0;  // the view's elapsed seconds
+  std::int64_t v = 0;
+};
 
 struct ViewState {
   bool paused = false, utf8 = false;
   Sort sort = Sort::bytes;
-  Group group = Group::line;  // a "category" group (branch `categories`) is the next case
+  Group group = Group::line;  // a "category" group (the categories, issue #34) is the next case
   std::size_t proc = 0, dev = 0;
-  std::map<std::string, std::deque<std::int64_t>> history;  // "trace#device" -> allocated per refresh
+  std::map<std::string, std::deque<Sample>> history;  // "trace#device" -> requested per refresh
 };
 
-// The last `width` samples as bars scaled to their maximum.
-std::string sparkline(const std::deque<std::int64_t>& h, std::size_t width, bool utf8) {
+std::string sparkline(const std::deque<Sample>& h, std::size_t width, double now, bool utf8) {
   static const char* const kBars[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
   static const char kAscii[] = "_.-=+*#@";
-  const std::size_t n = std::min(h.size(), width);
-  std::int64_t mx = 1;
-  for (std::size_t i = h.size() - n; i < h.size(); ++i) mx = std::max(mx, h[i]);
+  const double from = now - kSparkSeconds, slice = kSparkSeconds / static_cast<double>(width);
+  std::vector<std::int64_t> col(width, -1);
+  std::int64_t carry = -1, mx = 1;
+  std::size_t i = 0;
+  for (; i < h.size() && h[i].t < from; ++i) carry = h[i].v;
+  for (std::size_t c = 0; c < width; ++c) {
+    const double end = from + slice * static_cast<double>(c + 1);
+    std::int64_t v = carry;
+    for (bool first = true; i < h.size() && (h[i].t < end || c + 1 == width); ++i, first = false)
+      v = first ? h[i].v : std::max(v, h[i].v);
+    col[c] = v;
+    if (i > 0) carry = h[i - 1].v;
+    mx = std::max(mx, v);
+  }
   std::string out;
-  for (std::size_t i = h.size() - n; i < h.size(); ++i) {
-    const auto level = static_cast<std::size_t>(std::max<std::int64_t>(h[i], 0) * 7 / mx);
+  for (std::int64_t v : col) {
+    if (v < 0) {
+      out += ' ';
+      continue;
+    }
+    const auto level = static_cast<std::size_t>(v * 7 / mx);
     if (utf8) out += kBars[level];
     else out += kAscii[level];
   }
@@ -61,12 +85,12 @@ void record(ViewState& v, const Snapshot& s) {
   for (const auto& p : s.processes)
     for (const auto& d : p.devices) {
       auto& h = v.history[fmt::format("{}#{}", p.trace, d.device)];
-      h.push_back(d.allocated.current);
-      if (h.size() > kHistory) h.pop_front();
+      h.push_back({s.elapsed_s, d.requested.current});
+      while (h.size() > kHistory || (h.size() > 1 && h[1].t < s.elapsed_s - kSparkSeconds)) h.pop_front();
     }
 }
 
-int draw_device(ViewState& v, const ProcessNow& p, int y) {
+int draw_device(ViewState& v, const ProcessNow& p, double now, int y) {
   if (p.devices.empty()) {
     put(y++, "  no GPU allocation yet");
     return y;
@@ -83,7 +107,8 @@ int draw_device(ViewState& v, const ProcessNow& p, int y) {
   for (const auto& [name, st] : rows) {
     std::string line = fmt::format("  {:<9} {:>11}  peak {:>11}", name, human_bytes(st->current),
                                    human_bytes(st->peak));
-    if (st == &d.allocated) line += "   " + sparkline(h, spark, v.utf8);
+    if (st == &d.requested) line += "   " + sparkline(h, spark, now, v.utf8);
+    if (st == &d.allocated) line += fmt::format("   {:^{}}", "^ requested, last 5 min", spark);
     put(y++, line);
   }
   return y;
@@ -106,7 +131,7 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
                          p.command));
     put(y++, fmt::format("step {}  phase {}", p.step_name.empty() ? "-" : fmt::format("{} ({})", p.step, p.step_name),
                          p.phase.empty() ? "-" : p.phase));
-    y = draw_device(v, p, y);
+    y = draw_device(v, p, s.elapsed_s, y);
     ++y;
     put(y++, fmt::format("{:>11} {:>7} {:>12}  SITE (by {}, sorted by {}; growth since {})", "BYTES", "COUNT", "GROWTH",
                          group_name(v.group), sort_name(v.sort), p.growth_since));

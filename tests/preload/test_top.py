@@ -234,6 +234,8 @@ def case_tmux(e):
         rows = [ln for ln in screen.splitlines() if "requested" in ln]
         if not rows or "15.0 MiB" not in rows[0]:
             fail(f"the current requested figure is not 15.0 MiB:\n{screen}")
+        if not any(bar in rows[0] for bar in "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"):
+            fail(f"no sparkline bar (UTF-8) on the requested row:\n{screen}")
         sites = screen.split("SITE", 1)[1].splitlines()[1:]
         if not sites or "15.0 MiB" not in sites[0] or "main (prog_grow.cpp:" not in sites[0]:
             fail(f"the top site is not main (prog_grow.cpp) with 15.0 MiB:\n{screen}")
