@@ -152,13 +152,20 @@ std::uint64_t TraceFollower::poll() {
       continue;
     }
     // Stopped inside what was read: at a zero type byte (the end of the data for now), or
-    // at a frame that runs past the read. The latter is read whole next if the file holds it.
+    // at a frame that runs past the read. That frame starts the next read, sized to hold it
+    // whole when it alone is longer than a chunk; one the file does not hold whole yet (cut
+    // at a window's end) is waited for.
     const unsigned char* f = buf_.data() + used;
-    if (f[0] == 0 || n - used < format::kFrameHeaderSize) break;
+    if (f[0] == 0) break;
+    if (used > 0) {
+      want = kChunk;
+      continue;
+    }
+    if (n < format::kFrameHeaderSize) break;
     std::uint32_t len;
     std::memcpy(&len, f + 1, 4);
     const std::size_t frame = format::kFrameHeaderSize + std::min<std::uint32_t>(len, format::kMaxPayload);
-    if (frame <= n - used || off_ + frame > size) break;
+    if (frame <= n || off_ + frame > size) break;
     want = frame;
   }
   return off_ - start;

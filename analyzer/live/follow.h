@@ -65,6 +65,7 @@ class TraceFollower {
   bool finished() const { return finished_; }
   std::uint64_t offset() const { return off_; }       // file bytes consumed (whole records)
   std::uint64_t bytes_read() const { return read_; }  // file bytes read, all polls together
+  std::uint64_t records() const { return records_; }  // whole records fed
   Model& model() { return *model_; }
   const Model& model() const { return *model_; }
   const StepTracker& steps() const { return steps_; }

@@ -142,7 +142,7 @@ ProcessNow Followed::now() {
   }
   if (!step_based)
     for (std::size_t i = 0; i < m.sites.size(); ++i) base[i] = m.sites[i].live_bytes;
-  p.records = m.info.records, p.bytes_read = f->bytes_read();
+  p.records = f->records(), p.bytes_read = f->bytes_read();
   return p;
 }
 

@@ -127,6 +127,31 @@ TEST(LiveFollow, PollReadsOnlyWhatWasAppended) {
   EXPECT_EQ(f.bytes_read(), first);
 }
 
+// A finished trace longer than one read is read whole by one poll, wherever the reads'
+// boundaries fall in its frames (a boundary inside a frame's 5-byte header once stopped the
+// poll there: `top --once` and the last refresh after a process ended showed part of it).
+TEST(LiveFollow, OnePollReadsAFinishedTraceWhateverTheAlignment) {
+  for (std::size_t shift = 0; shift < 48; ++shift) {
+    TraceBuilder b;
+    b.put(
+        format::PhaseRecord{b.tick(), 1, format::PhaseOp::mark, format::PhaseSource::api, std::string(shift + 1, 'x')});
+    b.segment(0x10000000, 64 << 20, false);
+    std::uint64_t n = 0;
+    for (; b.data.size() < (200u << 10); ++n) {
+      b.alloc(0x10000000 + (n % 64) * 4096, 100, 512);
+      b.free(0x10000000 + (n % 64) * 4096);
+      b.completed(0x10000000 + (n % 64) * 4096);
+    }
+    b.end();
+    const std::string path = b.write("live_align.trace");
+    live::TraceFollower f(path);
+    f.poll();
+    ASSERT_TRUE(f.has_end()) << "shift " << shift << ": stopped at " << f.offset() << " of " << b.data.size();
+    EXPECT_EQ(f.offset(), b.data.size());
+    EXPECT_EQ(f.records(), 3 * n + 5) << "header records: process, device, mark, segment; end";
+  }
+}
+
 TEST(LiveGroup, SitesMergeByKeyAndSort) {
   std::vector<live::SiteNow> s = {{1, "f (a.py:1)", "f", 100, 1, 100},
                                   {2, "f (a.py:1)", "f", 50, 2, -10},
