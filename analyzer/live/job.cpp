@@ -201,7 +201,13 @@ void Job::Impl::poll(Followed& t) {
     const auto& info = t.f->model().info;
     const bool gone = info.have_process && info.hostname == host && process_gone(info.pid);
     t.f->poll();
-    if (gone && !t.f->ended()) t.f->mark_gone();
+    if (gone && !t.f->ended()) {
+      t.f->mark_gone();
+      note(
+          fmt::format("process {} is gone without an end record (killed?): {} is incomplete, read to its last "
+                      "whole record",
+                      info.pid, t.path));
+    }
     if (t.f->ended()) t.f->finish();
   } catch (const std::exception& e) {
     t.error = e.what();

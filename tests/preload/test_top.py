@@ -166,6 +166,8 @@ def case_killed(e):
     p = last["processes"][0]
     if p["state"] != "gone" or device0(p)["requested_bytes"]["current"] != 6 * MIB:
         fail(f"after the kill: state {p['state']}, {device0(p)['requested_bytes']}")
+    if not any("without an end record" in n and "incomplete" in n for n in last["notes"]):
+        fail(f"no note that the trace is incomplete: {last['notes']}")
     print(f"killed: top ended {took:.2f} s after SIGKILL, process gone at 6 MiB")
 
 
