@@ -21,6 +21,9 @@ constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
 // (the preload's windows run to 4 MiB ahead of the data), a busy one loops. A frame longer
 // than this is read whole by the next read, sized from its length field.
 constexpr std::size_t kChunk = 64u << 10;
+// The first read of a poll after one that stopped at the zeros: a page, so an idle refresh of
+// a job that appends nothing reads one page, not a chunk of zeros.
+constexpr std::size_t kProbe = 4096;
 // Bounds on what phase records can make the step tracker keep (a hostile trace).
 constexpr std::size_t kMaxNames = 1024, kMaxThreads = 4096;
 }  // namespace
@@ -136,7 +139,8 @@ std::uint64_t TraceFollower::poll() {
   if (::fstat(fd_, &st) != 0) throw InputError(fmt::format("{}: cannot stat: {}", path_, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(st.st_size);
   const std::uint64_t start = off_;
-  std::size_t want = kChunk;
+  std::size_t want = at_zeros_ ? kProbe : kChunk;
+  at_zeros_ = false;
   while (off_ < size && !has_end_) {
     want = static_cast<std::size_t>(std::min<std::uint64_t>(want, size - off_));
     if (buf_.size() < want) buf_.resize(want);
@@ -156,7 +160,10 @@ std::uint64_t TraceFollower::poll() {
     // whole when it alone is longer than a chunk; one the file does not hold whole yet (cut
     // at a window's end) is waited for.
     const unsigned char* f = buf_.data() + used;
-    if (f[0] == 0) break;
+    if (f[0] == 0) {
+      at_zeros_ = true;
+      break;
+    }
     if (used > 0) {
       want = kChunk;
       continue;

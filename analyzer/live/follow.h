@@ -80,6 +80,7 @@ class TraceFollower {
   std::string path_;
   int fd_ = -1;
   bool compressed_ = false, has_end_ = false, gone_ = false, finished_ = false;
+  bool at_zeros_ = false;  // the last poll stopped at a zero type byte (the data's end for now)
   std::uint64_t off_ = 0, read_ = 0, records_ = 0;
   std::vector<unsigned char> buf_;
   std::unique_ptr<Model> model_;

@@ -111,8 +111,8 @@ TEST(LiveFollow, GoneWithoutEndIsNotAnEnd) {
   EXPECT_EQ(f.model().devices[0].stat[kRequestedBytes][kAllPools].current, (1 + 2 + 3) << 20);
 }
 
-// A refresh reads only what was appended: a second poll of an unchanged file reads at most
-// one chunk of the zero tail, not the file again.
+// A refresh reads only what was appended: a second poll of an unchanged file reads nothing
+// again, and an idle poll of a file with a zero tail reads one page of it.
 TEST(LiveFollow, PollReadsOnlyWhatWasAppended) {
   std::vector<std::size_t> marks;
   TraceBuilder b = growing_trace(&marks);
@@ -125,6 +125,22 @@ TEST(LiveFollow, PollReadsOnlyWhatWasAppended) {
   EXPECT_EQ(first, marks[4]);
   f.poll();
   EXPECT_EQ(f.bytes_read(), first);
+  // With the preload's zeroed space after the data (up to 4 MiB): the poll that finds the
+  // zeros reads at most a chunk of them, an idle poll after it one page.
+  const std::string windowed = TraceBuilder::dir() + "/live_cost_window.trace";
+  ::unlink(windowed.c_str());
+  write_window(windowed, b.data, marks[4], marks[4] + (4u << 20));
+  live::TraceFollower g(windowed);
+  g.poll();
+  const std::uint64_t busy = g.bytes_read();
+  EXPECT_LE(busy, marks[4] + (64u << 10));
+  for (int i = 0; i < 10; ++i) g.poll();
+  EXPECT_LE(g.bytes_read() - busy, 10u * 4096);
+  EXPECT_EQ(g.offset(), marks[4]);
+  // Data appended after idle polls is read whole by the next poll (the page, then chunks).
+  write_window(windowed, b.data, b.data.size(), marks[4] + (4u << 20));
+  g.poll();
+  EXPECT_TRUE(g.has_end());
 }
 
 // A finished trace longer than one read is read whole by one poll, wherever the reads'
