@@ -24,7 +24,7 @@ import time
 
 import gh
 
-STEPS = 8
+STEPS = 16
 
 
 def _growth(line, dev):
