@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpuheap on a real GPU: installs the gpuheap wheel into a fresh venv and runs every case of
 # tests/gpu from there (PyTorch, CuPy, JAX, plain CUDA C++, stream safety, OOM, identical losses,
-# GPUHEAP_LIMIT, the wheel itself), prints PASS/FAIL per case and writes the measured values to
+# GPUHEAP_LIMIT, gpuheap top, the wheel itself), prints PASS/FAIL per case and writes the measured values to
 # bench/results/gpu-test-<date>.json.
 #   scripts/gpu-test.sh [--bench] [--only case1,case2] [--wheel FILE]
 #   --only compat         the compatibility matrix alone (tests/gpu/compat: torch.compile, CUDA graphs,

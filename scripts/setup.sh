@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 PKGS=(build-essential cmake pkg-config libunwind-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
       libcli11-dev libdw-dev libelf-dev libzstd-dev libgtest-dev libbenchmark-dev zstd python3 python3-pytest
-      chromium python3-build python3-setuptools python3-wheel python3-venv python3-pip patchelf)
+      chromium python3-build python3-setuptools python3-wheel python3-venv python3-pip patchelf libncurses-dev tmux)
 # python3: Python-stack tests; python3-pytest: the pytest plugin tests; chromium: tests/unit/test_report_html
-# loads the HTML report headless; python3-build ... patchelf: the wheel (scripts/wheel.sh, ctest wheel_venv)
+# loads the HTML report headless; python3-build ... patchelf: the wheel (scripts/wheel.sh, ctest wheel_venv);
+# libncurses-dev: `gpuheap top`'s view; tmux: its test drives the view (tests/preload/test_top.py)
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

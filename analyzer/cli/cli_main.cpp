@@ -36,11 +36,17 @@ int real_main(int argc, char** argv, bool& verbose) {
   app.set_version_flag("--version", std::string(GPUHEAP_VERSION));
   app.require_subcommand(1);
   // In the order of the help's list (a braced list is evaluated in order).
-  const std::vector<cli::Command> commands{cli::add_run(app, verbose),     cli::add_dump(app),
-                                           cli::add_summary(app, verbose), cli::add_check(app, verbose),
-                                           cli::add_diff(app, verbose),    cli::add_export(app, verbose),
-                                           cli::add_report(app, verbose),  cli::add_symbolize(app, verbose),
-                                           cli::add_compress(app),         cli::add_replay(app)};
+  const std::vector<cli::Command> commands{cli::add_run(app, verbose),
+                                           cli::add_dump(app),
+                                           cli::add_summary(app, verbose),
+                                           cli::add_check(app, verbose),
+                                           cli::add_diff(app, verbose),
+                                           cli::add_export(app, verbose),
+                                           cli::add_report(app, verbose),
+                                           cli::add_symbolize(app, verbose),
+                                           cli::add_compress(app),
+                                           cli::add_replay(app),
+                                           cli::add_top(app)};
   // After `run --`, CLI11 2.1 hands the rest of the line back to the app (cmd_run.cpp).
   // Set after the subcommands were added, so they do not inherit it; any leftover outside
   // `run` is refused below.

@@ -46,6 +46,11 @@ void add_run_options(CLI::App* cmd, RunCliOptions& o, bool& verbose) {
   cmd->add_flag("--no-compress", o.no_compress,
                 "Leave the trace uncompressed (else TRACE.zst after the program exits)");
   cmd->add_flag("--force", r.force, "Let -o NAME replace an existing NAME or NAME.zst (else exit 2)");
+  cmd->add_flag("--live", r.live,
+                "Show the live view (gpuheap top) while the program runs; its output goes to --live-output");
+  cmd->add_option("--live-output", r.live_output,
+                  "With --live: the file for the program's stdout and stderr (default gpuheap-live.PID.out; must not "
+                  "exist)");
   cmd->add_flag("-q,--quiet", r.quiet, "Print nothing but warnings and errors (as GPUHEAP_QUIET=1)");
   add_verbose(cmd, verbose);
 }

@@ -28,5 +28,6 @@ Command add_report(CLI::App& app, bool& verbose);
 Command add_symbolize(CLI::App& app, bool& verbose);
 Command add_compress(CLI::App& app);
 Command add_replay(CLI::App& app);
+Command add_top(CLI::App& app);
 
 }  // namespace gpuheap::cli

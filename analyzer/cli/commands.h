@@ -22,6 +22,8 @@ struct RunOptions {
   bool allow_no_trace = false;  // a traced process that could not write its trace is not an error
   bool force = false;           // -o NAME may replace an existing NAME (and NAME.zst)
   bool quiet = false;           // -q: nothing on stderr after a successful run (errors still)
+  bool live = false;            // --live: the live view (analyzer/live) while the program runs
+  std::string live_output;      // --live: the program's stdout and stderr go here ("" = gpuheap-live.PID.out)
   std::vector<std::string> command;
   FinishOptions finish;  // after the program exits: symbolize, compress (run_finish.h)
 };

@@ -22,6 +22,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/cli/commands.h"
+#include "analyzer/live/view.h"
 #include "analyzer/trace/reader.h"
 #include "common/outpath_pattern.h"
 #include "common/parse.h"
@@ -331,28 +332,115 @@ void prepare_environment(const RunOptions& opt, bool quiet, const std::string& p
   }
 }
 
+// --live: the file the program's stdout and stderr go to, so that they do not run through
+// the view (memray's --live keeps them apart the same way). Created here, never over an
+// existing file.
+int open_live_output(const RunOptions& opt, std::string* name) {
+  *name = opt.live_output.empty() ? fmt::format("gpuheap-live.{}.out", ::getpid()) : opt.live_output;
+  int fd = ::open(name->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) throw UsageError(fmt::format("run --live: cannot create {}: {}", *name, std::strerror(errno)));
+  return fd;
+}
+
+// The child's side of the fork: the output file and /dev/null (the view reads the terminal)
+// in place of the standard descriptors under --live, then the program.
+[[noreturn]] void exec_program(const RunOptions& opt, int live_out) {
+  if (live_out >= 0) {
+    int nul = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (nul < 0 || ::dup2(nul, 0) < 0 || ::dup2(live_out, 1) < 0 || ::dup2(live_out, 2) < 0) ::_exit(126);
+  }
+  std::vector<char*> argv;
+  for (const auto& a : opt.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::fprintf(stderr, "gpuheap: cannot execute %s: %s\n", argv[0], std::strerror(errno));
+  ::_exit(errno == ENOENT ? 127 : 126);
+}
+
+// --live, after the view: where the program's output went, and its last lines (memray's
+// --live shows the program's output once the view is gone, too). Only the file's tail is
+// read, so a job that logged gigabytes costs nothing here.
+void show_live_output(const std::string& name) {
+  constexpr std::size_t kTailBytes = 8192, kTailLines = 20;
+  std::string tail;
+  int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0) {
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t from = size > kTailBytes ? size - kTailBytes : 0;
+    tail.resize(static_cast<std::size_t>(size - from));
+    const ssize_t got = ::pread(fd, tail.data(), tail.size(), static_cast<off_t>(from));
+    tail.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    if (from > 0 && tail.find('\n') != std::string::npos) tail.erase(0, tail.find('\n') + 1);  // a whole first line
+  }
+  if (fd >= 0) ::close(fd);
+  std::size_t at = tail.size(), lines = 0;
+  if (at > 0 && tail[at - 1] == '\n') --at;
+  while (at > 0 && lines < kTailLines)
+    if (tail[--at] == '\n' && ++lines == kTailLines) ++at;
+  tail.erase(0, at);
+  std::fprintf(stderr, "gpuheap: the program's output is in %s%s\n", text_safe(name).c_str(),
+               tail.empty() ? " (empty)" : "; its last lines:");
+  for (std::size_t i = 0; i < tail.size();) {  // line by line: text_safe writes a newline as \n
+    std::size_t nl = tail.find('\n', i);
+    if (nl == std::string::npos) nl = tail.size();
+    std::fprintf(stderr, "  %s\n", text_safe(std::string_view(tail).substr(i, nl - i)).c_str());
+    i = nl + 1;
+  }
+}
+
+// --live: the view follows the run's path list while the program runs, reaping it without
+// blocking; the view ends with the job (or, on a terminal, when the user quits: run then
+// waits for the program as without --live). The wait status.
+int wait_live(pid_t pid, const std::string& path_file, const std::string& out_name) {
+  int status = 0;
+  bool exited = false;
+  live::Job job(path_file, pid);
+  live::ViewOptions v;
+  v.program_output = out_name;
+  v.tick = [&] {
+    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) exited = true, job.program_exited();
+  };
+  try {
+    live::run_view(job, v);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpuheap: the live view stopped: %s\n", e.what());
+  }
+  if (!exited) {
+    std::fprintf(stderr, "gpuheap: view closed; waiting for the program (pid %d, output in %s)\n",
+                 static_cast<int>(pid), text_safe(out_name).c_str());
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  show_live_output(out_name);
+  return status;
+}
+
 // Starts the program and waits for it. It gets ^C and what is sent to run (Forwarding); run
 // waits and still reports the trace paths. The wait status.
-int run_program(const RunOptions& opt) {
+int run_program(const RunOptions& opt, const std::string& path_file) {
+  std::string out_name;
+  const int live_out = opt.live ? open_live_output(opt, &out_name) : -1;
   Forwarding fw;
   fw.install();
   pid_t pid = ::fork();
   if (pid < 0) {
     fw.restore();
+    if (live_out >= 0) ::close(live_out);
     throw InputError(fmt::format("run: fork failed: {}", std::strerror(errno)));
   }
   if (pid == 0) {
     fw.restore();
-    std::vector<char*> argv;
-    for (const auto& a : opt.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "gpuheap: cannot execute %s: %s\n", argv[0], std::strerror(errno));
-    ::_exit(errno == ENOENT ? 127 : 126);
+    exec_program(opt, live_out);
   }
   fw.started(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (live_out >= 0) {
+    ::close(live_out);
+    status = wait_live(pid, path_file, out_name);
+  } else {
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   fw.restore();
   return status;
@@ -460,7 +548,7 @@ int run_traced(const RunOptions& opt) {
   const std::string& path_file = list.file;
 
   prepare_environment(opt, quiet, pattern, lib, path_file);
-  int status = run_program(opt);
+  int status = run_program(opt, path_file);
   ListedTraces listed = read_path_list(list);
   // Symbolized and compressed once the program is gone (analyzer/cli/run_finish.h).
   std::vector<std::string> finished = finish_traces(listed.written, opt.finish);

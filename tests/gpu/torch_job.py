@@ -2,7 +2,7 @@
 losses (exact, as float.hex), torch's own memory statistics and step times.
 
   python torch_job.py --model gpt|gpt2|cnn|mlp --steps N [--warmup W] [--oom] [--nvtx] [--phase-peaks]
-                      [--torch-history default|python]
+                      [--torch-history default|python] [--step-sleep S]
 
 --nvtx wraps each step in NVTX ranges (torch.cuda.nvtx.range_push/pop): "step", and inside it
 "forward", "backward", "optimizer_step" (what gpuheap records as phases). --phase-peaks resets
@@ -151,6 +151,8 @@ def main():
                     help="record the caching allocator's history and write torch.cuda.memory._dump_snapshot here")
     ap.add_argument("--torch-history", choices=["default", "python"], default=None,
                     help="torch.cuda.memory._record_memory_history() with its defaults, or with stacks='python'")
+    ap.add_argument("--step-sleep", type=float, default=0.0,
+                    help="seconds to sleep after each step, outside its ranges (a job `gpuheap top` can watch)")
     a = ap.parse_args()
     if a.snapshot and a.torch_history:
         ap.error("--snapshot and --torch-history both set the recorder: give one")
@@ -207,6 +209,8 @@ def main():
         if i >= a.warmup:
             times.append(dt)
             losses.append(loss.item())
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
     stats = torch.cuda.memory_stats()
     if a.snapshot:
         torch.cuda.memory._dump_snapshot(a.snapshot)
@@ -227,6 +231,9 @@ def main():
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
         "phase_peaks": phase_peaks,
+        "param_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
+        "optimizer_state_bytes": sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+                                     if torch.is_tensor(t) and t.is_cuda),
         "torch_history": a.torch_history,
         "torch_history_on": _history_on(),
         "record_memory_history_signature": str(inspect.signature(torch.cuda.memory._record_memory_history)),

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""`gpuheap top` and `gpuheap run --live` beside a running job on the simulated CUDA runtime
+(ctest Top.*). The job is prog_grow (one more allocation of N MiB at step N, inside a
+"step" range).
+
+  test_top.py BUILD_DIR growth|killed|run_live|tmux
+
+growth:   top --interval 0.2 --json follows the job: the JSON lines show the growth in order,
+          and the last one equals `gpuheap summary --json` of the finished trace.
+killed:   the job is killed (SIGKILL: no end record); the view ends by itself with
+          "process ended", the process "gone", within a bounded time.
+run_live: run --live starts the job and the view together; the program's output goes to its
+          file, shown at exit; the exit status is the program's; the trace is finished.
+tmux:     the interactive view in a tmux pane: the current figure and the top site on the
+          screen, keys sort, group and quit. Exits 77 (ctest SKIP_RETURN_CODE) without tmux.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1 << 20
+SKIP = 77
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+class Env:
+    def __init__(self, build):
+        self.build = os.path.abspath(build)
+        self.gpuheap = os.path.join(self.build, "gpuheap")
+        self.prog = os.path.join(self.build, "tests", "preload", "prog_grow")
+        self.dir = tempfile.mkdtemp(prefix="gpuheap-top-")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEAP_", "LD_PRELOAD"))}
+
+    def start_job(self, *args):
+        """prog_grow ARGS under the preload, its trace in self.dir; stdout a pipe."""
+        env = dict(self.env, LD_LIBRARY_PATH=os.path.join(self.build, "simcuda"),
+                   LD_PRELOAD=os.path.join(self.build, "libgpuheap.so"),
+                   GPUHEAP_OUTPUT=os.path.join(self.dir, "t.%p.trace"), GPUHEAP_QUIET="1")
+        return subprocess.Popen([self.prog, *map(str, args)], env=env, stdout=subprocess.PIPE, text=True)
+
+    def top(self, *args, timeout=60):
+        """gpuheap top ARGS to the end: (return code, stdout lines, stderr, seconds)."""
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run([self.gpuheap, "top", *map(str, args)], env=self.env, capture_output=True, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            fail(f"gpuheap top {' '.join(map(str, args))} did not end within {timeout} s (a hang)")
+        return r.returncode, r.stdout.splitlines(), r.stderr, time.monotonic() - t0
+
+    def traces(self):
+        return sorted(os.path.join(self.dir, f) for f in os.listdir(self.dir) if ".trace" in f)
+
+
+def wait_line(proc, want, timeout=30):
+    """Reads the job's stdout until the line `want` (the job reached that step)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            fail(f"the job ended before printing {want!r}")
+        if line.strip() == want:
+            return
+    fail(f"the job never printed {want!r}")
+
+
+def device0(proc_json):
+    devs = proc_json["devices"]
+    if len(devs) != 1:
+        fail(f"expected one device, got {devs}")
+    return devs[0]
+
+
+def check_final_equals_summary(e, last, trace):
+    r = subprocess.run([e.gpuheap, "summary", "--json", trace], env=e.env, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"summary failed: {r.stderr}")
+    s = json.loads(r.stdout)
+    got, want = device0(last["processes"][0]), s["devices"][0]
+    for key in ("requested_bytes", "allocated_bytes", "reserved_bytes"):
+        for fig in ("current", "peak"):
+            if got[key][fig] != want[key][fig]:
+                fail(f"final {key}.{fig} {got[key][fig]} != summary's {want[key][fig]}")
+    for key in ("num_ooms", "num_alloc_retries", "total_memory"):
+        if got[key] != want[key]:
+            fail(f"final {key} {got[key]} != summary's {want[key]}")
+    sites = last["processes"][0]["top_sites"]
+    if sum(x["bytes"] for x in sites) != s["leaked_bytes"] or sum(x["count"] for x in sites) != s["leaked_count"]:
+        fail(f"final live sites {sites} != summary's live at the end {s['leaked_bytes']} B x{s['leaked_count']}")
+    if sites[0]["bytes"] != s["leaks"][0]["bytes"] or "prog_grow.cpp" not in sites[0]["label"]:
+        fail(f"top site {sites[0]} != summary's {s['leaks'][0]['bytes']} B at prog_grow.cpp")
+
+
+def case_growth(e):
+    steps = 6
+    job = e.start_job(steps, 400)
+    rc, lines, err, _ = e.top("--interval", 0.2, "--json", e.dir)
+    job.stdout.read()
+    if job.wait() != 0:
+        fail(f"the job exited {job.returncode}")
+    if rc != 0 or "process ended" not in err:
+        fail(f"top exited {rc}, stderr {err!r}")
+    snaps = [json.loads(x) for x in lines]
+    cumulative = [sum(range(1, i + 1)) * MIB for i in range(0, steps + 1)]
+    seen = []
+    for j in snaps:
+        if j["schema"] != "gpuheap.top/1":
+            fail(f"schema {j['schema']}")
+        if not j["processes"] or not j["processes"][0]["devices"]:
+            continue
+        cur = device0(j["processes"][0])["requested_bytes"]["current"]
+        if cur not in cumulative:
+            fail(f"requested {cur} is no step's total ({cumulative})")
+        if seen and cur < seen[-1]:
+            fail(f"requested went down: {seen[-1]} then {cur}")
+        if not seen or cur != seen[-1]:
+            seen.append(cur)
+    if len(seen) < 3 or seen[-1] != cumulative[-1]:
+        fail(f"growth seen {seen}: fewer than 3 steps, or not ending at {cumulative[-1]}")
+    last = snaps[-1]
+    if last["state"] != "ended" or last.get("message") != "process ended" or any(j["state"] == "ended"
+                                                                                  for j in snaps[:-1]):
+        fail("only the last line may say ended, and it must")
+    p = last["processes"][0]
+    if p["state"] != "ended" or p["step"] != {"name": "step", "number": steps}:
+        fail(f"last process state {p['state']}, step {p['step']}")
+    growth = [x["growth"] for x in device0(p)["steps"]]
+    if growth != [i * MIB for i in range(1, steps)] + [None]:  # the last step's growth is known at the next one
+        fail(f"per-step growth {growth}")
+    check_final_equals_summary(e, last, e.traces()[0])
+    print(f"growth: {len(snaps)} lines, requested seen {[x // MIB for x in seen]} MiB, final = summary")
+
+
+def case_killed(e):
+    job = e.start_job(3, 50, "hang")
+    wait_line(job, "step 3")
+    top = subprocess.Popen([e.gpuheap, "top", "--interval", "0.2", "--json", str(job.pid)], env=e.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    if top.poll() is not None:
+        fail(f"top ended while the job ran: {top.stderr.read()}")
+    t0 = time.monotonic()
+    job.send_signal(signal.SIGKILL)
+    try:
+        out, err = top.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        top.kill()
+        fail("top did not end within 20 s of the job being killed (a hang)")
+    took = time.monotonic() - t0
+    job.wait()
+    snaps = [json.loads(x) for x in out.splitlines()]
+    last = snaps[-1]
+    if top.returncode != 0 or "process ended" not in err or last.get("message") != "process ended":
+        fail(f"top exited {top.returncode}, stderr {err!r}, last line {last}")
+    if any(j["processes"][0]["state"] != "running" for j in snaps[:-1]):
+        fail("a line before the kill said the process was not running")
+    p = last["processes"][0]
+    if p["state"] != "gone" or device0(p)["requested_bytes"]["current"] != 6 * MIB:
+        fail(f"after the kill: state {p['state']}, {device0(p)['requested_bytes']}")
+    if not any("without an end record" in n and "incomplete" in n for n in last["notes"]):
+        fail(f"no note that the trace is incomplete: {last['notes']}")
+    print(f"killed: top ended {took:.2f} s after SIGKILL, process gone at 6 MiB")
+
+
+def case_run_live(e):
+    out = os.path.join(e.dir, "out.txt")
+    trace = os.path.join(e.dir, "r.trace")
+    cmd = [e.gpuheap, "run", "--simulate", "--live", "--live-output", out, "-o", trace, "--no-compress",
+           e.prog, "4", "200"]
+    try:
+        r = subprocess.run(cmd, env=e.env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        fail("run --live did not end within 60 s")
+    if r.returncode != 0:
+        fail(f"run --live exited {r.returncode}: {r.stderr}")
+    if "step 4" in r.stdout.splitlines() or "step 4" not in open(out).read().splitlines():
+        fail(f"the program's output is not kept apart: stdout {r.stdout!r}")
+    if "requested 10.0 MiB" not in r.stdout or "prog_grow.cpp" not in r.stdout:
+        fail(f"the view's lines lack the figures: {r.stdout!r}")
+    if "process ended" not in r.stderr or "output is in " + out not in r.stderr or "  step 4" not in r.stderr:
+        fail(f"stderr lacks the end, or the program's output at exit: {r.stderr!r}")
+    s = subprocess.run([e.gpuheap, "summary", "--json", trace], env=e.env, capture_output=True, text=True)
+    if s.returncode != 0 or json.loads(s.stdout)["devices"][0]["requested_bytes"]["current"] != 10 * MIB:
+        fail(f"the trace was not finished: {s.stderr}")
+    # The program's exit status is run's, as without --live (prog_grow exits 11 without args).
+    out2 = os.path.join(e.dir, "out2.txt")
+    r2 = subprocess.run([e.gpuheap, "run", "--simulate", "--live", "--live-output", out2, "-q", e.prog], env=e.env,
+                        capture_output=True, text=True, timeout=60)
+    if r2.returncode != 11 or "expectation" not in open(out2).read():
+        fail(f"exit status {r2.returncode} (want 11), output {open(out2).read()!r}")
+    # An existing output file is never replaced.
+    r3 = subprocess.run([e.gpuheap, "run", "--simulate", "--live", "--live-output", out, e.prog, "1", "1"],
+                        env=e.env, capture_output=True, text=True, timeout=60)
+    if r3.returncode != 2 or "step 4" not in open(out).read():
+        fail(f"run --live over an existing file: exit {r3.returncode}, {r3.stderr!r}")
+    print("run_live: view lines on stdout, program output in its file and shown at exit, status kept")
+
+
+def capture(tmux, target):
+    return subprocess.run(tmux + ["capture-pane", "-p", "-t", target], capture_output=True, text=True).stdout
+
+
+def wait_screen(tmux, target, want, timeout=20):
+    end = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < end:
+        screen = capture(tmux, target)
+        if all(w in screen for w in want):
+            return screen
+        time.sleep(0.1)
+    fail(f"the screen never showed {want}:\n{screen}")
+
+
+def case_tmux(e):
+    if not shutil.which("tmux"):
+        print("tmux is not installed: skipped")
+        sys.exit(SKIP)
+    job = e.start_job(5, 50, "hang")
+    wait_line(job, "step 5")
+    tmux = ["tmux", "-L", f"gpuheap-top-{os.getpid()}", "-f", "/dev/null"]
+    target = "top"
+    env = dict(e.env, TERM="xterm", LANG="C.UTF-8")
+    try:
+        subprocess.run(tmux + ["new-session", "-d", "-s", target, "-x", "140", "-y", "30",
+                               f"exec {e.gpuheap} top --interval 0.2 {job.pid}"], env=env, check=True)
+        screen = wait_screen(tmux, target, ["step 5 (step)", "sorted by bytes"])
+        rows = [ln for ln in screen.splitlines() if "requested" in ln]
+        if not rows or "15.0 MiB" not in rows[0]:
+            fail(f"the current requested figure is not 15.0 MiB:\n{screen}")
+        if not any(bar in rows[0] for bar in "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"):
+            fail(f"no sparkline bar (UTF-8) on the requested row:\n{screen}")
+        sites = screen.split("SITE", 1)[1].splitlines()[1:]
+        if not sites or "15.0 MiB" not in sites[0] or "main (prog_grow.cpp:" not in sites[0]:
+            fail(f"the top site is not main (prog_grow.cpp) with 15.0 MiB:\n{screen}")
+        subprocess.run(tmux + ["send-keys", "-t", target, "s"], check=True)
+        wait_screen(tmux, target, ["sorted by growth"])
+        subprocess.run(tmux + ["send-keys", "-t", target, "g"], check=True)
+        wait_screen(tmux, target, ["by function", "main"])
+        subprocess.run(tmux + ["send-keys", "-t", target, "q"], check=True)
+        end = time.monotonic() + 10
+        while subprocess.run(tmux + ["has-session", "-t", target], capture_output=True).returncode == 0:
+            if time.monotonic() > end:
+                fail("q did not end the view")
+            time.sleep(0.1)
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+        job.kill()
+        job.wait()
+    print("tmux: current figure and top site on screen; s sorted by growth, g grouped by function, q quit")
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    e = Env(sys.argv[1])
+    try:
+        {"growth": case_growth, "killed": case_killed, "run_live": case_run_live, "tmux": case_tmux}[sys.argv[2]](e)
+    finally:
+        shutil.rmtree(e.dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
