@@ -13,6 +13,7 @@ struct ExportCliOptions {
   std::vector<std::string> traces;
   bool quiet = false;
   DebuginfodOptions debuginfod;
+  TraceSelection select;  // --pid, --rank, --host
 };
 
 void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
@@ -31,13 +32,15 @@ void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
   cmd->add_flag("--all-frames", x.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
+  add_select(cmd, o.select);
   add_debuginfod(cmd, o.debuginfod);
 }
 
 int run_export(ExportCliOptions o) {
   o.debuginfod.apply();
   o.exporter.progress = !o.quiet;
-  return export_command(o.traces, o.exporter);
+  o.exporter.inputs = o.traces;
+  return export_command(select_traces(o.traces, o.select), o.exporter);
 }
 
 }  // namespace

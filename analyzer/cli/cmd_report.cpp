@@ -13,6 +13,7 @@ struct ReportCliOptions {
   std::vector<std::string> traces;
   bool quiet = false;
   DebuginfodOptions debuginfod;
+  TraceSelection select;  // --pid, --rank, --host
 };
 
 void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
@@ -26,13 +27,15 @@ void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
   cmd->add_flag("--all-frames", r.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
+  add_select(cmd, o.select);
   add_debuginfod(cmd, o.debuginfod);
 }
 
 int run_report(ReportCliOptions o) {
   o.debuginfod.apply();
   o.report.progress = !o.quiet;
-  return report_command(o.traces, o.report);
+  o.report.inputs = o.traces;
+  return report_command(select_traces(o.traces, o.select), o.report);
 }
 
 }  // namespace
