@@ -146,6 +146,12 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
                   {"end_ns", in.duration_ns()},
                   {"unmatched_frees", in.unmatched_frees},
                   {"unmatched_free_completed", in.unmatched_free_completed}};
+  if (in.rank >= 0) {  // only where the trace has an identity record (format v4)
+    auto known = [](std::int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
+    doc["trace"]["rank"] = in.rank, doc["trace"]["local_rank"] = known(in.local_rank);
+    doc["trace"]["world_size"] = known(in.world_size);
+    doc["trace"]["rank_source"] = format::rank_source_name(in.rank_source);
+  }
   static const std::pair<Metric, const char*> kMetrics[] = {
       {kRequestedBytes, "requested_bytes"},
       {kAllocatedBytes, "allocated_bytes"},

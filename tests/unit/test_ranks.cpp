@@ -99,6 +99,11 @@ TEST(Ranks, TraceHeadReadsRankAndHost) {
   EXPECT_EQ(h.world_size, 16);
   auto d = sh("dump " + p);
   EXPECT_NE(d.out.find("identity rank=5 local_rank=5 world_size=16 source=torchrun"), std::string::npos) << d.out;
+  auto t = json_of(sh("summary -q --json " + p))["trace"];
+  EXPECT_EQ(t["rank"], 5);
+  EXPECT_EQ(t["local_rank"], 5);
+  EXPECT_EQ(t["world_size"], 16);
+  EXPECT_EQ(t["rank_source"], "torchrun");
 }
 
 // The case: device 0 of two hosts is two GPUs. Summing them gave "peak 120 GiB" and
@@ -280,6 +285,7 @@ TEST(Ranks, ShippedOlderTracesStillRead) {
     auto one = sh("summary -q " + p);
     EXPECT_EQ(one.code, 0) << one.out;
     EXPECT_EQ(one.out.find("Processes:"), std::string::npos) << p;  // one trace: no table
+    EXPECT_FALSE(json_of(sh("summary -q --json " + p))["trace"].contains("rank")) << p;
   }
   auto j = json_of(sh("summary -q --json " + v2 + " " + v3));
   const auto& rows = j["ranks"]["rows"];

@@ -341,7 +341,8 @@
   var docs = D.summary.processes || [D.summary];
   docs.forEach(function (doc) {
     var t = doc.trace;
-    tbBox.appendChild(el('h3', null, 'pid ' + t.pid + ': ' + (t.command || []).join(' ')));
+    tbBox.appendChild(el('h3', null, (t.rank !== undefined ? 'rank ' + t.rank + ', ' : '') + 'pid ' + t.pid +
+      (D.summary.ranks ? ' on ' + t.host : '') + ': ' + (t.command || []).join(' ')));
     var METRICS = [['requested_bytes', 'Requested memory', bytes], ['allocated_bytes', 'Allocated memory', bytes],
       ['active_bytes', 'Active memory', bytes], ['reserved_bytes', 'GPU reserved memory', bytes],
       ['inactive_split_bytes', 'Non-releasable memory', bytes], ['allocations', 'Allocations', count],
