@@ -125,6 +125,12 @@ TEST(Ranks, LaunchersVariablesBecomeTheIdentityRecord) {
   EXPECT_EQ(ss.id.world_size, 4);
   EXPECT_EQ(ss.id.source, gpuheap::format::RankSource::slurm);
   EXPECT_FALSE(second_record(tn).identity);
+  // A rank that is not a number is no rank, and the launcher's variables are never warned about.
+  auto bad = run("prog_api", {}, {"RANK=abc", "OMPI_COMM_WORLD_RANK=-1", "PMI_RANK=", "SLURM_PROCID=99999999999"});
+  EXPECT_EQ(bad.status, 0) << bad.err;
+  ASSERT_EQ(bad.traces.size(), 1u) << bad.err;
+  EXPECT_FALSE(second_record(bad.traces[0]).identity);
+  EXPECT_EQ(bad.err.find("gpuheap"), std::string::npos) << bad.err;
 
   // The per-rank table, in rank order whatever the order of the files, and --rank.
   auto s = cli("summary -q " + ts + " " + t1 + " " + tn + " " + t0);
