@@ -18,6 +18,7 @@ namespace format {
 struct Record {
   RecordType type{};
   ProcessRecord process;
+  IdentityRecord identity;
   DeviceRecord device;
   ModuleRecord module;
   ModuleUnloadRecord module_unload;
@@ -69,6 +70,15 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
       x.pid = r.get<std::uint32_t>(), x.ppid = r.get<std::uint32_t>();
       x.wall_ns = r.get<std::uint64_t>(), x.mono_ns = r.get<std::uint64_t>();
       x.hostname = r.str(), x.cmdline = r.str(), x.version = r.str(), x.exe = r.str();
+      break;
+    }
+    case RecordType::identity: {
+      auto& x = out.identity;
+      x.rank = r.get<std::int32_t>(), x.local_rank = r.get<std::int32_t>(), x.world_size = r.get<std::int32_t>();
+      const auto src = r.get<std::uint8_t>();
+      if (src < 1 || src > kMaxRankSource || x.rank < 0 || x.local_rank < -1 || x.world_size < -1)
+        return FrameStatus::corrupt;
+      x.source = static_cast<RankSource>(src);
       break;
     }
     case RecordType::device: {

@@ -29,8 +29,9 @@ inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // Version 2 added py_code records and Python frame entries in stacks (see kPyFrameTag). A
 // version-1 file is still read (it has neither). Version 3 added phase records and the
 // symbol records (symbol_string, symbol_frames: frames stored by `gpuheap symbolize` on the
-// recording machine); older files are still read.
-inline constexpr std::uint16_t kFormatVersion = 3;
+// recording machine); older files are still read. Version 4 added the identity record (the
+// job's rank, from the launcher's environment); a file without one reads as before.
+inline constexpr std::uint16_t kFormatVersion = 4;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
 // No record is larger than this; a frame declaring more is corruption, not a big record.
@@ -64,8 +65,9 @@ enum class RecordType : std::uint8_t {
   phase = 17,          // a phase marker: gpuheap_mark/push/pop or an NVTX range (v3)
   symbol_string = 18,  // a string of the stored symbols (function or file name), once (v3)
   symbol_frames = 19,  // the frames of one stack ip, symbolized where the modules were (v3)
+  identity = 20,       // the job's rank of this process, right after `process`, if known (v4)
 };
-inline constexpr std::uint8_t kMaxRecordType = 19;
+inline constexpr std::uint8_t kMaxRecordType = 20;
 
 // A stack entry with bit 63 set is a Python frame, not a return address (no user-space
 // address on x86-64 or aarch64 has that bit): bits 32..62 hold the py_code id (from 1),
@@ -148,6 +150,29 @@ struct ProcessRecord {
   std::uint64_t wall_ns = 0;  // CLOCK_REALTIME at start, ns since epoch
   std::uint64_t mono_ns = 0;  // CLOCK_MONOTONIC at start; event timestamps use this clock
   std::string_view hostname, cmdline /* args joined by '\0' */, version, exe;
+};
+// Which launcher's environment variables an identity record was read from.
+enum class RankSource : std::uint8_t {
+  torchrun = 1,  // RANK, LOCAL_RANK, WORLD_SIZE (torchrun, torch.distributed.launch, accelerate, deepspeed)
+  ompi = 2,      // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_SIZE (Open MPI)
+  pmi = 3,       // PMI_RANK, MPI_LOCALRANKID, PMI_SIZE (MPICH, Intel MPI, srun --mpi=pmi2)
+  slurm = 4,     // SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (srun)
+};
+inline constexpr std::uint8_t kMaxRankSource = 4;
+inline const char* rank_source_name(RankSource s) {
+  switch (s) {
+    case RankSource::torchrun: return "torchrun";
+    case RankSource::ompi: return "ompi";
+    case RankSource::pmi: return "pmi";
+    case RankSource::slurm: return "slurm";
+  }
+  return "unknown";
+}
+// The process's place in a distributed job, as its launcher's environment said at start.
+// -1: the launcher did not say (a rank is always known: no record is written without one).
+struct IdentityRecord {
+  std::int32_t rank = -1, local_rank = -1, world_size = -1;
+  RankSource source = RankSource::torchrun;
 };
 struct DeviceRecord {
   std::int32_t device = 0;
@@ -386,6 +411,12 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const ProcessReco
   return detail::frame(buf, cap, RecordType::process, [&](detail::Writer& w) {
     w.put(r.pid), w.put(r.ppid), w.put(r.wall_ns), w.put(r.mono_ns);
     w.str(r.hostname), w.str(r.cmdline), w.str(r.version), w.str(r.exe);
+  });
+}
+// identity: i32 rank | i32 local_rank | i32 world_size | u8 source    (13-byte payload)
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const IdentityRecord& r) {
+  return detail::frame(buf, cap, RecordType::identity, [&](detail::Writer& w) {
+    w.put(r.rank), w.put(r.local_rank), w.put(r.world_size), w.put(static_cast<std::uint8_t>(r.source));
   });
 }
 // device: i32 device | u64 total_memory | str name

@@ -12,6 +12,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/base/units.h"
 #include "analyzer/symbolize/debuginfo.h"
+#include "common/parse.h"
 
 namespace gpuheap::cli {
 
@@ -73,6 +74,55 @@ void add_traces_quiet_debuginfod(CLI::App* cmd, std::vector<std::string>& traces
   cmd->add_option("traces", traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
   add_debuginfod(cmd, debuginfod);
+}
+
+namespace {
+
+// "A,B,C" -> A, B, C (an empty item is a usage error: "--rank 1,,2" is a typo).
+std::vector<std::string> split_list(const std::string& flag, const std::string& v) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = v.find(',', at);
+    out.push_back(v.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (out.back().empty()) throw CLI::ValidationError(flag, "an empty item in '" + v + "'");
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+std::int64_t list_number(const std::string& flag, const std::string& item) {
+  std::uint64_t x = 0;
+  if (!common::parse_uint(item.c_str(), &x) || x > 0x7FFFFFFFFFFFFFFFull)
+    throw CLI::ValidationError(flag, "a number >= 0 is needed, not '" + item + "'");
+  return static_cast<std::int64_t>(x);
+}
+
+}  // namespace
+
+void add_select(CLI::App* cmd, TraceSelection& sel) {
+  // One value per occurrence (a comma-separated list), so that the traces after `--pid 5`
+  // stay positional; repeated occurrences add up. CLI11's own delimiter would count the
+  // split items against that one value.
+  auto add = [cmd](const char* flag, const char* type, const char* help, auto take) {
+    cmd->add_option_function<std::vector<std::string>>(
+           flag,
+           [flag, take](const std::vector<std::string>& v) {
+             for (const auto& s : v)
+               for (auto& item : split_list(flag, s)) take(flag, std::move(item));
+           },
+           help)
+        ->type_name(type)
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  };
+  add("--pid", "PID[,PID...]", "Only the traces of these processes",
+      [&sel](const char* f, const std::string& item) { sel.pids.push_back(list_number(f, item)); });
+  add("--rank", "N[,N...]", "Only the traces of these ranks (from RANK, SLURM_PROCID, ...)",
+      [&sel](const char* f, const std::string& item) { sel.ranks.push_back(list_number(f, item)); });
+  add("--host", "HOST[,HOST...]", "Only the traces recorded on these hosts",
+      [&sel](const char*, std::string item) { sel.hosts.push_back(std::move(item)); });
 }
 
 }  // namespace gpuheap::cli

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "analyzer/model/phases.h"
+#include "analyzer/trace/trace_head.h"
 
 namespace gpuheap::cli {
 
@@ -47,5 +48,9 @@ void add_verbose(CLI::App* cmd, bool& verbose);
 
 // Windows (analyzer/model/phases.h, docs/cli.md "Phases and windows"), on summary and check.
 void add_window(CLI::App* cmd, WindowSpec& window, std::string& growth_phase);
+
+// --pid, --rank, --host (each repeatable, or comma-separated): which of the given traces a
+// command reads (analyzer/trace/trace_head.h; select_traces before analyze).
+void add_select(CLI::App* cmd, TraceSelection& sel);
 
 }  // namespace gpuheap::cli

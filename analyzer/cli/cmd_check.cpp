@@ -20,6 +20,7 @@ struct CheckCliOptions {
   bool quiet = false;
   DebuginfodOptions debuginfod;
   WindowSpec window;
+  TraceSelection select;  // --pid, --rank, --host
 };
 
 void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
@@ -37,6 +38,7 @@ void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
   cmd->add_flag("--allow-truncated", c.allow_truncated,
                 "Check a trace without an end record (killed or still running) instead of failing");
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
+  add_select(cmd, o.select);
   add_debuginfod(cmd, o.debuginfod);
   add_window(cmd, o.window, c.growth_phase);
 }
@@ -53,6 +55,7 @@ int run_check_command(CheckCliOptions o) {
     throw UsageError("check: give at least one --max-* limit or --baseline");
   AnalyzeOptions aopt;
   aopt.progress = !o.quiet;
+  o.traces = select_traces(o.traces, o.select);
   auto a = analyze_window(o.traces, aopt, o.window);
   if (o.window.any()) std::printf("gpuheap check: note: figures restricted to %s\n", o.window.describe().c_str());
   auto r = gpuheap::run_check(a, c);

@@ -13,6 +13,7 @@ struct ExportCliOptions {
   std::vector<std::string> traces;
   bool quiet = false;
   DebuginfodOptions debuginfod;
+  TraceSelection select;  // --pid, --rank, --host
 };
 
 void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
@@ -29,12 +30,14 @@ void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
                   "suggests; 0: all)");
   cmd->add_flag("--all-frames", x.all_frames, "Keep gpuheap/CUDA-internal frames");
   add_traces_quiet_debuginfod(cmd, o.traces, o.quiet, o.debuginfod);
+  add_select(cmd, o.select);
 }
 
 int run_export(ExportCliOptions o) {
   o.debuginfod.apply();
   o.exporter.progress = !o.quiet;
-  return export_command(o.traces, o.exporter);
+  o.exporter.inputs = o.traces;
+  return export_command(select_traces(o.traces, o.select), o.exporter);
 }
 
 }  // namespace

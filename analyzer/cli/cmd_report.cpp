@@ -13,6 +13,7 @@ struct ReportCliOptions {
   std::vector<std::string> traces;
   bool quiet = false;
   DebuginfodOptions debuginfod;
+  TraceSelection select;  // --pid, --rank, --host
 };
 
 void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
@@ -24,12 +25,14 @@ void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
       ->check(CLI::Range(16, 1 << 22));
   cmd->add_flag("--all-frames", r.all_frames, "Keep gpuheap/CUDA-internal frames");
   add_traces_quiet_debuginfod(cmd, o.traces, o.quiet, o.debuginfod);
+  add_select(cmd, o.select);
 }
 
 int run_report(ReportCliOptions o) {
   o.debuginfod.apply();
   o.report.progress = !o.quiet;
-  return report_command(o.traces, o.report);
+  o.report.inputs = o.traces;
+  return report_command(select_traces(o.traces, o.select), o.report);
 }
 
 }  // namespace

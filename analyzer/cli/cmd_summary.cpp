@@ -9,7 +9,6 @@
 #include "analyzer/cli/command.h"
 #include "analyzer/model/analysis.h"
 #include "analyzer/summary/report.h"
-#include "analyzer/trace/reader.h"
 
 namespace gpuheap::cli {
 namespace {
@@ -21,27 +20,10 @@ struct SummaryCliOptions {
   int top = 5;
   int depth = static_cast<int>(SummaryOptions{}.depth);
   CLI::Option* depth_option = nullptr;  // --depth given: JSON stacks are cut the same way
-  std::int64_t pid = -1;                // -1: every trace
+  TraceSelection select;                // --pid, --rank, --host
   DebuginfodOptions debuginfod;
   WindowSpec window;
 };
-
-// --pid: the traces (of those given) whose process record names PID; each file's first
-// record only is read. None: exit 2, naming the pids there are.
-std::vector<std::string> traces_of_pid(const std::vector<std::string>& paths, std::uint64_t pid) {
-  std::vector<std::string> keep;
-  std::string seen;
-  for (const auto& p : paths) {
-    TraceReader reader(p);
-    format::Record r;
-    if (!reader.next(r) || r.type != format::RecordType::process) throw NotATraceError(p + ": not a gpuheap trace");
-    if (r.process.pid == pid) keep.push_back(p);
-    seen += fmt::format("{}{}", seen.empty() ? "" : ", ", r.process.pid);
-  }
-  if (keep.empty())
-    throw InputError(fmt::format("--pid {}: no trace of that process (the traces are of pid {})", pid, seen));
-  return keep;
-}
 
 // --device N where no trace has device N is a mistake (a typo, the wrong trace), not an
 // empty report: exit 2, naming the devices there are.
@@ -66,7 +48,7 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   cmd->add_flag("--full", s.full, "Everything: every frame of every stack, every entry of every list");
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
-  cmd->add_option("--pid", o.pid, "Only the trace of this process (of several given)")->check(CLI::NonNegativeNumber);
+  add_select(cmd, o.select);
   cmd->add_flag("--all-frames", s.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
@@ -81,7 +63,7 @@ int run_summary(SummaryCliOptions o) {
   s.depth = static_cast<std::size_t>(o.depth);
   s.depth_given = o.depth_option->count() > 0;
   s.window = o.window.describe();
-  if (o.pid >= 0) o.traces = traces_of_pid(o.traces, static_cast<std::uint64_t>(o.pid));
+  o.traces = select_traces(o.traces, o.select);
   AnalyzeOptions aopt;
   aopt.progress = !o.quiet;
   auto a = analyze_window(o.traces, aopt, o.window);

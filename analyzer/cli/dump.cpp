@@ -68,6 +68,10 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
                      printable(p.version), printable(p.exe));
       break;
     }
+    case T::identity:
+      fmt::format_to(it, "identity rank={} local_rank={} world_size={} source={}\n", r.identity.rank,
+                     r.identity.local_rank, r.identity.world_size, format::rank_source_name(r.identity.source));
+      break;
     case T::device:
       fmt::format_to(it, "device device={} total_memory={} name=\"{}\"\n", r.device.device, r.device.total_memory,
                      printable(r.device.name));

@@ -27,6 +27,8 @@ struct ExportOptions {
   bool progress = true;
   bool force = false;                // replace an existing output file
   std::size_t max_entries = 100000;  // torch-snapshot: trace entries kept per device (0: all)
+  // Every trace given, those --rank/--host/--pid left out too: the output is never one of them.
+  std::vector<std::string> inputs;
 };
 // Runs `gpuheap export`; returns the exit status. Throws UsageError / InputError.
 int export_command(const std::vector<std::string>& traces, const ExportOptions& opt);
@@ -38,6 +40,8 @@ struct ReportOptions {
   bool all_frames = false;
   bool progress = true;
   bool force = false;  // replace an existing output file
+  // Every trace given, those --rank/--host/--pid left out too: the output is never one of them.
+  std::vector<std::string> inputs;
 };
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt);
 

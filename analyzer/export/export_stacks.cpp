@@ -122,7 +122,7 @@ int export_command(const std::vector<std::string>& traces, const ExportOptions& 
     throw UsageError(fmt::format("export --format {} takes one trace (it describes one process)", f));
   if (f != "folded" && opt.metric != "peak") throw UsageError("--metric applies to --format folded only");
   exporter::parse_metric(opt.metric);  // a bad metric fails before any work
-  exporter::OutFile out(opt.output, traces, opt.force, "export");
+  exporter::OutFile out(opt.output, opt.inputs.empty() ? traces : opt.inputs, opt.force, "export");
   if (f == "csv") {
     exporter::export_csv(traces, opt, out);
   } else if (f == "rmm-csv") {

@@ -5,6 +5,7 @@
 // (flame.cpp), tables from summary_json(). It goes into the page as JSON inside
 // <script type="application/json"> with '<', '>' and '&' escaped, and report.js puts every
 // string into the page as text, never as markup.
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 
@@ -15,6 +16,7 @@
 #include "analyzer/export/export.h"
 #include "analyzer/export/export_out.h"
 #include "analyzer/export/report_assets.h"
+#include "analyzer/summary/ranks.h"
 
 namespace gpuheap {
 
@@ -96,6 +98,46 @@ json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, c
           {"nodes", std::move(nodes)}};
 }
 
+// Timeline time of trace clock `ts`: since the process's start with one trace; with several,
+// since the earliest start by wall clock, so that every chart shares one time axis.
+std::uint64_t since_origin(const Analysis& a, const TraceInfo& in, std::uint64_t ts) {
+  if (a.traces.size() < 2) return ts >= in.mono_ns ? ts - in.mono_ns : 0;
+  const std::uint64_t w = in.to_wall(ts);
+  return w > a.merged_start_wall_ns ? w - a.merged_start_wall_ns : 0;
+}
+
+// "cuda:0 NAME (rank 1, pid 42 on host)": with several traces, whose chart it is.
+std::string process_label(const Analysis& a, const TraceInfo& in, const DeviceState& d) {
+  std::string label = fmt::format("cuda:{} {}", d.device, d.name);
+  if (a.traces.size() < 2) return label;
+  std::string who = in.rank >= 0 ? fmt::format("rank {}, pid {}", in.rank, in.pid) : fmt::format("pid {}", in.pid);
+  if (a.several_hosts()) who += " on " + in.hostname;
+  return label + " (" + who + ")";
+}
+
+// Several processes: the simultaneous totals of each GPU (aligned by wall clock), each with
+// its peak marked, and the time axis every chart shares.
+void merged_timelines(const Analysis& a, json& tls, json& data) {
+  std::uint64_t end = 0;
+  for (const auto& mp : a.traces)
+    end = std::max(end, since_origin(a, mp->info, mp->info.has_end ? mp->info.end_ts : mp->info.last_ts));
+  data["time_axis"] = {{"min", 0.0}, {"max", secs(end)}};
+  for (const auto& md : a.merged) {
+    if (md.device < 0) continue;
+    const std::string who = md.traces.size() == 1 ? std::string("its one process")
+                                                  : fmt::format("all {} processes on it together", md.traces.size());
+    json t = timeline_json(merged_device_name(a, md) + ": " + who, md.timeline, 0, false);
+    if (md.allocated.peak > 0) {
+      const std::uint64_t at = md.peak_allocated_wall_ns - std::min(md.peak_allocated_wall_ns, a.merged_start_wall_ns);
+      t["markers"].push_back(
+          {{"t", secs(at)},
+           {"kind", "peak"},
+           {"label", "peak " + human_bytes(static_cast<std::uint64_t>(md.allocated.peak)) + " allocated"}});
+    }
+    tls.push_back(std::move(t));
+  }
+}
+
 // JSON text that is safe inside <script>: '<', '>' and '&' occur only inside JSON strings,
 // where their \u escapes mean the same.
 std::string script_json(const json& j) {
@@ -119,7 +161,7 @@ std::string script_json(const json& j) {
 int report_command(const std::vector<std::string>& traces, const ReportOptions& opt) {
   // Before the replay: an output that is refused (an input, or existing without --force)
   // costs no work.
-  exporter::OutFile out(opt.output, traces, opt.force, "report");
+  exporter::OutFile out(opt.output, opt.inputs.empty() ? traces : opt.inputs, opt.force, "report");
   AnalyzeOptions aopt;
   aopt.progress = opt.progress;
   aopt.timeline_buckets = opt.points;
@@ -138,13 +180,11 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
                   {"command", cmd},
                   {"duration_ns", in.duration_ns()},
                   {"events", in.events}});
+    if (in.rank >= 0) tr.back()["rank"] = in.rank;  // only where the trace has one (format v4)
     for (const auto& d : mp->devices) {
       if (d.device < 0 || d.timeline.points().empty()) continue;  // host memory has no device timeline
-      std::string label = fmt::format("cuda:{} {}", d.device, d.name);
-      if (a.traces.size() > 1) label += fmt::format(" (pid {})", in.pid);
-      std::uint64_t off = d.timeline.start() >= in.mono_ns ? d.timeline.start() - in.mono_ns : 0;
-      json t = timeline_json(label, d.timeline, off, true);
-      auto at = [&](std::uint64_t ts) { return secs(ts >= in.mono_ns ? ts - in.mono_ns : 0); };
+      json t = timeline_json(process_label(a, in, d), d.timeline, since_origin(a, in, d.timeline.start()), true);
+      auto at = [&](std::uint64_t ts) { return secs(since_origin(a, in, ts)); };
       if (d.peak_held > 0)
         t["markers"].push_back({{"t", at(d.peak_held_ts)},
                                 {"kind", "peak"},
@@ -157,12 +197,7 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
       tls.push_back(std::move(t));
     }
   }
-  // Several processes: their simultaneous per-device totals too (aligned by wall clock).
-  for (const auto& md : a.merged) {
-    if (md.device < 0) continue;
-    tls.push_back(timeline_json(fmt::format("cuda:{}: all {} processes together", md.device, a.traces.size()),
-                                md.timeline, 0, false));
-  }
+  if (a.traces.size() > 1) merged_timelines(a, tls, data);
   data["traces"] = std::move(tr);
   data["timelines"] = std::move(tls);
   // One resolver per trace for the flame graphs and both summaries (each stack symbolized

@@ -100,11 +100,13 @@ void replay_single(TraceReader& rd, Model& m, Progress& progress) {
   }
 }
 
-// The simultaneous totals of one device across the merged traces, created on first use.
-MergedDevice& merged_device(Analysis& out, int device, const AnalyzeOptions& opt) {
+// The simultaneous totals of one device (of one host) across the merged traces, created on
+// first use.
+MergedDevice& merged_device(Analysis& out, const std::string& host, int device, const AnalyzeOptions& opt) {
   for (auto& m : out.merged)
-    if (m.device == device) return m;
+    if (m.device == device && m.host == host) return m;
   out.merged.push_back({});
+  out.merged.back().host = host;
   out.merged.back().device = device;
   out.merged.back().timeline = Timeline{opt.timeline_buckets};
   return out.merged.back();
@@ -117,7 +119,7 @@ void feed_merged_event(Analysis& out, Model& m, const format::Record& rec, int d
   auto before = m.totals(device);
   m.feed(rec);
   auto after = m.totals(device);
-  auto& md = merged_device(out, device, opt);
+  auto& md = merged_device(out, m.info.hostname, device, opt);
   if (after.requested != before.requested) md.requested.add(after.requested - before.requested);
   if (after.reserved != before.reserved) md.reserved.add(after.reserved - before.reserved);
   if (after.allocated != before.allocated) {
@@ -133,6 +135,7 @@ void feed_merged_event(Analysis& out, Model& m, const format::Record& rec, int d
 // known, and its memory stays counted.
 void release_at_end(Analysis& out, const Model& m, std::uint64_t bw) {
   for (auto& md : out.merged) {
+    if (md.host != m.info.hostname) continue;
     auto left = m.totals(md.device);
     if (!left.requested && !left.allocated && !left.reserved) continue;
     md.requested.add(-left.requested);
@@ -221,16 +224,27 @@ Analysis analyze(const std::vector<std::string>& paths, const AnalyzeOptions& op
     if (opt.warn_truncated) warn_trace(rd, m);
   }
   for (auto& md : out.merged) {
-    for (auto& t : out.traces)
+    for (std::size_t ti = 0; ti < out.traces.size(); ++ti) {
+      const auto& t = out.traces[ti];
+      if (t->info.hostname != md.host) continue;
       for (auto& d : t->devices)
         if (d.device == md.device) {
           md.sum_of_peaks_allocated += d.stat[kAllocatedBytes][0].peak;
           md.sum_of_peaks_reserved += d.stat[kReservedBytes][0].peak;
+          md.traces.push_back(ti);
         }
+    }
   }
-  std::sort(out.merged.begin(), out.merged.end(),
-            [](const MergedDevice& a, const MergedDevice& b) { return a.device < b.device; });
+  std::sort(out.merged.begin(), out.merged.end(), [](const MergedDevice& a, const MergedDevice& b) {
+    return a.host != b.host ? a.host < b.host : a.device < b.device;
+  });
   return out;
+}
+
+bool Analysis::several_hosts() const {
+  for (const auto& t : traces)
+    if (t->info.hostname != traces[0]->info.hostname) return true;
+  return false;
 }
 
 }  // namespace gpuheap

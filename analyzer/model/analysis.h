@@ -1,6 +1,7 @@
 // Runs the replay over one or more traces. Several traces are replayed together in
 // timestamp order (aligned by each process's wall clock) so the merged per-device peaks are
-// real simultaneous peaks, not sums of per-process peaks.
+// real simultaneous peaks, not sums of per-process peaks. A device is a GPU of one host:
+// (hostname, device index); processes on two hosts never share one.
 #pragma once
 
 #include <memory>
@@ -12,7 +13,9 @@
 namespace gpuheap {
 
 struct MergedDevice {
+  std::string host;  // the process records' hostname
   int device = 0;
+  std::vector<std::size_t> traces;      // indexes into Analysis::traces of the processes on it, ascending
   Stat requested, allocated, reserved;  // across processes, by aligned time
   std::int64_t sum_of_peaks_allocated = 0, sum_of_peaks_reserved = 0;
   std::uint64_t peak_allocated_wall_ns = 0;
@@ -21,7 +24,9 @@ struct MergedDevice {
 
 struct Analysis {
   std::vector<std::unique_ptr<Model>> traces;
-  std::vector<MergedDevice> merged;  // only with more than one trace
+  std::vector<MergedDevice> merged;  // only with more than one trace; by host, then device
+  // True when the traces come from more than one host (outputs then name each device's host).
+  bool several_hosts() const;
   std::uint64_t merged_start_wall_ns = 0;
 };
 

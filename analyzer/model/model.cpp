@@ -72,6 +72,10 @@ void Model::feed(const format::Record& r) {
       }
       break;
     }
+    case RecordType::identity:
+      info.rank = r.identity.rank, info.local_rank = r.identity.local_rank;
+      info.world_size = r.identity.world_size, info.rank_source = r.identity.source;
+      break;
     case RecordType::device: {
       auto& d = dev(r.device.device);
       d.name = r.device.name;

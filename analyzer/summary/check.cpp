@@ -7,6 +7,7 @@
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
 #include "analyzer/model/phases.h"
+#include "analyzer/summary/ranks.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -33,14 +34,15 @@ std::string largest_site(const Model& m, const std::vector<SiteRow>& rows, bool 
                      site_label_text(fr, true), text_safe(library_label(fr)));
 }
 
-// The site most responsible for the peak of `device`: the top peak consumer in the process
-// with the largest peak on it.
-std::string top_site(const Analysis& a, int device, bool all_frames) {
+// The site most responsible for the peak of `device` (of `host`; "": any): the top peak
+// consumer in the process with the largest peak on it.
+std::string top_site(const Analysis& a, int device, const std::string& host, bool all_frames) {
   const Model* best = nullptr;
   const DeviceState* bd = nullptr;
   for (const auto& t : a.traces)
     for (const auto& d : t->devices)
-      if (d.device == device && (!bd || d.peak_held > bd->peak_held)) best = t.get(), bd = &d;
+      if (host.empty() || t->info.hostname == host)
+        if (d.device == device && (!bd || d.peak_held > bd->peak_held)) best = t.get(), bd = &d;
   if (!bd || bd->peak_consumers.empty()) return "no live allocation recorded";
   std::vector<SiteRow> rows;
   for (const auto& s : bd->peak_consumers) rows.push_back({s.stack, s.bytes, s.count, s.allocated});
@@ -62,13 +64,19 @@ std::string top_leak(const Analysis& a, bool all_frames) {
 CheckMeasures measure(const Analysis& a) {
   CheckMeasures m;
   auto take = [](std::int64_t v, int dev, std::int64_t& best, int& best_dev) {
-    if (v > best) best = v, best_dev = dev;
+    if (v <= best) return false;
+    best = v, best_dev = dev;
+    return true;
   };
   if (a.traces.size() > 1) {
+    // Per GPU: a.merged holds one entry per (host, device).
     for (const auto& md : a.merged) {
-      take(md.requested.peak, md.device, m.requested, m.requested_dev);
-      take(md.allocated.peak, md.device, m.allocated, m.allocated_dev);
-      take(md.reserved.peak, md.device, m.reserved, m.reserved_dev);
+      if (take(md.requested.peak, md.device, m.requested, m.requested_dev))
+        m.requested_host = md.host, m.requested_at = merged_device_name(a, md);
+      if (take(md.allocated.peak, md.device, m.allocated, m.allocated_dev))
+        m.allocated_host = md.host, m.allocated_at = merged_device_name(a, md);
+      if (take(md.reserved.peak, md.device, m.reserved, m.reserved_dev))
+        m.reserved_host = md.host, m.reserved_at = merged_device_name(a, md);
     }
   } else {
     for (const auto& d : a.traces[0]->devices) {
@@ -142,17 +150,26 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     int dev;
     std::optional<std::uint64_t> limit;
     bool leaked;
+    const std::string& host;  // of the GPU at the peak ("" with one trace)
+    const std::string& at;    // its name in messages ("" = "device N")
   };
+  const std::string none;
   Item items[] = {
-      {"peak requested bytes", "--max-requested", cur.requested, cur.requested_dev, opt.max_requested, false},
-      {"peak allocated bytes", "--max-allocated", cur.allocated, cur.allocated_dev, opt.max_allocated, false},
-      {"peak reserved bytes", "--max-reserved", cur.reserved, cur.reserved_dev, opt.max_reserved, false},
-      {"leaked bytes", "--max-leaked", cur.leaked, 0, opt.max_leaked, true},
+      {"peak requested bytes", "--max-requested", cur.requested, cur.requested_dev, opt.max_requested, false,
+       cur.requested_host, cur.requested_at},
+      {"peak allocated bytes", "--max-allocated", cur.allocated, cur.allocated_dev, opt.max_allocated, false,
+       cur.allocated_host, cur.allocated_at},
+      {"peak reserved bytes", "--max-reserved", cur.reserved, cur.reserved_dev, opt.max_reserved, false,
+       cur.reserved_host, cur.reserved_at},
+      {"leaked bytes", "--max-leaked", cur.leaked, 0, opt.max_leaked, true, none, none},
   };
   auto site = [&](const Item& it) {
-    return it.leaked ? top_leak(a, opt.all_frames) : top_site(a, it.dev, opt.all_frames);
+    return it.leaked ? top_leak(a, opt.all_frames) : top_site(a, it.dev, it.host, opt.all_frames);
   };
-  auto where = [](const Item& it) { return it.leaked ? std::string() : fmt::format(" on device {}", it.dev); };
+  auto where = [](const Item& it) {
+    if (it.leaked) return std::string();
+    return it.at.empty() ? fmt::format(" on device {}", it.dev) : " on " + it.at;
+  };
   for (const auto& it : items) {
     if (!it.limit) continue;
     if (it.value > static_cast<std::int64_t>(*it.limit)) {

@@ -24,11 +24,16 @@ struct CheckOptions {
   std::string growth_phase;  // "" = the most repeated top-level range
 };
 
-// The four measured quantities, as `check` and baselines see them: the largest per-device
-// peak (merged across processes for several traces), and leaked bytes summed.
+// The four measured quantities, as `check` and baselines see them: the largest per-GPU
+// peak (a GPU is a device index of one host: processes of one host on one device are
+// merged by aligned time, those of two hosts never), and leaked bytes summed.
 struct CheckMeasures {
   std::int64_t requested = 0, allocated = 0, reserved = 0, leaked = 0;
   int requested_dev = 0, allocated_dev = 0, reserved_dev = 0;
+  // The host of each peak's GPU ("" with one trace, or from a baseline document).
+  std::string requested_host, allocated_host, reserved_host;
+  // How messages name each peak's GPU ("device 0 of host b (rank 1)"); "" = "device N".
+  std::string requested_at, allocated_at, reserved_at;
 };
 CheckMeasures measure(const Analysis& a);
 // From a summary --json document (single- or multi-trace). Throws InputError when the

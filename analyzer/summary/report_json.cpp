@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/model/torch_stats.h"
+#include "analyzer/summary/ranks.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -145,6 +146,12 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
                   {"end_ns", in.duration_ns()},
                   {"unmatched_frees", in.unmatched_frees},
                   {"unmatched_free_completed", in.unmatched_free_completed}};
+  if (in.rank >= 0) {  // only where the trace has an identity record (format v4)
+    auto known = [](std::int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
+    doc["trace"]["rank"] = in.rank, doc["trace"]["local_rank"] = known(in.local_rank);
+    doc["trace"]["world_size"] = known(in.world_size);
+    doc["trace"]["rank_source"] = format::rank_source_name(in.rank_source);
+  }
   static const std::pair<Metric, const char*> kMetrics[] = {
       {kRequestedBytes, "requested_bytes"},
       {kAllocatedBytes, "allocated_bytes"},
@@ -242,6 +249,8 @@ nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLi
   for (const auto& md : a.merged) {
     if (md.device < 0 || (opt.device >= 0 && md.device != opt.device)) continue;
     devs.push_back({{"device", md.device},
+                    {"host", md.host},
+                    {"processes", md.traces},
                     {"requested_bytes", stat_json(md.requested)},
                     {"allocated_bytes", stat_json(md.allocated)},
                     {"reserved_bytes", stat_json(md.reserved)},
@@ -251,6 +260,7 @@ nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLi
     json pts = json::array();
     for (const auto& p : md.timeline.points()) pts.push_back({p.t, p.requested, p.allocated, p.reserved});
     tl.push_back({{"device", md.device},
+                  {"host", md.host},
                   {"bucket_ns", md.timeline.bucket_ns()},
                   {"columns", {"t_ns", "requested_max", "allocated_max", "reserved_max"}},
                   {"points", std::move(pts)}});
@@ -259,6 +269,7 @@ nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLi
                    {"devices", std::move(devs)},
                    {"leaked_bytes", leaked},
                    {"timeline", std::move(tl)}};
+  doc["ranks"] = ranks_json(a, opt.device);
   return doc;
 }
 

@@ -9,6 +9,7 @@
 
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/summary/ranks.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -422,7 +423,7 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt) {
 std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists& sites) {
   if (&sites.analysis() != &a || sites.all_frames() != opt.all_frames)
     throw std::invalid_argument("summary_text: site lists of another analysis or frame view");
-  std::string out;
+  std::string out = ranks_text(a, opt.device);
   for (std::size_t i = 0; i < a.traces.size(); ++i) {
     if (a.traces.size() > 1)
       out += fmt::format("##### process {} of {} (pid {}) #####\n", i + 1, a.traces.size(), a.traces[i]->info.pid);
@@ -433,9 +434,9 @@ std::string summary_text(const Analysis& a, const SummaryOptions& opt, SiteLists
     for (const auto& md : a.merged) {
       if (opt.device >= 0 && md.device != opt.device) continue;
       out += fmt::format(
-          "  device {}: peak allocated {} (sum of per-process peaks {}), peak reserved {} (sum {}), "
+          "  {}: peak allocated {} (sum of per-process peaks {}), peak reserved {} (sum {}), "
           "peak requested {}\n",
-          md.device, human_bytes(static_cast<std::uint64_t>(md.allocated.peak)),
+          merged_device_name(a, md), human_bytes(static_cast<std::uint64_t>(md.allocated.peak)),
           human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_allocated)),
           human_bytes(static_cast<std::uint64_t>(md.reserved.peak)),
           human_bytes(static_cast<std::uint64_t>(md.sum_of_peaks_reserved)),

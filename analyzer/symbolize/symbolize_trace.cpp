@@ -127,7 +127,7 @@ SymbolizeTraceResult symbolize_trace(const std::string& path, const SymbolizeTra
     TraceReader in(path);
     TraceOutput out(path, compressed, path);
     unsigned char head[format::kFileHeaderSize];
-    format::encode_file_header(head);  // version 3: the file now holds v3 records
+    format::encode_file_header(head);  // the current version: every older record reads the same in it
     out.write(head, sizeof head);
     std::vector<unsigned char> buf(format::symbol_frames_record_size(format::kMaxSymbolFrames) +
                                    format::kMaxSymbolString + 64);

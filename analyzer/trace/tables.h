@@ -19,6 +19,9 @@ struct TraceInfo {
   std::uint64_t wall_ns = 0, mono_ns = 0;
   std::string hostname, version, exe;
   std::vector<std::string> command;
+  // The identity record's (format v4): -1 where the launcher did not say, rank -1 without one.
+  std::int32_t rank = -1, local_rank = -1, world_size = -1;
+  format::RankSource rank_source = format::RankSource::torchrun;
   std::uint64_t first_ts = 0, last_ts = 0;
   bool have_ts = false;
   std::uint64_t records = 0, events = 0;  // all records; alloc/free/... events

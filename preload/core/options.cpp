@@ -200,7 +200,42 @@ int read_settings(Settings* out, EnvLookup lookup, WarnFn warn) noexcept {
     }
     if (s.id == I::disable && out->disable) break;
   }
+  if (!out->disable) out->have_identity = read_identity(&out->identity, lookup);
   return invalid;
+}
+
+namespace {
+
+// A rank or size: decimal digits, at most INT32_MAX; -1 otherwise (unset included).
+std::int32_t rank_number(EnvLookup lookup, const char* name) noexcept {
+  const char* v = name ? lookup(name) : nullptr;
+  std::uint64_t x = 0;
+  if (!v || !common::parse_uint(v, &x) || x > 0x7FFFFFFFu) return -1;
+  return static_cast<std::int32_t>(x);
+}
+
+}  // namespace
+
+bool read_identity(format::IdentityRecord* out, EnvLookup lookup) noexcept {
+  if (!lookup) lookup = [](const char* name) noexcept -> const char* { return getenv(name); };
+  struct Family {
+    format::RankSource source;
+    const char *rank, *local, *size;
+  };
+  static constexpr Family kFamilies[] = {
+      {format::RankSource::torchrun, "RANK", "LOCAL_RANK", "WORLD_SIZE"},
+      {format::RankSource::ompi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {format::RankSource::pmi, "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"},
+      {format::RankSource::slurm, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"},
+  };
+  for (const Family& f : kFamilies) {
+    const std::int32_t rank = rank_number(lookup, f.rank);
+    if (rank < 0) continue;
+    out->rank = rank, out->source = f.source;
+    out->local_rank = rank_number(lookup, f.local), out->world_size = rank_number(lookup, f.size);
+    return true;
+  }
+  return false;
 }
 
 bool parse_limit_value(const char* text, std::size_t len, LimitSpec* out) noexcept {

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "common/parse.h"
+#include "format/trace.h"
 
 namespace gpuheap {
 namespace preload {
@@ -94,6 +95,10 @@ struct Settings {
   char follow_fork_root[64] =
       {};  // GPUHEAP_FOLLOW_FORK_ROOT: "PID:START" of the one traced process, set at load (runtime.cpp)
   char output_abs[4096] = {};  // the output pattern made absolute at load (runtime.cpp); output then points here
+  // The job's rank, from the launcher's variables (read_identity); written to the trace
+  // as an identity record right after `process` when have_identity.
+  bool have_identity = false;
+  format::IdentityRecord identity;
 };
 
 // Where the values come from and where warnings go; the defaults are getenv and stderr.
@@ -103,6 +108,15 @@ using WarnFn = void (*)(const char* line);  // one line, without "\n"
 // Parses every option in table order. GPUHEAP_DISABLE comes first: when it is set, nothing
 // else is read or warned about. Returns the number of invalid values (each warned once).
 int read_settings(Settings* out, EnvLookup lookup = nullptr, WarnFn warn = nullptr) noexcept;
+
+// The process's rank in a distributed job, from the first launcher family whose rank
+// variable holds a decimal number: torchrun (RANK, LOCAL_RANK, WORLD_SIZE), Open MPI
+// (OMPI_COMM_WORLD_*), PMI (PMI_RANK, MPI_LOCALRANKID, PMI_SIZE), Slurm (SLURM_PROCID,
+// SLURM_LOCALID, SLURM_NTASKS). torchrun's come first: under `srun torchrun` SLURM_PROCID
+// numbers the node's launcher, RANK the worker. A local rank or size that is not a number
+// is -1 (unknown). False (and *out untouched) when none of them names a rank. Never warns:
+// these variables belong to the launcher, not to gpuheap.
+bool read_identity(format::IdentityRecord* out, EnvLookup lookup = nullptr) noexcept;
 
 // The single-value parsers (parse_bool, parse_uint, parse_size, parse_duration) are the
 // rules both halves share: common/parse.h.

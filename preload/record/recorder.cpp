@@ -60,6 +60,7 @@ void configure(const Settings& s) {
   g_cfg.quiet = s.quiet;
   g_cfg.follow_fork = s.follow_fork;
   snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
+  g_cfg.have_identity = s.have_identity, g_cfg.identity = s.identity;
   stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
 }
 
@@ -123,6 +124,8 @@ struct Opening {
   char path[4096] = {};              // absolute unless getcwd failed
   unsigned char* process = nullptr;  // encoded `process` record (malloc'd) or nullptr
   std::size_t process_len = 0;
+  unsigned char identity[32] = {};  // encoded `identity` record, written right after `process`
+  std::size_t identity_len = 0;     // 0: the launcher named no rank
 };
 constinit Opening g_open;
 constinit std::atomic<bool> g_have_file{false};  // this tracing session created its file
@@ -146,6 +149,8 @@ void prepare_open_locked() {
     }
   }
   g_open.process = encode_process_record(host, &g_open.process_len);
+  g_open.identity_len = g_cfg.have_identity ? format::encode(g_open.identity, sizeof g_open.identity, g_cfg.identity)
+                                            : 0;
 }
 
 void announce_path(const char* path) {
@@ -233,6 +238,8 @@ bool open_file_locked() {
   }
   g_have_file.store(true);
   if (g_open.process) sink_append(g_open.process, g_open.process_len, /*start_thread=*/false);
+  // Only after a `process` record: readers take the file's first record to be one.
+  if (g_open.process && g_open.identity_len) sink_append(g_open.identity, g_open.identity_len, /*start_thread=*/false);
   free(g_open.process);
   g_open.process = nullptr, g_open.process_len = 0;
   // The modules loaded now, also those dlopen'ed since the start (frames of the first

@@ -38,6 +38,8 @@ struct RecorderConfig {
   bool quiet = false;                   // GPUHEAP_QUIET: no "tracing to" line when the file is created
   bool follow_fork = true;              // GPUHEAP_FOLLOW_FORK: forked children traced
   char path_file[4096] = {};            // GPUHEAP_PATH_FILE: append the trace path here when created
+  bool have_identity = false;           // the launcher named a rank (Settings::identity)
+  format::IdentityRecord identity;
 };
 
 std::uint64_t now_ns() noexcept;       // CLOCK_MONOTONIC

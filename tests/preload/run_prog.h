@@ -57,14 +57,18 @@ inline ProgRun run_with(const std::string& prog, std::vector<std::string> args, 
   ProgRun r;
   r.dir = make_dir();
   std::vector<std::string> envs;
+  std::string preload_first;  // an LD_PRELOAD= entry of `env`: loaded before libgpuheap.so
+  for (auto& e : env) {
+    if (e.rfind("LD_PRELOAD=", 0) == 0) preload_first = e.substr(11) + " ";
+    else envs.push_back(e);  // before the test's own: getenv() returns the first match
+  }
   for (char** e = environ; *e; ++e) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) && std::strncmp(*e, "LD_LIBRARY_PATH=", 16) &&
         std::strncmp(*e, "GPUHEAP_", 8))
       envs.push_back(*e);
   }
-  for (auto& e : env) envs.push_back(e);  // first: getenv() returns the first match
   envs.push_back("LD_LIBRARY_PATH=" + kBuild + "/simcuda");
-  if (preload) envs.push_back("LD_PRELOAD=" + kBuild + "/libgpuheap.so");
+  if (preload) envs.push_back("LD_PRELOAD=" + preload_first + kBuild + "/libgpuheap.so");
   envs.push_back("GPUHEAP_OUTPUT=" + r.dir + "/t.%p.trace");
   envs.push_back("GPUHEAP_QUIET=1");
   std::vector<char*> envp, argv;

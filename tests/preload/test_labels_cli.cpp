@@ -152,7 +152,7 @@ TEST(LabelsCli, PidAndDeviceSelect) {
   EXPECT_EQ(one.out.find(traces()[0]), std::string::npos);
   auto none = cli("summary -q --pid 1 " + traces()[0] + " " + traces()[1]);
   EXPECT_EQ(none.status, 2) << none.out;
-  EXPECT_NE(none.out.find("--pid 1: no trace of that process"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("--pid 1: no trace matches"), std::string::npos) << none.out;
 
   auto dev = cli("summary -q --device 7 " + trace());
   EXPECT_EQ(dev.status, 2) << dev.out;

@@ -419,7 +419,8 @@ TEST(Cli, SummaryLibraryPidAndDeviceFilters) {
   EXPECT_EQ(sh("summary -q --pid 100 " + path).code, 0);
   auto pid = sh("summary -q --pid 5 " + path);
   EXPECT_EQ(pid.code, 2);
-  EXPECT_NE(pid.out.find("--pid 5: no trace of that process (the traces are of pid 100)"), std::string::npos)
+  EXPECT_NE(pid.out.find("--pid 5: no trace matches (the traces are of pid 100 on testhost (no rank))"),
+            std::string::npos)
       << pid.out;
   auto dev = sh("summary -q --device 7 " + path);
   EXPECT_EQ(dev.code, 2);

@@ -361,3 +361,48 @@ TEST(Options, ReadmeTableMatchesOptionTable) {
   }
   for (const auto& [name, def] : readme) EXPECT_TRUE(d::find_option(name.c_str())) << name << " is not an option";
 }
+
+// The job's rank (format v4 identity record), from the launcher's variables: torchrun's
+// first, then Open MPI, PMI, Slurm; the local rank and size from the same family only.
+TEST(Options, RankIdentityFromTheLauncher) {
+  using gpuheap::format::RankSource;
+  auto s = parse({{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"SLURM_PROCID", "0"}});
+  ASSERT_TRUE(s.have_identity);
+  EXPECT_EQ(s.identity.rank, 3);
+  EXPECT_EQ(s.identity.local_rank, 1);
+  EXPECT_EQ(s.identity.world_size, 8);
+  EXPECT_EQ(s.identity.source, RankSource::torchrun);
+  EXPECT_TRUE(g_warnings.empty());
+
+  s = parse({{"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "6"}, {"LOCAL_RANK", "4"}});
+  ASSERT_TRUE(s.have_identity);
+  EXPECT_EQ(s.identity.rank, 5);
+  EXPECT_EQ(s.identity.local_rank, 1);
+  EXPECT_EQ(s.identity.world_size, 6);
+  EXPECT_EQ(s.identity.source, RankSource::slurm);
+
+  s = parse({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_RANK", "9"}});
+  ASSERT_TRUE(s.have_identity);
+  EXPECT_EQ(s.identity.rank, 2);
+  EXPECT_EQ(s.identity.local_rank, -1);
+  EXPECT_EQ(s.identity.world_size, 4);
+  EXPECT_EQ(s.identity.source, RankSource::ompi);
+
+  s = parse({{"PMI_RANK", "9"}, {"PMI_SIZE", "x"}, {"MPI_LOCALRANKID", "0"}});
+  ASSERT_TRUE(s.have_identity);
+  EXPECT_EQ(s.identity.rank, 9);
+  EXPECT_EQ(s.identity.local_rank, 0);
+  EXPECT_EQ(s.identity.world_size, -1);  // not a number: unknown
+  EXPECT_EQ(s.identity.source, RankSource::pmi);
+
+  // Not a rank: a later family's, or none (and never a warning: the variables are the launcher's).
+  s = parse({{"RANK", "-1"}, {"SLURM_PROCID", "7"}});
+  ASSERT_TRUE(s.have_identity);
+  EXPECT_EQ(s.identity.rank, 7);
+  EXPECT_EQ(s.identity.source, RankSource::slurm);
+  EXPECT_FALSE(parse({{"RANK", "2147483648"}}).have_identity);
+  EXPECT_FALSE(parse({{"RANK", ""}, {"LOCAL_RANK", "0"}}).have_identity);
+  EXPECT_FALSE(parse({}).have_identity);
+  EXPECT_FALSE(parse({{"GPUHEAP_DISABLE", "1"}, {"RANK", "0"}}).have_identity);
+  EXPECT_TRUE(g_warnings.empty());
+}

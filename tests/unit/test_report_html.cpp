@@ -240,3 +240,48 @@ TEST(ReportHtml, LargeTraceIsDownsampledWithExactPeaks) {
 }
 
 }  // namespace
+
+// Several ranks on several hosts (issue 35): the page opens its tables with the processes'
+// rows and their spread, draws every chart on one time axis, and each GPU's merged chart
+// (its peak marked) stands alone: device 0 of node-a and of node-b are two GPUs.
+TEST(ReportHtml, RanksOnTwoHostsRender) {
+  auto proc = [](const char* host, std::int32_t rank, std::uint32_t pid, std::uint64_t bytes, std::uint64_t start_ms) {
+    const std::uint64_t wall = 1'700'000'000'000'000'000ull + start_ms * 1'000'000;
+    TraceBuilder b(wall, pid);
+    b.data.resize(format::kFileHeaderSize);
+    format::ProcessRecord p;
+    p.pid = pid, p.ppid = 1, p.wall_ns = wall, p.mono_ns = TraceBuilder::kMono;
+    p.hostname = host, p.cmdline = "train.py", p.version = "0.1.0", p.exe = "/usr/bin/python3";
+    b.put(p);
+    b.put(format::IdentityRecord{rank, 0, 2, format::RankSource::torchrun});
+    b.put(format::DeviceRecord{0, 16ull << 30, "Test GPU"});
+    b.module(0x600000, 0x700000, "/opt/train");
+    b.stack(1, {0x601000});
+    b.segment(0x7f0000000000ull, bytes, false);
+    b.alloc(0x7f0000000000ull, bytes, bytes, 1);
+    b.tick(200'000'000);
+    b.free(0x7f0000000000ull);
+    b.completed(0x7f0000000000ull);
+    b.end();
+    return b.write(fmt::format("rank{}.gh", rank));
+  };
+  const std::string traces = proc("node-a", 0, 900, 20 * MiB, 0) + " " + proc("node-b", 1, 901, 50 * MiB, 100);
+  std::string html = out_dir() + "/report-ranks.html";
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + traces);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto data = page_data(slurp(html));
+  EXPECT_NEAR(data["time_axis"]["max"].get<double>(), 0.3, 0.001);
+  auto dom = browse(html, "--dump-dom");
+  ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
+  expect_rendered(dom.out);
+  const auto table = dom.out.find("Processes (times since the earliest start)");
+  ASSERT_NE(table, std::string::npos) << dom.out.substr(0, 3000);
+  EXPECT_NE(dom.out.find("<td class=\"l\">node-b</td>", table), std::string::npos) << dom.out.substr(table, 3000);
+  EXPECT_NE(dom.out.find("peak requested: max 50.00 MiB at rank 1, min 20.00 MiB at rank 0, max/min 2.50", table),
+            std::string::npos)
+      << dom.out.substr(table, 3000);
+  EXPECT_NE(dom.out.find("rank 1, pid 901 on node-b: train.py  ("), std::string::npos);        // the traces' list
+  EXPECT_NE(dom.out.find("<h3>rank 1, pid 901 on node-b: train.py</h3>"), std::string::npos);  // its tables
+  EXPECT_NE(dom.out.find("device 0 of host node-a (rank 0): its one process"), std::string::npos);
+  EXPECT_NE(dom.out.find("device 0 of host node-b (rank 1): its one process"), std::string::npos);
+}

@@ -58,7 +58,8 @@
   // ---- meta ----
   var meta = document.getElementById('meta');
   D.traces.forEach(function (t) {
-    meta.appendChild(el('div', null, 'pid ' + t.pid + ' on ' + t.host + ': ' + t.command + '  (' + t.events +
+    meta.appendChild(el('div', null, (t.rank !== null && t.rank !== undefined ? 'rank ' + t.rank + ', ' : '') +
+      'pid ' + t.pid + ' on ' + t.host + ': ' + t.command + '  (' + t.events +
       ' events, ' + seconds(t.duration_ns / 1e9) + ', ' + t.path + ')'));
   });
 
@@ -123,11 +124,13 @@
     var u = new uPlot({
       width: width, height: 300, series: series,
       scales: { x: { time: false } },
-      axes: [{ label: 'seconds since start', values: function (u, vals) { return vals.map(function (v) { return v.toFixed(3); }); } },
+      axes: [{ label: D.time_axis ? 'seconds since the earliest process start' : 'seconds since start', values: function (u, vals) { return vals.map(function (v) { return v.toFixed(3); }); } },
              { size: 90, values: function (u, vals) { return vals.map(bytes); } }],
       cursor: { drag: { x: true, y: false } },
       hooks: { draw: [drawMarkers] }
     }, data, box);
+    // Several processes: every chart opens on the same time range, so their peaks line up.
+    if (D.time_axis && D.time_axis.max > D.time_axis.min) u.setScale('x', { min: D.time_axis.min, max: D.time_axis.max });
     if (spans.length || tl.phase_names) {
       box.appendChild(el('div', 'hint phases', 'Phases (shaded ranges, blue lines for marks): ' +
         (tl.phase_names || []).join(', ') + (tl.phases_left_out ? ' (' + tl.phases_left_out + ' instances not drawn)' : '')));
@@ -318,10 +321,28 @@
     tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['site', 'l'], ['stack (innermost first)', 'stack']],
       list.map(function (s) { return [bytes(s.bytes), s.count, s.library, siteCell(s), stackText(s.stack)]; })));
   }
+  // Several processes: one row per process and GPU first, and the spread across them.
+  var RK = D.summary.ranks;
+  if (RK && RK.rows.length) {
+    var who = function (r) { return r.rank !== null ? 'rank ' + r.rank : 'pid ' + r.pid; };
+    tbBox.appendChild(el('h3', null, 'Processes (times since the earliest start)'));
+    tbBox.appendChild(table([['rank'], ['host', 'l'], ['device'], ['pid'], ['peak requested'], ['peak reserved'],
+      ['peak at'], ['leaked']], RK.rows.map(function (r) {
+      return [r.rank === null ? '-' : r.rank, r.host, r.device === null ? '-' : r.device, r.pid, bytes(r.peak_requested),
+        bytes(r.peak_reserved), r.peak_requested > 0 ? seconds(r.peak_ns / 1e9) : '-', bytes(r.leaked_bytes)];
+    })));
+    ['peak_requested', 'peak_reserved'].forEach(function (k) {
+      var sp = RK.spread[k];
+      tbBox.appendChild(el('div', null, k.replace('_', ' ') + ': max ' + bytes(sp.max) + ' at ' + who(RK.rows[sp.max_row]) +
+        ', min ' + bytes(sp.min) + ' at ' + who(RK.rows[sp.min_row]) + ', max/min ' +
+        (sp.max_over_min === null ? 'unknown' : sp.max_over_min.toFixed(2))));
+    });
+  }
   var docs = D.summary.processes || [D.summary];
   docs.forEach(function (doc) {
     var t = doc.trace;
-    tbBox.appendChild(el('h3', null, 'pid ' + t.pid + ': ' + (t.command || []).join(' ')));
+    tbBox.appendChild(el('h3', null, (t.rank !== undefined ? 'rank ' + t.rank + ', ' : '') + 'pid ' + t.pid +
+      (D.summary.ranks ? ' on ' + t.host : '') + ': ' + (t.command || []).join(' ')));
     var METRICS = [['requested_bytes', 'Requested memory', bytes], ['allocated_bytes', 'Allocated memory', bytes],
       ['active_bytes', 'Active memory', bytes], ['reserved_bytes', 'GPU reserved memory', bytes],
       ['inactive_split_bytes', 'Non-releasable memory', bytes], ['allocations', 'Allocations', count],
