@@ -58,6 +58,8 @@ CUresult free_async(CUdeviceptr p, CUstream h, bool ptsz) {
 CUresult memset_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h, bool ptsz, bool sync) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;  // captured, not run (driver_capture.cpp)
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!range_is_known(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t seq = enqueue(
@@ -70,6 +72,8 @@ CUresult memset_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h, bo
 CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptsz, bool sync) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;  // captured, not run (driver_capture.cpp)
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t seq = enqueue(

@@ -19,7 +19,8 @@
 // * cuStreamEndCapture of an invalidated capture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 //   with a NULL graph and ends the capture; a non-RELAXED capture must end on its thread
 //   (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD).
-// simcuda_capture_violations() counts the calls refused for capture (test control).
+// simcuda_capture_violations() counts the captures invalidated by a refused call (test
+// control): whether a program's captures fail as they would without an interposer.
 #include "driver_internal.h"
 #include "simcuda.h"
 
@@ -60,9 +61,10 @@ bool prohibits(const Capture& c) {
   return t_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
 }
 
-CUresult refuse(CUresult r) {
-  g_violations.fetch_add(1, std::memory_order_relaxed);
-  return r;
+// Counted once per capture (simcuda_capture_violations): further refused calls change nothing.
+void invalidate(Capture& c) {
+  if (!c.invalidated) g_violations.fetch_add(1, std::memory_order_relaxed);
+  c.invalidated = true;
 }
 
 CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptsz) {
@@ -122,8 +124,8 @@ CUresult capture_unsafe_call() {
   std::lock_guard lock(g_mu);
   bool refused = false;
   for (Capture& c : g_captures)
-    if (prohibits(c)) c.invalidated = refused = true;
-  return refused ? refuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) : CUDA_SUCCESS;
+    if (prohibits(c)) invalidate(c), refused = true;
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 CUresult capture_stream_use(CUstream_st* s, bool sync, bool* captured) {
@@ -132,8 +134,8 @@ CUresult capture_stream_use(CUstream_st* s, bool sync, bool* captured) {
   std::lock_guard lock(g_mu);
   if (Capture* c = find_locked(s)) {
     if (sync) {  // a capturing stream runs nothing: it cannot be waited for
-      c->invalidated = true;
-      return refuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+      invalidate(*c);
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     *captured = true;
     return c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
@@ -141,9 +143,8 @@ CUresult capture_stream_use(CUstream_st* s, bool sync, bool* captured) {
   if (!s->legacy) return CUDA_SUCCESS;
   bool refused = false;
   for (Capture& c : g_captures)
-    if (c.stream->device == s->device && (c.stream->flags & CU_STREAM_NON_BLOCKING) == 0)
-      c.invalidated = refused = true;
-  return refused ? refuse(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) : CUDA_SUCCESS;
+    if (c.stream->device == s->device && (c.stream->flags & CU_STREAM_NON_BLOCKING) == 0) invalidate(c), refused = true;
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
 }
 
 CUresult capture_device_sync(int device) {
@@ -152,8 +153,8 @@ CUresult capture_device_sync(int device) {
   std::lock_guard lock(g_mu);
   bool refused = false;
   for (Capture& c : g_captures)
-    if (c.stream->device == device) c.invalidated = refused = true;
-  return refused ? refuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) : CUDA_SUCCESS;
+    if (c.stream->device == device) invalidate(c), refused = true;
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 CUresult capture_event_use(CUevent e) {
@@ -162,8 +163,8 @@ CUresult capture_event_use(CUevent e) {
   if (id == 0) return CUDA_SUCCESS;
   std::lock_guard lock(g_mu);
   for (Capture& c : g_captures)
-    if (c.id == id) c.invalidated = true;
-  return refuse(CUDA_ERROR_CAPTURED_EVENT);
+    if (c.id == id) invalidate(c);
+  return CUDA_ERROR_CAPTURED_EVENT;
 }
 
 uint64_t capture_id_of(CUstream_st* s) {
