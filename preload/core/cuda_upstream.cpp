@@ -69,6 +69,24 @@ void note_per_thread_streams() noexcept { g_per_thread_seen.store(true, std::mem
 bool per_thread_streams_seen() noexcept { return g_per_thread_seen.load(std::memory_order_relaxed); }
 bool strict_fences() noexcept { return settings().strict_fences; }
 
+namespace {
+std::atomic<int> g_captures{0};
+}
+CUresult note_capture_begin(CUresult rc) noexcept {
+  if (rc == CUDA_SUCCESS) g_captures.fetch_add(1, std::memory_order_acq_rel);
+  return rc;
+}
+CUresult note_capture_end(CUresult rc) noexcept {
+  // An invalidated capture ends too, with a NULL graph (cuStreamEndCapture); other errors
+  // (not capturing, the wrong thread) end nothing.
+  if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) return rc;
+  int n = g_captures.load(std::memory_order_relaxed);
+  while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+  }
+  return rc;
+}
+bool captures_active() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
+
 void note_free_stream(CUcontext ctx, CUstream s, bool per_thread) noexcept {
   // Per-thread default streams are not ordered with each other: events on the legacy
   // stream (which waits for every blocking stream) are needed from now on.
