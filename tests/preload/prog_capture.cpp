@@ -13,12 +13,15 @@
 //   prog_capture free      cudaFree and cudaMalloc of pool memory on one thread while a blocking
 //                          stream of another thread captures (THREAD_LOCAL, RELAXED, GLOBAL
 //                          captures; the freeing thread RELAXED beside a GLOBAL capture, then
-//                          GLOBAL, which is prohibited).
+//                          GLOBAL, which is prohibited; a capture of a per-thread default stream).
+//   prog_capture order     a block freed during a capture of the stream whose earlier work
+//                          still writes it is not handed out again before that work is done.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -160,7 +163,44 @@ void free_case(cudaStream_t cs) {
   free_beside(cs, side, cudaStreamCaptureModeRelaxed, cudaStreamCaptureModeGlobal);
   free_beside(cs, side, cudaStreamCaptureModeGlobal, cudaStreamCaptureModeRelaxed);
   free_beside(cs, side, cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal);  // prohibited
+  // The capturing thread's per-thread default stream: blocking like cs, but never registered.
+  free_beside(cudaStreamPerThread, side, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal);
   cudaStreamDestroy(side);
+}
+
+// A block freed during a capture of the stream whose work queued before the capture still
+// uses it: cudaFree waits for that work, so memory handed out afterwards is never written by it.
+// Its own segment in the pool (larger than the large segments): the block a later
+// allocation of this size gets once the freed one is reusable.
+constexpr size_t kBig = 30ul << 20;
+
+void order_case() {
+  cudaStream_t cs = nullptr;  // non-blocking: the legacy stream's cudaMemset below does not wait for it
+  show("create", cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  void* p = nullptr;
+  show("malloc", cudaMalloc(&p, kBig));
+  static void* target = p;  // simulated device memory is host memory: the host function writes it
+  show("host func", cudaLaunchHostFunc(
+                        cs,
+                        [](void*) {
+                          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                          std::memset(target, 0xAB, 4096);
+                        },
+                        nullptr));
+  show("begin relaxed", cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+  show("free", cudaFree(p));
+  end_capture(cs, "relaxed");
+  void* q = nullptr;
+  show("malloc again", cudaMalloc(&q, kBig));
+  show("memset", cudaMemset(q, 0x11, 4096));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  unsigned char host[4096];
+  show("copy", cudaMemcpy(host, q, sizeof host, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (unsigned char b : host) bad += b != 0x11;
+  std::printf("block after the capture %s\n", bad ? "OVERWRITTEN by work queued before its free" : "intact");
+  show("free again", cudaFree(q));
+  show("destroy", cudaStreamDestroy(cs));
 }
 
 }  // namespace
@@ -173,6 +213,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "relaxed") == 0) relaxed_case(cs);
   else if (std::strcmp(argv[1], "async") == 0) async_case(cs);
   else if (std::strcmp(argv[1], "free") == 0) free_case(cs);
+  else if (std::strcmp(argv[1], "order") == 0) order_case();
   else return 2;
   show("device sync", cudaDeviceSynchronize());
   show("stream destroy", cudaStreamDestroy(cs));
