@@ -42,9 +42,10 @@ bool pool_holds(const void* ptr) noexcept {
 // invalidates the captures that prohibit it and frees nothing. A pool block is freed without
 // a driver call, so the driver is asked with a free of an address it never handed out: a
 // capture error is the program's answer (the capture is then invalidated, as natively); any
-// other (CUDA_ERROR_INVALID_VALUE, nothing freed) lets the free go on. CUDA_SUCCESS: go on.
-CUresult capture_refusal() noexcept {
-  if (!captures_active()) return CUDA_SUCCESS;
+// other (CUDA_ERROR_INVALID_VALUE, nothing freed) lets the free go on. CUDA_SUCCESS: go on
+// (also for a pointer outside the pools: the real free it goes to answers for itself).
+CUresult capture_refusal(const void* ptr) noexcept {
+  if (!captures_active() || !pool_holds(ptr)) return CUDA_SUCCESS;
   auto real_free = real<Fn::cuMemFree_v2>();
   CUresult rc = real_free ? real_free(addr(&g_never_device_memory)) : CUDA_SUCCESS;
   return is_capture_error(rc) ? rc : CUDA_SUCCESS;
@@ -305,7 +306,7 @@ cudaError_t rt_free(void* ptr) noexcept {
   if (!ptr || !scope.active()) return real_free(ptr);
   // Refused for a capture: the runtime's answer, latched for cudaGetLastError as it latches it
   // (refused again: the capture is invalidated already).
-  if (pool_holds(ptr) && capture_refusal() != CUDA_SUCCESS) return real_free(&g_never_device_memory);
+  if (capture_refusal(ptr) != CUDA_SUCCESS) return real_free(&g_never_device_memory);
   switch (pooled_free(ptr)) {
     case PoolFree::freed: return cudaSuccess;
     case PoolFree::invalid:
@@ -369,8 +370,7 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
   }
-  if (pool_holds(p))
-    if (CUresult rc = capture_refusal(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = capture_refusal(p); rc != CUDA_SUCCESS) return rc;
   switch (pooled_free(p)) {
     case PoolFree::freed: return CUDA_SUCCESS;
     case PoolFree::invalid:
