@@ -186,6 +186,17 @@ SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mo
   SIM_COUNT("cuStreamBeginCapture_v2_ptsz");
   return begin_capture(h, mode, true);
 }
+// Into an existing graph (CUDA 12.3): the same capture here, the graph only has to be given.
+SIM_API CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph graph, const CUgraphNode*, const CUgraphEdgeData*,
+                                             size_t, CUstreamCaptureMode mode) {
+  SIM_COUNT("cuStreamBeginCaptureToGraph");
+  return graph ? begin_capture(h, mode, false) : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph graph, const CUgraphNode*, const CUgraphEdgeData*,
+                                                  size_t, CUstreamCaptureMode mode) {
+  SIM_COUNT("cuStreamBeginCaptureToGraph_ptsz");
+  return graph ? begin_capture(h, mode, true) : CUDA_ERROR_INVALID_VALUE;
+}
 SIM_API CUresult cuStreamEndCapture(CUstream h, CUgraph* graph) {
   SIM_COUNT("cuStreamEndCapture");
   return end_capture(h, graph, false);

@@ -29,6 +29,9 @@ extern "C" {
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
 }
 
 namespace simcuda::drv {

@@ -104,6 +104,8 @@ const Entry kTable[] = {
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc_ptsz),
     E("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2_ptsz),
+    E("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph),
+    P("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph_ptsz),
     E("cuStreamEndCapture", 10000, cuStreamEndCapture),
     P("cuStreamEndCapture", 10000, cuStreamEndCapture_ptsz),
     E("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo),

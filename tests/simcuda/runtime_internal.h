@@ -53,6 +53,7 @@ namespace simcuda::rt {
   X(cuStreamWaitEvent, "cuStreamWaitEvent") \
   X(cuLaunchHostFunc, "cuLaunchHostFunc") \
   X(cuStreamBeginCapture_v2, "cuStreamBeginCapture") \
+  X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph") \
   X(cuStreamEndCapture, "cuStreamEndCapture") \
   X(cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo") \
   X(cuStreamIsCapturing, "cuStreamIsCapturing") \

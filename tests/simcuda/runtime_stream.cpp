@@ -59,6 +59,21 @@ RT_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode 
 RT_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode mode) {
   return call(true, [&](const Api& a) { return a.cuStreamBeginCapture_v2(s, CUstreamCaptureMode(mode)); });
 }
+RT_API cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                                 const cudaGraphEdgeData* edges, size_t n, cudaStreamCaptureMode mode) {
+  return call(false, [&](const Api& a) {
+    return a.cuStreamBeginCaptureToGraph(s, graph, reinterpret_cast<const CUgraphNode*>(deps),
+                                         reinterpret_cast<const CUgraphEdgeData*>(edges), n, CUstreamCaptureMode(mode));
+  });
+}
+RT_API cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                                      const cudaGraphEdgeData* edges, size_t n,
+                                                      cudaStreamCaptureMode mode) {
+  return call(true, [&](const Api& a) {
+    return a.cuStreamBeginCaptureToGraph(s, graph, reinterpret_cast<const CUgraphNode*>(deps),
+                                         reinterpret_cast<const CUgraphEdgeData*>(edges), n, CUstreamCaptureMode(mode));
+  });
+}
 RT_API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   return call(false, [&](const Api& a) { return a.cuStreamEndCapture(s, reinterpret_cast<CUgraph*>(graph)); });
 }
