@@ -304,6 +304,15 @@ GPUHEAP_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode 
 GPUHEAP_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   return note_capture_begin(drv<Fn::cuStreamBeginCapture_v2_ptsz>(s, mode));
 }
+GPUHEAP_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                    const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCaptureToGraph>(s, g, deps, data, n, mode));
+}
+GPUHEAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                         const CUgraphEdgeData* data, size_t n,
+                                                         CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCaptureToGraph_ptsz>(s, g, deps, data, n, mode));
+}
 GPUHEAP_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
   return note_capture_end(drv<Fn::cuStreamEndCapture>(s, g));
 }

@@ -46,6 +46,7 @@ constexpr ProcEntry kProcs[] = {
     {"cuStreamCreateWithPriority", 0, Fn::cuStreamCreateWithPriority, Fn::cuStreamCreateWithPriority},
     {"cuStreamDestroy", 4000, Fn::cuStreamDestroy_v2, Fn::cuStreamDestroy_v2},
     {"cuStreamBeginCapture", 10010, Fn::cuStreamBeginCapture_v2, Fn::cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamBeginCaptureToGraph", 12030, Fn::cuStreamBeginCaptureToGraph, Fn::cuStreamBeginCaptureToGraph_ptsz},
     {"cuStreamEndCapture", 0, Fn::cuStreamEndCapture, Fn::cuStreamEndCapture_ptsz},
     {"cuMemPoolCreate", 0, Fn::cuMemPoolCreate, Fn::cuMemPoolCreate},
     // First match wins: the newer version of a name comes first.

@@ -77,6 +77,8 @@ namespace preload {
   X(cuStreamDestroy_v2, cuStreamDestroy_v2) \
   X(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2) \
   X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2) \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph) \
+  X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph) \
   X(cuStreamEndCapture, cuStreamEndCapture) \
   X(cuStreamEndCapture_ptsz, cuStreamEndCapture) \
   X(cuMemPoolCreate, cuMemPoolCreate) \

@@ -107,6 +107,16 @@ void relaxed_case(cudaStream_t cs) {
     malloc_free("global thread", cudaStreamCaptureModeGlobal);
   }).join();
   end_capture(cs, "global again");
+  // The same into an existing graph (cudaStreamBeginCaptureToGraph, CUDA 12.3).
+  cudaGraph_t g = nullptr;
+  show("begin for a graph", cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+  show("end for a graph", cudaStreamEndCapture(cs, &g));
+  show("begin to graph", cudaStreamBeginCaptureToGraph(cs, g, nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+  std::thread([] {
+    cudaSetDevice(0);
+    malloc_free("global thread to graph", cudaStreamCaptureModeGlobal);
+  }).join();
+  end_capture(cs, "to graph");
 }
 
 void async_case(cudaStream_t cs) {

@@ -715,7 +715,8 @@ TEST(Reliability, GraphCaptureAnswersAsTheRuntime) {
   } cases[] = {
       {"relaxed",
        {"capturing thread malloc 12582912 rc=0", "other thread free 512 rc=0", "global thread malloc 512 rc=900",
-        "end global rc=0", "end global again rc=901", "violations=1"},
+        "end global rc=0", "end global again rc=901", "global thread to graph malloc 512 rc=900", "end to graph rc=901",
+        "violations=2"},
        AllocKind::device_passthrough,
        12},
       {"async",
