@@ -26,7 +26,8 @@ class Upstream {
   // A fence captures "all GPU work enqueued so far on every stream of this device".
   // cudaFree implicitly waits for earlier GPU work (CUDA Runtime API, cudaFree: "will do an
   // implicit device synchronize"), so a freed block may be reused only once a fence recorded
-  // after its free has completed. 0 is never a valid fence.
+  // after its free has completed. 0 is never a valid fence: fence_record returns it when no
+  // fence can be recorded now (e.g. during a stream capture); the blocks then stay pending.
   using Fence = std::uint64_t;
   virtual Fence fence_record() noexcept = 0;
   virtual bool fence_done(Fence f) noexcept = 0;  // non-blocking

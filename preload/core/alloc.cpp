@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "preload/core/cuda_upstream.h"
 #include "preload/core/limits.h"
 #include "preload/core/oom.h"
 #include "preload/core/passthrough.h"
@@ -29,6 +30,26 @@ namespace {
 
 // A host address that is never device memory (see rt_free).
 char g_never_device_memory;
+
+// Whether ptr lies in a pool (a live block or not), retired states included.
+bool pool_holds(const void* ptr) noexcept {
+  if (contexts().size() == 0) return false;
+  return contexts().for_each_including_retired([&](ContextState* s) { return s->pool.contains(ptr); }) != nullptr;
+}
+
+// During a stream capture a free is "potentially unsafe" (cuThreadExchangeStreamCaptureMode):
+// on a prohibited thread the driver refuses it with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+// invalidates the captures that prohibit it and frees nothing. A pool block is freed without
+// a driver call, so the driver is asked with a free of an address it never handed out: a
+// capture error is the program's answer (the capture is then invalidated, as natively); any
+// other (CUDA_ERROR_INVALID_VALUE, nothing freed) lets the free go on. CUDA_SUCCESS: go on
+// (also for a pointer outside the pools: the real free it goes to answers for itself).
+CUresult capture_refusal(const void* ptr) noexcept {
+  if (!captures_active() || !pool_holds(ptr)) return CUDA_SUCCESS;
+  auto real_free = real<Fn::cuMemFree_v2>();
+  CUresult rc = real_free ? real_free(addr(&g_never_device_memory)) : CUDA_SUCCESS;
+  return is_capture_error(rc) ? rc : CUDA_SUCCESS;
+}
 
 }  // namespace
 
@@ -163,7 +184,9 @@ void record_pooled_free(void* arg, const pool::PoolBlock& b) noexcept {
 // go back to the driver (empty_cache by policy; only already-reusable memory, no waiting).
 void apply_release_threshold(ContextState* st) noexcept {
   std::size_t t = settings().release_threshold;
-  if (t && st && st->pool.cached_unused() > t) st->pool.trim(format::EmptyCacheReason::threshold);
+  // Not during a capture: trimming frees segments and queries fences, calls a free never
+  // makes natively and the driver may refuse on this thread (capture_refusal).
+  if (t && st && !captures_active() && st->pool.cached_unused() > t) st->pool.trim(format::EmptyCacheReason::threshold);
 }
 
 enum class PoolFree { freed, not_ours, invalid };
@@ -252,7 +275,10 @@ cudaError_t rt_malloc(void** ptr, std::size_t size) noexcept {
   auto real_malloc = real<Fn::cudaMalloc>();
   if (!real_malloc) return cudaErrorInitializationError;
   if (!scope.active() || !ptr || size == 0) return real_malloc(ptr, size);
-  if (!settings().pool) {
+  // During a stream capture the runtime decides: cudaMalloc is "potentially unsafe" there,
+  // refused on a prohibited thread (and the capture invalidated), allowed on others; the pool
+  // would answer success either way. Its memory is then the driver's, not a pool block.
+  if (!settings().pool || captures_active()) {
     PassAlloc pa(AllocKind::device_passthrough, {}, size, true);
     if (!pa.ok()) return latch_runtime_oom();
     cudaError_t rc = real_malloc(ptr, size);
@@ -278,6 +304,9 @@ cudaError_t rt_free(void* ptr) noexcept {
   if (!real_free) return cudaErrorInitializationError;
   // cudaFree(0) initializes the context and reports earlier asynchronous errors: untouched.
   if (!ptr || !scope.active()) return real_free(ptr);
+  // Refused for a capture: the runtime's answer, latched for cudaGetLastError as it latches it
+  // (refused again: the capture is invalidated already).
+  if (capture_refusal(ptr) != CUDA_SUCCESS) return real_free(&g_never_device_memory);
   switch (pooled_free(ptr)) {
     case PoolFree::freed: return cudaSuccess;
     case PoolFree::invalid:
@@ -301,8 +330,9 @@ CUresult drv_mem_alloc(CUdeviceptr* dptr, std::size_t size) noexcept {
   HookScope scope;
   auto real_alloc = real<Fn::cuMemAlloc_v2>();
   if (!real_alloc) return CUDA_ERROR_NOT_INITIALIZED;
-  ContextState* st = (scope.active() && dptr && size) ? current_state() : nullptr;
-  if (!st) {  // pool off, no context (the driver returns its own error), or nested
+  // During a capture the driver decides (rt_malloc).
+  ContextState* st = (scope.active() && dptr && size && !captures_active()) ? current_state() : nullptr;
+  if (!st) {  // pool off, no context (the driver returns its own error), nested, or a capture
     if (!scope.active() || !dptr || !size) return real_alloc(dptr, size);
     PassAlloc pa(AllocKind::device_passthrough, {}, size, false);
     if (!pa.ok()) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -340,6 +370,7 @@ CUresult drv_mem_free(CUdeviceptr dptr) noexcept {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
   }
+  if (CUresult rc = capture_refusal(p); rc != CUDA_SUCCESS) return rc;
   switch (pooled_free(p)) {
     case PoolFree::freed: return CUDA_SUCCESS;
     case PoolFree::invalid:

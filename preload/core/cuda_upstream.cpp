@@ -69,6 +69,24 @@ void note_per_thread_streams() noexcept { g_per_thread_seen.store(true, std::mem
 bool per_thread_streams_seen() noexcept { return g_per_thread_seen.load(std::memory_order_relaxed); }
 bool strict_fences() noexcept { return settings().strict_fences; }
 
+namespace {
+std::atomic<int> g_captures{0};
+}
+CUresult note_capture_begin(CUresult rc) noexcept {
+  if (rc == CUDA_SUCCESS) g_captures.fetch_add(1, std::memory_order_acq_rel);
+  return rc;
+}
+CUresult note_capture_end(CUresult rc) noexcept {
+  // An invalidated capture ends too, with a NULL graph (cuStreamEndCapture); other errors
+  // (not capturing, the wrong thread) end nothing.
+  if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) return rc;
+  int n = g_captures.load(std::memory_order_relaxed);
+  while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+  }
+  return rc;
+}
+bool captures_active() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
+
 void note_free_stream(CUcontext ctx, CUstream s, bool per_thread) noexcept {
   // Per-thread default streams are not ordered with each other: events on the legacy
   // stream (which waits for every blocking stream) are needed from now on.
@@ -146,6 +164,29 @@ CUevent CudaUpstream::take_event() noexcept {
   return e;
 }
 
+namespace {
+// Whether work on the legacy stream would now join a capture: a blocking stream the registry
+// does not hold (a per-thread default stream) may be capturing. Asked of the driver only while
+// a capture is in progress: "if this is called on CU_STREAM_LEGACY while a blocking stream in
+// the same context is capturing, it will return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"
+// (cuStreamIsCapturing), without touching the capture.
+bool legacy_capture_implicit(decltype(real<Fn::cuStreamIsCapturing>()) capturing) noexcept {
+  if (!capturing || !captures_active()) return false;
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  return capturing(CU_STREAM_LEGACY, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+bool capture_in_progress(const std::vector<CUstream>& streams,
+                         decltype(real<Fn::cuStreamIsCapturing>()) capturing) noexcept {
+  if (!capturing) return false;
+  for (CUstream st : streams) {
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (capturing(st, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  }
+  return legacy_capture_implicit(capturing);
+}
+}  // namespace
+
 pool::Upstream::Fence CudaUpstream::fence_record() noexcept {
   auto record = real<Fn::cuEventRecord>();
   auto capturing = real<Fn::cuStreamIsCapturing>();
@@ -168,23 +209,19 @@ pool::Upstream::Fence CudaUpstream::fence_record() noexcept {
   // Any stream created through us, or any sign of per-thread default streams (whose work
   // is not ordered with other threads' per-thread streams), turns the events back on.
   if (scratch_streams_.empty() && !per_thread_streams_seen() && !strict_fences()) return s->id;
-  // The legacy default stream: an event there also waits for all blocking streams. It goes
-  // last, and only if no stream of the context is capturing: touching the legacy stream
-  // while a blocking stream captures invalidates the user's capture
-  // (cudaErrorStreamCaptureImplicit, CUDA Programming Guide, stream capture).
+  // While a stream of the context captures, no complete fence can be recorded: a capturing
+  // stream runs nothing new (an event recorded there would be a node of the user's graph,
+  // and a query of it CUDA_ERROR_CAPTURED_EVENT), and an event on the legacy stream beside a
+  // capturing blocking stream invalidates the user's capture (cudaErrorStreamCaptureImplicit,
+  // CUDA Programming Guide, stream capture). Work queued there before the capture may still
+  // run, so the blocks stay pending (fence 0) until a fence after the capture covers them.
+  if (capture_in_progress(scratch_streams_, capturing)) {
+    s->id = 0;
+    return 0;
+  }
+  // The legacy default stream, last: an event there also waits for all blocking streams.
   scratch_streams_.push_back(nullptr);
-  bool any_capturing = false;
   for (CUstream st : scratch_streams_) {
-    if (!st && any_capturing) continue;
-    if (capturing && st) {
-      // A stream being captured into a graph runs nothing now; recording there would add
-      // a node to the user's graph.
-      CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-      if (capturing(st, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) {
-        any_capturing = true;
-        continue;
-      }
-    }
     CUevent e = take_event();
     if (!e || !record) continue;
     if (record(e, st) == CUDA_SUCCESS) s->events.push_back(e);

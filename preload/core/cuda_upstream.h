@@ -42,6 +42,18 @@ bool per_thread_streams_seen() noexcept;
 // entry point): from now on the pool's fences cover s, so the block is reused by other
 // streams only after the work queued on s before the free.
 void note_free_stream(CUcontext ctx, CUstream s, bool per_thread) noexcept;
+// Stream captures in progress anywhere in the process (cuStreamBeginCapture_v2 that succeeded,
+// less cuStreamEndCapture that ended one). While any is, allocation and free may be
+// "potentially unsafe" calls the driver refuses on this thread (CUDA Programming Guide, stream
+// capture; cuThreadExchangeStreamCaptureMode), which the pool would never make: the callers
+// let the driver answer instead. Each returns rc.
+CUresult note_capture_begin(CUresult rc) noexcept;
+CUresult note_capture_end(CUresult rc) noexcept;
+bool captures_active() noexcept;
+// The capture errors, the same numbers in the runtime and the driver API (900..908).
+inline bool is_capture_error(int rc) noexcept {
+  return rc >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && rc <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+}
 // GPUHEAP_STRICT_FENCES (read at load): always fence with events, even for
 // legacy-stream-only programs.
 bool strict_fences() noexcept;

@@ -297,6 +297,28 @@ GPUHEAP_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   note_stream_destroyed(s);
   return drv<Fn::cuStreamDestroy_v2>(s);
 }
+// Stream capture (cudaStreamBeginCapture/EndCapture reach these through the runtime's lookups).
+GPUHEAP_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCapture_v2>(s, mode));
+}
+GPUHEAP_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCapture_v2_ptsz>(s, mode));
+}
+GPUHEAP_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                    const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCaptureToGraph>(s, g, deps, data, n, mode));
+}
+GPUHEAP_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                         const CUgraphEdgeData* data, size_t n,
+                                                         CUstreamCaptureMode mode) {
+  return note_capture_begin(drv<Fn::cuStreamBeginCaptureToGraph_ptsz>(s, g, deps, data, n, mode));
+}
+GPUHEAP_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
+  return note_capture_end(drv<Fn::cuStreamEndCapture>(s, g));
+}
+GPUHEAP_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
+  return note_capture_end(drv<Fn::cuStreamEndCapture_ptsz>(s, g));
+}
 
 // ---- driver: lookups ----
 GPUHEAP_EXPORT CUresult cuGetProcAddress_v2(const char* sym, void** fn, int ver, cuuint64_t flags,

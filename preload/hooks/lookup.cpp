@@ -45,6 +45,9 @@ constexpr ProcEntry kProcs[] = {
     {"cuStreamCreate", 0, Fn::cuStreamCreate, Fn::cuStreamCreate},
     {"cuStreamCreateWithPriority", 0, Fn::cuStreamCreateWithPriority, Fn::cuStreamCreateWithPriority},
     {"cuStreamDestroy", 4000, Fn::cuStreamDestroy_v2, Fn::cuStreamDestroy_v2},
+    {"cuStreamBeginCapture", 10010, Fn::cuStreamBeginCapture_v2, Fn::cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamBeginCaptureToGraph", 12030, Fn::cuStreamBeginCaptureToGraph, Fn::cuStreamBeginCaptureToGraph_ptsz},
+    {"cuStreamEndCapture", 0, Fn::cuStreamEndCapture, Fn::cuStreamEndCapture_ptsz},
     {"cuMemPoolCreate", 0, Fn::cuMemPoolCreate, Fn::cuMemPoolCreate},
     // First match wins: the newer version of a name comes first.
     {"cuDevicePrimaryCtxReset", 11000, Fn::cuDevicePrimaryCtxReset_v2, Fn::cuDevicePrimaryCtxReset_v2},

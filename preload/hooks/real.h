@@ -75,6 +75,12 @@ namespace preload {
   X(cuStreamCreate, cuStreamCreate) \
   X(cuStreamCreateWithPriority, cuStreamCreateWithPriority) \
   X(cuStreamDestroy_v2, cuStreamDestroy_v2) \
+  X(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2) \
+  X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2) \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph) \
+  X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph) \
+  X(cuStreamEndCapture, cuStreamEndCapture) \
+  X(cuStreamEndCapture_ptsz, cuStreamEndCapture) \
   X(cuMemPoolCreate, cuMemPoolCreate) \
   X(cuDevicePrimaryCtxReset, gpuheap_cuDevicePrimaryCtxReset_v1_decl) \
   X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2) \

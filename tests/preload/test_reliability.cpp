@@ -700,6 +700,57 @@ TEST(Reliability, StreamOrderedFreeOfPoolMemoryWaitsForItsStream) {
   }
 }
 
+// Issue 39: CUDA graph capture as PyTorch does it (tests/preload/prog_capture.cpp). Every
+// return code, the last error and the captures invalidated (simcuda_capture_violations) equal
+// the runtime's without gpuheap: the pool makes no call that is illegal during a capture
+// (no legacy-stream event, no event query or synchronisation where the driver forbids them),
+// and where the program's own call is illegal it fails as natively instead of being served
+// from the pool. Graph allocations (cudaMallocAsync into a capture) are the driver's.
+TEST(Reliability, GraphCaptureAnswersAsTheRuntime) {
+  struct Case {
+    const char* name;
+    std::vector<std::string> must;  // lines the native run must print (the case is not vacuous)
+    AllocKind kind;                 // allocations made during the captures
+    std::uint64_t during;           // how many of `kind`
+  } cases[] = {
+      {"relaxed",
+       {"capturing thread malloc 12582912 rc=0", "other thread free 512 rc=0", "global thread malloc 512 rc=900",
+        "end global rc=0", "end global again rc=901", "global thread to graph malloc 512 rc=900", "end to graph rc=901",
+        "violations=2"},
+       AllocKind::device_passthrough,
+       12},
+      {"async",
+       {"malloc async rc=0", "free async pooled rc=1", "end global rc=0",
+        "driver cuMemAllocAsync calls +3, cuMemFreeAsync +4", "violations=0"},
+       AllocKind::async,
+       3},
+      {"free",
+       {"free rc=0", "free rc=900", "malloc rc=900", "end capture rc=901", "violations=1"},
+       AllocKind::device_passthrough,
+       12},
+      {"order", {"free rc=0", "end relaxed rc=0", "block after the capture intact"}, AllocKind::device_passthrough, 0},
+  };
+  for (const Case& c : cases) {
+    ProgResult base = run("prog_capture", {c.name}, {}, false);
+    // Every free seals its batch: each records its fence during the capture (deterministic).
+    ProgResult r = run("prog_capture", {c.name}, {"GPUHEAP_SEAL_US=0"});
+    EXPECT_EQ(base.status, 0) << c.name << ": " << base.out << base.err;
+    for (const std::string& line : c.must)
+      EXPECT_NE(base.out.find(line + "\n"), std::string::npos) << c.name << " lacks '" << line << "':\n" << base.out;
+    EXPECT_EQ(r.status, base.status) << c.name << ": " << r.err.substr(0, 2000);
+    EXPECT_TRUE(r.out == base.out) << c.name
+                                   << " answered differently from the runtime:" << first_differences(base.out, r.out);
+    Scan s;
+    if (r.traces.size() == 1) s = scan(r.traces[0]);
+    EXPECT_EQ(r.traces.size(), 1u) << c.name;
+    expect_readable(s, c.name);
+    EXPECT_EQ(s.allocs[idx(c.kind)], c.during) << c.name;
+    EXPECT_EQ(s.ooms, 0u) << c.name;
+    remove_tree(r.dir);
+    remove_tree(base.dir);
+  }
+}
+
 // Issue 33: an allocation that fails for another reason than memory (no device, a driver
 // older than the runtime) is passed through as it is: same answers, no OOM report ("CUDA out
 // of memory ... on device -1"), no OOM record, at most one line naming the error.

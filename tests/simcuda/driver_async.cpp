@@ -24,8 +24,13 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream
   } else {
     pool = &device(dev).default_pool;
   }
+  bool captured = false;
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS) return r;
   uintptr_t p = 0;
   CUresult r = alloc_memory(dev, nullptr, size, Kind::async, pool, false, &p);
+  // Into a capturing stream: an allocation node of the graph. There are no graphs to launch
+  // here, so its memory is simply live from now on, marked as the graph's.
+  if (r == CUDA_SUCCESS && captured) mark_graph_allocation(p);
   if (r == CUDA_SUCCESS) *dptr = p;
   return r;
 }
@@ -33,9 +38,18 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream
 CUresult free_async(CUdeviceptr p, CUstream h, bool ptsz) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS) return r;
   Allocation a;
+  // "During stream capture, this function results in the creation of a free node and must
+  // therefore be passed the address of a graph allocation" (cuMemFreeAsync).
+  if (captured && (!find_allocation(p, &a) || a.base != p || !a.graph)) return CUDA_ERROR_INVALID_VALUE;
   if (take_allocation(p, {Kind::async, Kind::device, Kind::pitch, Kind::managed}, &a) != CUDA_SUCCESS)
     return CUDA_ERROR_INVALID_VALUE;
+  if (captured) {  // the free node: no graph is ever launched here, so it is freed now
+    release_allocation(a);
+    return CUDA_SUCCESS;
+  }
   enqueue(
       s, [a] { release_allocation(a); }, /*trivial=*/true);
   return CUDA_SUCCESS;
@@ -44,6 +58,8 @@ CUresult free_async(CUdeviceptr p, CUstream h, bool ptsz) {
 CUresult memset_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h, bool ptsz, bool sync) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;  // captured, not run (driver_capture.cpp)
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!range_is_known(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t seq = enqueue(
@@ -56,6 +72,8 @@ CUresult memset_async(CUdeviceptr dst, unsigned char v, size_t n, CUstream h, bo
 CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptsz, bool sync) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;  // captured, not run (driver_capture.cpp)
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t seq = enqueue(

@@ -252,6 +252,7 @@ SIM_API CUresult cuCtxSynchronize() {
   SIM_COUNT("cuCtxSynchronize");
   int d = 0;
   if (CUresult r = ctx_device(&d); r != CUDA_SUCCESS) return r;
+  if (CUresult r = capture_device_sync(d); r != CUDA_SUCCESS) return r;
   sync_device(d);
   return CUDA_SUCCESS;
 }

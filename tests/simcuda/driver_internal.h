@@ -24,6 +24,16 @@
 
 #define SIM_API extern "C" __attribute__((visibility("default")))
 
+// Exported by the real driver but not declared by cuda.h (its per-thread names come from macros).
+extern "C" {
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
+}
+
 namespace simcuda::drv {
 
 constexpr int kDriverVersion = 13000;
@@ -60,6 +70,7 @@ struct Allocation {
   // for kinds no context owns (stream-ordered, VMM: "cuCtxDestroy() will not destroy memory
   // allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync()").
   CUctx_st* ctx = nullptr;
+  bool graph = false;  // a graph allocation: cuMemAllocAsync into a capturing stream
 };
 
 }  // namespace simcuda::drv
@@ -86,10 +97,11 @@ struct CUevent_st {
   unsigned flags = 0;
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t recorded = 0;            // generation of the latest record (guarded by mu)
-  std::atomic<uint64_t> done{0};    // highest generation reached by a stream worker
-  std::atomic<int64_t> time_ns{0};  // CLOCK_MONOTONIC when `done` was last advanced
-  std::atomic<int> refs{1};         // handle + one per pending record
+  uint64_t recorded = 0;                 // generation of the latest record (guarded by mu)
+  std::atomic<uint64_t> done{0};         // highest generation reached by a stream worker
+  std::atomic<int64_t> time_ns{0};       // CLOCK_MONOTONIC when `done` was last advanced
+  std::atomic<int> refs{1};              // handle + one per pending record
+  std::atomic<uint64_t> captured_in{0};  // the capture its latest record was captured into, 0: none
 };
 
 namespace simcuda::drv {
@@ -185,6 +197,21 @@ bool range_is_known(uintptr_t p, size_t n);
 // Frees every allocation `ctx` owns; for a primary context also the device's stream-ordered
 // ones (cudaDeviceReset drops those too).
 void free_context_allocations(CUctx_st* ctx);
+
+// Marks a live allocation as a graph allocation (the only memory cuMemFreeAsync may free
+// into a capturing stream).
+void mark_graph_allocation(uintptr_t base);
+
+// ---- stream capture (driver_capture.cpp) ----------------------------------------------------
+// Each returns CUDA_SUCCESS when the call may go on, else the error the call returns (the
+// captures the call conflicts with are invalidated).
+CUresult capture_unsafe_call();  // a potentially unsafe call (memory, synchronization)
+// Work on s (sync: a synchronize or query of s): *captured when s captures (the work is captured,
+// not run); the legacy stream while a blocking stream of its device captures is refused.
+CUresult capture_stream_use(CUstream_st* s, bool sync, bool* captured);
+CUresult capture_device_sync(int device);  // cuCtxSynchronize
+CUresult capture_event_use(CUevent e);     // cuEventQuery / cuEventSynchronize
+uint64_t capture_id_of(CUstream_st* s);    // 0 when s does not capture
 
 // ---- vmm (driver_vmm.cpp) ---------------------------------------------------------------------
 void vmm_unref_handle(uint64_t handle);

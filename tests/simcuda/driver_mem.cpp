@@ -107,6 +107,12 @@ void release_allocation(const Allocation& a) {
   --d.live;
 }
 
+void mark_graph_allocation(uintptr_t base) {
+  State& s = state();
+  std::lock_guard lock(s.mem_mu);
+  if (auto it = s.allocs.find(base); it != s.allocs.end()) it->second.graph = true;
+}
+
 bool find_allocation(uintptr_t p, Allocation* out) {
   State& s = state();
   std::lock_guard lock(s.mem_mu);
@@ -173,6 +179,8 @@ using namespace simcuda::drv;
 
 SIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) {
   SIM_COUNT("cuMemAlloc_v2");
+  // Potentially unsafe during stream capture (cuThreadExchangeStreamCaptureMode: "a call to cudaMalloc").
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p = 0;
   CUresult r = alloc_in_ctx(&p, size, Kind::device, false);
@@ -197,6 +205,7 @@ SIM_API CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int size) {
 
 SIM_API CUresult cuMemFree_v2(CUdeviceptr p) {
   SIM_COUNT("cuMemFree_v2");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   return free_device_memory(p);
 }
 
@@ -223,6 +232,7 @@ SIM_API CUresult cuMemGetInfo(unsigned int* free_bytes, unsigned int* total_byte
 
 SIM_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
   SIM_COUNT("cuMemAllocManaged");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
     return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p = 0;
@@ -249,6 +259,7 @@ CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t heig
 
 SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
   SIM_COUNT("cuMemAllocPitch_v2");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   return alloc_pitch(dptr, pitch, width, height, elem);
 }
 
@@ -273,6 +284,7 @@ SIM_API CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsi
 // Page-locked host memory: not charged to the device (it is host RAM on a real system).
 SIM_API CUresult cuMemHostAlloc(void** pp, size_t size, unsigned int flags) {
   SIM_COUNT("cuMemHostAlloc");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   constexpr unsigned kValid = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (pp == nullptr || (flags & ~kValid) != 0) return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p = 0;
@@ -283,6 +295,7 @@ SIM_API CUresult cuMemHostAlloc(void** pp, size_t size, unsigned int flags) {
 
 SIM_API CUresult cuMemAllocHost_v2(void** pp, size_t size) {
   SIM_COUNT("cuMemAllocHost_v2");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uintptr_t p = 0;
   CUresult r = alloc_in_ctx(&p, size, Kind::host, false);
@@ -300,6 +313,7 @@ SIM_API CUresult cuMemAllocHost(void** pp, unsigned int size) {
 
 SIM_API CUresult cuMemFreeHost(void* p) {
   SIM_COUNT("cuMemFreeHost");
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   int dev = 0;
   if (CUresult r = ctx_device(&dev); r != CUDA_SUCCESS) return r;
   Allocation a;

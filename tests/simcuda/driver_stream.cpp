@@ -135,6 +135,13 @@ CUresult event_record(CUevent e, CUstream h, bool ptsz) {
   if (CUresult r = lookup_event(e); r != CUDA_SUCCESS) return r;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS) return r;
+  if (captured) {  // a node of the graph being captured: the event now stands for it
+    e->captured_in.store(capture_id_of(s), std::memory_order_release);
+    return CUDA_SUCCESS;
+  }
+  e->captured_in.store(0, std::memory_order_release);
   uint64_t gen = 0;
   {
     std::lock_guard lock(e->mu);
@@ -161,6 +168,9 @@ CUresult event_record(CUevent e, CUstream h, bool ptsz) {
 CUresult stream_sync(CUstream h, bool ptsz) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = capture_stream_use(s, true, &captured); r != CUDA_SUCCESS) return r;
   sync_stream(s);
   return CUDA_SUCCESS;
 }
@@ -168,6 +178,9 @@ CUresult stream_sync(CUstream h, bool ptsz) {
 CUresult stream_query(CUstream h, bool ptsz) {
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = capture_stream_use(s, true, &captured); r != CUDA_SUCCESS) return r;
   return idle(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -175,6 +188,8 @@ CUresult launch_host_func(CUstream h, CUhostFn fn, void* data, bool ptsz) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   enqueue(
       s, [fn, data] { fn(data); }, /*trivial=*/false);
   return CUDA_SUCCESS;
@@ -185,6 +200,8 @@ CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptsz) {
   if (CUresult r = lookup_event(e); r != CUDA_SUCCESS) return r;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  bool captured = false;
+  if (CUresult r = capture_stream_use(s, false, &captured); r != CUDA_SUCCESS || captured) return r;
   uint64_t gen = 0;
   {
     std::lock_guard lock(e->mu);
@@ -408,6 +425,7 @@ SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int
 SIM_API CUresult cuEventQuery(CUevent e) {
   SIM_COUNT("cuEventQuery");
   if (CUresult r = lookup_event(e); r != CUDA_SUCCESS) return r;
+  if (CUresult r = capture_event_use(e); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(e->mu);
   return e->done.load(std::memory_order_acquire) >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -415,6 +433,7 @@ SIM_API CUresult cuEventQuery(CUevent e) {
 SIM_API CUresult cuEventSynchronize(CUevent e) {
   SIM_COUNT("cuEventSynchronize");
   if (CUresult r = lookup_event(e); r != CUDA_SUCCESS) return r;
+  if (CUresult r = capture_event_use(e); r != CUDA_SUCCESS) return r;
   std::unique_lock lock(e->mu);
   uint64_t gen = e->recorded;
   e->cv.wait(lock, [e, gen] { return e->done.load(std::memory_order_acquire) >= gen; });

@@ -97,6 +97,17 @@ constexpr ErrorText kErrors[] = {
     {cudaErrorAlreadyMapped, "cudaErrorAlreadyMapped", "resource already mapped"},
     {cudaErrorNotMapped, "cudaErrorNotMapped", "resource not mapped"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -118,6 +129,13 @@ cudaError_t to_runtime(CUresult r) {
     case CUDA_ERROR_ALREADY_MAPPED: return cudaErrorAlreadyMapped;
     case CUDA_ERROR_NOT_MAPPED: return cudaErrorNotMapped;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+    case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
+    // The stream-capture errors have the same numbers in both APIs (900..908).
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return cudaErrorStreamCaptureInvalidated;
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: return cudaErrorStreamCaptureImplicit;
+    case CUDA_ERROR_CAPTURED_EVENT: return cudaErrorCapturedEvent;
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: return cudaErrorStreamCaptureWrongThread;
     default: return cudaErrorUnknown;
   }
 }

@@ -52,6 +52,12 @@ namespace simcuda::rt {
   X(cuStreamQuery, "cuStreamQuery") \
   X(cuStreamWaitEvent, "cuStreamWaitEvent") \
   X(cuLaunchHostFunc, "cuLaunchHostFunc") \
+  X(cuStreamBeginCapture_v2, "cuStreamBeginCapture") \
+  X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph") \
+  X(cuStreamEndCapture, "cuStreamEndCapture") \
+  X(cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo") \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing") \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode") \
   X(cuEventCreate, "cuEventCreate") \
   X(cuEventRecord, "cuEventRecord") \
   X(cuEventRecordWithFlags, "cuEventRecordWithFlags") \

@@ -67,11 +67,14 @@ RT_API cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 // cudaFree(NULL) only initialises the context. Otherwise it synchronises the device and frees.
+// The synchronisation is cuMemFree's implicit one (free_device_memory), not cuCtxSynchronize:
+// on a RELAXED thread cudaFree is allowed during another stream's capture (an implicit
+// synchronisation is only "potentially unsafe", cuThreadExchangeStreamCaptureMode), while an
+// explicit device synchronisation is refused whenever any stream of the device captures.
 RT_API cudaError_t cudaFree(void* p) {
   const Api* api = nullptr;
   if (cudaError_t e = enter(&api); e != cudaSuccess) return record(e);
   if (p == nullptr) return cudaSuccess;
-  if (CUresult r = api->cuCtxSynchronize(); r != CUDA_SUCCESS) return finish(r);
   return finish(api->cuMemFree_v2(dp(p)));
 }
 

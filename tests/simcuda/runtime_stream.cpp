@@ -52,6 +52,76 @@ RT_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void
   return call(true, [&](const Api& a) { return a.cuLaunchHostFunc(s, fn, data); });
 }
 
+// Stream capture: the state is the driver's (driver_capture.cpp); the modes have the same values.
+RT_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  return call(false, [&](const Api& a) { return a.cuStreamBeginCapture_v2(s, CUstreamCaptureMode(mode)); });
+}
+RT_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode mode) {
+  return call(true, [&](const Api& a) { return a.cuStreamBeginCapture_v2(s, CUstreamCaptureMode(mode)); });
+}
+RT_API cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                                 const cudaGraphEdgeData* edges, size_t n, cudaStreamCaptureMode mode) {
+  return call(false, [&](const Api& a) {
+    return a.cuStreamBeginCaptureToGraph(s, graph, reinterpret_cast<const CUgraphNode*>(deps),
+                                         reinterpret_cast<const CUgraphEdgeData*>(edges), n, CUstreamCaptureMode(mode));
+  });
+}
+RT_API cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                                      const cudaGraphEdgeData* edges, size_t n,
+                                                      cudaStreamCaptureMode mode) {
+  return call(true, [&](const Api& a) {
+    return a.cuStreamBeginCaptureToGraph(s, graph, reinterpret_cast<const CUgraphNode*>(deps),
+                                         reinterpret_cast<const CUgraphEdgeData*>(edges), n, CUstreamCaptureMode(mode));
+  });
+}
+RT_API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  return call(false, [&](const Api& a) { return a.cuStreamEndCapture(s, reinterpret_cast<CUgraph*>(graph)); });
+}
+RT_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t* graph) {
+  return call(true, [&](const Api& a) { return a.cuStreamEndCapture(s, reinterpret_cast<CUgraph*>(graph)); });
+}
+namespace {
+cudaError_t capture_info(bool ptsz, cudaStream_t s, cudaStreamCaptureStatus* status, unsigned long long* id,
+                         cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges,
+                         size_t* ndeps) {
+  // No graphs here: the graph and its dependencies read as none.
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (ndeps) *ndeps = 0;
+  return call(ptsz, [&](const Api& a) {
+    cuuint64_t cid = 0;
+    CUresult r = a.cuStreamGetCaptureInfo(s, reinterpret_cast<CUstreamCaptureStatus*>(status), &cid);
+    if (r == CUDA_SUCCESS && id) *id = cid;
+    return r;
+  });
+}
+}  // namespace
+RT_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                            cudaGraph_t* graph, const cudaGraphNode_t** deps,
+                                            const cudaGraphEdgeData** edges, size_t* ndeps) {
+  return capture_info(false, s, status, id, graph, deps, edges, ndeps);
+}
+RT_API cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t s, cudaStreamCaptureStatus* status,
+                                                 unsigned long long* id, cudaGraph_t* graph,
+                                                 const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges,
+                                                 size_t* ndeps) {
+  return capture_info(true, s, status, id, graph, deps, edges, ndeps);
+}
+RT_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  return call(false,
+              [&](const Api& a) { return a.cuStreamIsCapturing(s, reinterpret_cast<CUstreamCaptureStatus*>(status)); });
+}
+RT_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  return call(true,
+              [&](const Api& a) { return a.cuStreamIsCapturing(s, reinterpret_cast<CUstreamCaptureStatus*>(status)); });
+}
+RT_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  return call(false, [&](const Api& a) {
+    return a.cuThreadExchangeStreamCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode));
+  });
+}
+
 RT_API cudaError_t cudaEventCreate(cudaEvent_t* e) {
   return call(false, [&](const Api& a) { return a.cuEventCreate(e, CU_EVENT_DEFAULT); });
 }

@@ -28,6 +28,9 @@ size_t simcuda_live_allocations(int device);
 // "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync_ptsz", "cuGetProcAddress_v2".
 unsigned long long simcuda_call_count(const char* name);
 void simcuda_reset_call_counts(void);
+// Captures invalidated by a refused call (driver_capture.cpp): a potentially unsafe call on a
+// prohibited thread, legacy-stream use beside a blocking capture, a captured-event query.
+unsigned long long simcuda_capture_violations(void);
 
 #ifdef __cplusplus
 }
