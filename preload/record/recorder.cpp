@@ -27,6 +27,7 @@
 #include "preload/record/scratch.h"
 #include "preload/record/signals.h"
 #include "preload/record/sink.h"
+#include "preload/record/stackcache.h"
 #include "preload/record/unwind.h"
 
 #ifndef GPUHEAP_VERSION
@@ -61,6 +62,7 @@ void configure(const Settings& s) {
   g_cfg.follow_fork = s.follow_fork;
   snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
   stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
+  stackcache_enable(s.stack_cache);
 }
 
 void warn_errno(const char* what, const char* path, int err) {
