@@ -23,7 +23,8 @@ ir() {
   local env=()
   while [ "$1" != "--" ]; do env+=("$1"); shift; done; shift
   [ "$l" != "-" ] && env+=("LD_PRELOAD=$l")
-  env LD_LIBRARY_PATH="$PWD/$BUILD_DIR/simcuda" GPUHEAP_QUIET=1 GPUHEAP_OUTPUT="$tmp/t.%p.trace" "${env[@]}" \
+  # PYTHONHASHSEED: the interpreter's own count otherwise moves by a few hundred a run
+  env PYTHONHASHSEED=0 LD_LIBRARY_PATH="$PWD/$BUILD_DIR/simcuda" GPUHEAP_QUIET=1 GPUHEAP_OUTPUT="$tmp/t.%p.trace" "${env[@]}" \
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" >/dev/null 2>&1
   rm -f "$tmp"/t.*.trace
   sed -n 's/^totals: //p' "$tmp/cg.out"
