@@ -14,6 +14,7 @@
      gpuheap_default        `gpuheap run` (framework pools off: PyTorch without its cache; native + Python stacks)
      gpuheap_native_stacks  `gpuheap run` with GPUHEAP_PYTHON_STACKS=0 (run has no option for it)
      gpuheap_no_stacks      `gpuheap run --no-stacks`
+     gpuheap_no_stack_cache (optional) the default with GPUHEAP_STACK_CACHE=0: what the stack cache saves
      gpuheap_keep           `gpuheap run --framework-pools=keep` (torch's cache kept: gpuheap sees its segments)
      native_again           (optional) a second native run per round: the machine's own noise floor
      nocache_raw            (optional) PYTORCH_NO_CUDA_MEMORY_CACHING=1 without gpuheap
@@ -52,6 +53,7 @@ CONFIGS = {
     "torch_history_python": (None, {}, ["--torch-history", "python"]),
     "gpuheap_default": ([], {}, []),
     "gpuheap_native_stacks": ([], {"GPUHEAP_PYTHON_STACKS": "0"}, []),
+    "gpuheap_no_stack_cache": ([], {"GPUHEAP_STACK_CACHE": "0"}, []),
     "gpuheap_no_stacks": (["--no-stacks"], {}, []),
     "gpuheap_keep": (["--framework-pools=keep"], {}, []),
     "native_again": (None, {}, []),

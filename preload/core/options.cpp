@@ -52,6 +52,8 @@ constinit const OptionSpec kOptionTable[kNumOptions] = {
      "0: trace only the process started first, not its forked or exec'd children"},
     {I::follow_fork_root, "GPUHEAP_FOLLOW_FORK_ROOT", T::text, "none", 0, 0, 0, 0,
      "set by gpuheap under GPUHEAP_FOLLOW_FORK=0: the one process traced (PID:START)"},
+    {I::stack_cache, "GPUHEAP_STACK_CACHE", T::boolean, "1", 1, 0, 1, 0,
+     "0: unwind every stack in full (the per-thread cache of unchanged stacks off)"},
 };
 
 const OptionSpec* find_option(const char* name) noexcept {
@@ -127,6 +129,7 @@ void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
     case I::stack_depth: o->stack_depth = static_cast<int>(v); break;
     case I::free_stacks: o->free_stacks = b; break;
     case I::python_stacks: o->python_stacks = b; break;
+    case I::stack_cache: o->stack_cache = b; break;
     case I::flush_ms: o->flush_ns = v; break;
     case I::seal_us: o->seal_ns = v; break;
     case I::strict_fences: o->strict_fences = b; break;

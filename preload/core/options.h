@@ -57,6 +57,7 @@ enum class OptionId : std::uint8_t {
   follow_fork,
   python_stacks,
   follow_fork_root,
+  stack_cache,
 };
 
 struct OptionSpec {
@@ -70,7 +71,7 @@ struct OptionSpec {
   const char* doc;           // one line
 };
 
-inline constexpr int kNumOptions = 18;
+inline constexpr int kNumOptions = 19;
 extern const OptionSpec kOptionTable[kNumOptions];
 const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
 
@@ -85,6 +86,7 @@ struct Settings {
   int stack_depth = 64;                 // GPUHEAP_STACK_DEPTH
   bool free_stacks = false;             // GPUHEAP_FREE_STACKS: also unwind at frees
   bool python_stacks = true;            // GPUHEAP_PYTHON_STACKS: Python frames in stacks (record/pystack.h)
+  bool stack_cache = true;              // GPUHEAP_STACK_CACHE: reuse a thread's unchanged stacks (record/stackcache.h)
   std::uint64_t flush_ns = 20'000'000;  // GPUHEAP_FLUSH_MS: the background thread's tick
   std::uint64_t seal_ns = 200'000;      // GPUHEAP_SEAL_US
   bool strict_fences = false;           // GPUHEAP_STRICT_FENCES

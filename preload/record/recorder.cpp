@@ -27,6 +27,7 @@
 #include "preload/record/scratch.h"
 #include "preload/record/signals.h"
 #include "preload/record/sink.h"
+#include "preload/record/stackcache.h"
 #include "preload/record/unwind.h"
 
 #ifndef GPUHEAP_VERSION
@@ -62,6 +63,7 @@ void configure(const Settings& s) {
   snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
   g_cfg.have_identity = s.have_identity, g_cfg.identity = s.identity;
   stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
+  stackcache_enable(s.stack_cache);
 }
 
 void warn_errno(const char* what, const char* path, int err) {

@@ -157,6 +157,13 @@ std::size_t stack_room() noexcept {
   return sp > t_lo && sp <= t_hi ? sp - t_lo : 0;
 }
 
+bool stack_bounds(std::uintptr_t sp, std::uintptr_t* lo, std::uintptr_t* hi) noexcept {
+  if (t_hi == 0) find_bounds(sp);
+  if (!(sp > t_lo && sp < t_hi)) return false;
+  *lo = t_lo, *hi = t_hi;
+  return true;
+}
+
 __attribute__((noinline)) bool run_deep(DeepFn fn, void* arg) noexcept {
   if (t_on_scratch) {  // already there (a nested call): the scratch has room for both
     fn(arg, false);

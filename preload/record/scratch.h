@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gpuheap {
 namespace preload {
@@ -25,6 +26,10 @@ bool run_deep(DeepFn fn, void* arg) noexcept;
 // grows it). 0 when unknown (the stack pointer is outside the bounds: a fiber or coroutine
 // stack): unknown counts as too little.
 std::size_t stack_room() noexcept;
+
+// The calling thread's stack bounds [lo, hi) when `sp` lies on it (found as stack_room does);
+// false when they are unknown or sp is elsewhere (a fiber, an alternate signal stack).
+bool stack_bounds(std::uintptr_t sp, std::uintptr_t* lo, std::uintptr_t* hi) noexcept;
 
 // Room run_deep wants before it runs work in place: the deepest such path (the first event's
 // trace creation, libunwind's DWARF parsing of a cold cache, the OOM report) with a margin.

@@ -18,6 +18,7 @@
 #include "preload/record/pystack.h"
 #include "preload/record/scratch.h"
 #include "preload/record/sink.h"
+#include "preload/record/stackcache.h"
 
 namespace gpuheap {
 namespace preload {
@@ -246,10 +247,68 @@ int find_eval(void* const* raw, int from, int n) {
 }  // namespace
 
 namespace {
+thread_local bool t_in_capture __attribute__((tls_model("initial-exec"))) = false;
+struct InCapture {
+  bool was = t_in_capture;
+  InCapture() { t_in_capture = true; }
+  ~InCapture() { t_in_capture = was; }
+};
+
 struct Capture {
   int skip;
   std::uint32_t id;
+  std::uint64_t ip0, sp0, rbp0;  // the frame of stacks_capture's caller (stackcache.h)
 };
+
+// A stack the thread's cache holds (its words re-read and found unchanged): its id without
+// a walk, or its native frames joined to this event's Python frames.
+std::uint32_t from_cache(const StackHit& hit, const std::uint64_t* py, int npy) {
+  if (npy == 0) {
+    if (hit.id) return hit.id;
+    std::uint32_t id = stacks_intern(hit.ips, hit.nat);
+    if (id) stackcache_set_id(hit.entry, id);
+    return id;
+  }
+  std::uint64_t ips[format::kMaxStackDepth];
+  int keep_py = npy < format::kMaxStackDepth - hit.nat ? npy : format::kMaxStackDepth - hit.nat;
+  memcpy(ips, hit.ips, 8u * static_cast<std::size_t>(hit.nat));
+  memcpy(ips + hit.nat, py, 8u * static_cast<std::size_t>(keep_py));
+  return stacks_intern(ips, hit.nat + keep_py);
+}
+
+// Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped by
+// capture_deep; room for up to kSelfFrames of them is unwound on top of GPUHEAP_STACK_DEPTH, so
+// the stack keeps exactly that many of the program's frames (before round 2 they came out of
+// the depth: N - 1 frames kept, none for 1).
+constexpr int kSelfFrames = 8;
+
+struct Walk {
+  int n;       // raw[0..n): the frames to keep, up to the eval loop's
+  int last;    // the deepest frame the result depends on (stackcache.h)
+  bool ended;  // the thread's stack ended before the frames asked for
+};
+
+// unw_backtrace into raw, cut at the first frame of the interpreter's eval loop when the
+// thread has Python frames. Inlined: raw's first entry stays the return address into
+// capture_deep.
+__attribute__((always_inline)) inline Walk walk(void** raw, int first, int npy, int depth) {
+  int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
+  int asked = want + first + kSelfFrames;
+  int n = unw_backtrace(raw, asked);
+  int cut = npy > 0 ? find_eval(raw, first, n) : -1;
+  if (npy > 0 && cut < 0 && want < depth && n == asked) {  // the budget was too small
+    asked = depth + first + kSelfFrames;
+    n = unw_backtrace(raw, asked);
+    cut = find_eval(raw, first, n);
+  }
+  // The result depends on the eval frame it was cut at, else on every frame looked at for one.
+  Walk w{n, cut >= 0 ? cut : n - 1, cut < 0 && n < asked};
+  if (cut >= 0) {
+    w.n = cut;  // the interpreter's frames and everything below them: the Python frames say it
+    t_py_budget = cut - first + kPyBudgetMargin;
+  }
+  return w;
+}
 
 // The unwinding itself, through run_deep (scratch.h): libunwind's DWARF parsing of a cold
 // cache, the buffers below and a new stack's record take several KiB of stack, too much for
@@ -260,31 +319,27 @@ __attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
   auto* c = static_cast<Capture*>(arg);
   // Native frames (innermost first) then, when the thread runs Python, its Python frames in
   // place of the interpreter's native ones: one array, interned as one stack.
-  // Frames inside libgpuheap.so beyond `skip` (the interposer, inlined or not) are dropped
-  // below; room for up to kSelfFrames of them is unwound on top of GPUHEAP_STACK_DEPTH, so
-  // the stack keeps exactly that many of the program's frames (before round 2 they came out
-  // of the depth: N - 1 frames kept, none for 1).
-  constexpr int kSelfFrames = 8;
   constexpr int kRaw = 2 * format::kMaxStackDepth + 32 + kSelfFrames + 2;  // room to append the Python frames
   std::uint64_t py[format::kMaxStackDepth];
   void* raw[kRaw];
   int npy = pystack_capture(py, format::kMaxStackDepth);
   // unw_backtrace's first entry is the return address into this function, then come run_deep
   // (and the switch below it, on the scratch stack) and stacks_capture: dropped too.
-  int first = c->skip + 3 + (on_scratch ? 1 : 0);
+  const int start = 3 + (on_scratch ? 1 : 0);  // raw[start]: ip0, in stacks_capture's caller
+  int first = c->skip + start;
   const int depth = g_depth.load(std::memory_order_relaxed);
-  int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
+  // A capture nested in another on this thread (a signal handler's allocation) leaves the
+  // cache alone: the outer one may be reading or filling the very entry it would use.
+  InCapture nested;
+  const StackKey key = nested.was ? StackKey{} : stackcache_key(c->ip0, c->sp0, c->rbp0, c->skip, depth, npy > 0);
+  StackHit hit;
+  if (stackcache_find(key, &hit)) {
+    c->id = from_cache(hit, py, npy);
+    return;
+  }
   Unwinding in;
-  int n = unw_backtrace(raw, want + first + kSelfFrames);
-  int cut = npy > 0 ? find_eval(raw, first, n) : -1;
-  if (npy > 0 && cut < 0 && want < depth && n == want + first + kSelfFrames) {  // the budget was too small
-    n = unw_backtrace(raw, depth + first + kSelfFrames);
-    cut = find_eval(raw, first, n);
-  }
-  if (cut >= 0) {
-    n = cut;  // the interpreter's frames and everything below them: the Python frames say it
-    t_py_budget = cut - first + kPyBudgetMargin;
-  }
+  const Walk w = walk(raw, first, npy, depth);
+  int n = w.n;
   if (n <= first && npy == 0) return;
   // Drop every leading frame inside libgpuheap.so itself: how many there are depends on
   // inlining, and keeping them would split one user call site into several stacks.
@@ -294,18 +349,32 @@ __attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
   if (nat + npy == 0) return;
   static_assert(sizeof(void*) == sizeof(std::uint64_t));
   auto* ips = reinterpret_cast<std::uint64_t*>(raw + first);  // Python frames go after the native ones
+  int last = w.last;
+  bool ended = w.ended;
+  if (npy == 0 && first + nat - 1 < last) last = first + nat - 1, ended = false;  // frames below: unused
+  // With Python frames the id is the joined stack's: the entry keeps the native frames only,
+  // and is made before the Python frames are written over raw's tail.
+  if (npy > 0) stackcache_fill(key, raw, start, last, ended, ips, nat, 0);
   int keep_py = npy < format::kMaxStackDepth - nat ? npy : format::kMaxStackDepth - nat;
   if (keep_py > 0) memcpy(ips + nat, py, 8u * static_cast<std::size_t>(keep_py));
   c->id = stacks_intern(ips, nat + keep_py);
+  if (npy == 0 && c->id) stackcache_fill(key, raw, start, last, ended, ips, nat, c->id);
 }
 }  // namespace
 
 __attribute__((noinline)) std::uint32_t stacks_capture(int skip) noexcept {
+  // rbp as the caller left it (this function does not use it: the cache's fill checks that
+  // the unwinder finds the same value, and caches nothing if not).
+  std::uint64_t rbp = 0;
+#if defined(__x86_64__)
+  asm volatile("mov %%rbp, %0" : "=r"(rbp));
+#endif
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
   pthread_once(&g_once, init_once);
   if (skip < 0) skip = 0;
   if (skip > 31) skip = 31;
-  Capture c{skip, 0};
+  Capture c{skip, 0, reinterpret_cast<std::uint64_t>(__builtin_return_address(0)),
+            reinterpret_cast<std::uint64_t>(__builtin_dwarf_cfa()), rbp};
   // Too little room and no scratch stack: no stack for this event rather than a crash.
   run_deep(capture_deep, &c);
   asm volatile("" ::: "memory");  // not a tail call: this frame is counted above
@@ -336,6 +405,7 @@ void stacks_reset() noexcept {
   g_next_id = 1;
   g_arena = nullptr;  // arenas are reused from the head
   g_count.store(0);
+  stackcache_new_generation();  // ids cached by threads are this file's no more
   pthread_mutex_unlock(&g_intern_mu);
   pystack_reset();  // the code records too
 }

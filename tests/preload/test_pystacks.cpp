@@ -2,6 +2,7 @@
 // its functions, files and lines in the summary, in place of the interpreter's frames.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -150,6 +151,33 @@ TEST(PyStacks, OffGivesTheNativeStack) {
   }
   EXPECT_TRUE(eval) << "the interpreter's frames, as before: " << leak.dump();
   EXPECT_EQ(run_cmd(kBuild + "/gpuheap dump " + p.run.traces[0] + " | grep -c '^py_code'").out, "0\n");
+}
+
+// The stacks and the events that use them, as dumped, less what differs between two runs (times,
+// thread ids, addresses of blocks).
+std::string stacks_of(const ProgRun& r) {
+  if (r.status != 0 || r.traces.size() != 1) return "run failed: " + r.err;
+  return run_cmd(kBuild + "/gpuheap dump -q " + r.traces[0] +
+                 " | grep -E '^(stack|py_code|alloc) ' | sed -E 's/ (ts|tid|ptr|stream)=[^ ]+//g'")
+      .out;
+}
+
+// The per-thread stack cache (record/stackcache.h) serves the stacks a full walk finds: the same
+// program run twice without address randomisation, cache on and off, writes the same stacks and
+// gives every allocation the same one, with Python frames and without.
+TEST(PyStacks, StackCacheChangesNoStack) {
+  if (run_cmd("setarch -R true 2>&1").status != 0) GTEST_SKIP() << "setarch -R is not permitted here";
+  for (const char* py : {"GPUHEAP_PYTHON_STACKS=1", "GPUHEAP_PYTHON_STACKS=0"}) {
+    std::string out[2];
+    for (int cache = 0; cache < 2; ++cache) {
+      ProgRun r = run("/usr/bin/setarch", {"-R", PYTHON3_EXE, kScript, "churn"},
+                      {py, std::string("GPUHEAP_STACK_CACHE=") + (cache ? "1" : "0")});
+      out[cache] = stacks_of(r);
+    }
+    EXPECT_GE(std::count(out[0].begin(), out[0].end(), '\n'), 400) << py << "\n" << out[0];
+    EXPECT_EQ(out[0].find("stack=0"), std::string::npos) << py << ": every allocation has its stack";
+    EXPECT_EQ(out[1], out[0]) << py;
+  }
 }
 
 }  // namespace

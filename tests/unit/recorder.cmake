@@ -16,7 +16,7 @@ if(TARGET gpuheap_outpath)
 endif()
 
 if(TARGET gpuheap_recorder_core)
-  foreach(t test_recorder test_recorder_files test_recorder_process test_recorder_perf)
+  foreach(t test_recorder test_recorder_files test_recorder_process test_recorder_perf test_stackcache)
     add_executable(${t} ${t}.cpp)
     target_link_libraries(${t} PRIVATE gpuheap_recorder_core GTest::gtest_main Threads::Threads)
     target_compile_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
@@ -24,6 +24,10 @@ if(TARGET gpuheap_recorder_core)
   endforeach()
   gtest_discover_tests(test_recorder)
   gtest_discover_tests(test_recorder_files)
+  # Frame pointers in the test's own frames: the cache checks every saved rbp on the stack, so
+  # a caller that keeps a loop counter in rbp (-fomit-frame-pointer) is never served from it.
+  target_compile_options(test_stackcache PRIVATE -fno-omit-frame-pointer)
+  gtest_discover_tests(test_stackcache)
   # TSan does not support threads started after a multi-threaded fork (die_after_fork).
   if(NOT GPUHEAP_SANITIZE MATCHES "thread")
     gtest_discover_tests(test_recorder_process)

@@ -46,6 +46,7 @@ std::uint64_t value_of(const d::Settings& s, d::OptionId id) {
     case I::stack_depth: return static_cast<std::uint64_t>(s.stack_depth);
     case I::free_stacks: return s.free_stacks;
     case I::python_stacks: return s.python_stacks;
+    case I::stack_cache: return s.stack_cache;
     case I::flush_ms: return s.flush_ns;
     case I::seal_us: return s.seal_ns;
     case I::strict_fences: return s.strict_fences;
@@ -109,6 +110,8 @@ const Case kCases[] = {
     {"GPUHEAP_PYTHON_STACKS", "0", true, 0},
     {"GPUHEAP_PYTHON_STACKS", "yes", true, 1},
     {"GPUHEAP_PYTHON_STACKS", "python", false, 1},
+    {"GPUHEAP_STACK_CACHE", "0", true, 0},
+    {"GPUHEAP_STACK_CACHE", "cache", false, 1},
     {"GPUHEAP_FOLLOW_FORK", "0", true, 0},
     {"GPUHEAP_FOLLOW_FORK", "OFF", true, 0},
     {"GPUHEAP_FOLLOW_FORK", "on", true, 1},
@@ -165,7 +168,7 @@ TEST(Options, TableIsComplete) {
     EXPECT_EQ(d::find_option(s.name), &s);
     EXPECT_TRUE(s.doc && *s.doc && s.default_text && *s.default_text) << s.name;
   }
-  EXPECT_EQ(names.size(), 18u);                            // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17)
+  EXPECT_EQ(names.size(), 19u);  // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17), 19th: GPUHEAP_STACK_CACHE (#36)
   EXPECT_EQ(d::kOptionTable[0].id, d::OptionId::disable);  // read first: nothing else when set
 }
 

@@ -6,6 +6,8 @@
     thread     a threading.Thread allocates (ctypes releases the GIL around the call)
     native     a thread the Python runtime never saw allocates (pthread from the C library)
     recursion  a recursion 500 deep allocates at the bottom
+    churn [N]  N allocations (400) from a few call paths and depths, each freed (the stack cache's
+               test; scripts/bench-stacks.sh counts the instructions they take)
 Prints one line per allocation: "LINE <function> <line>" (the line of its cudaMalloc call).
 """
 import ctypes
@@ -51,6 +53,23 @@ def recurse(n):
     return recurse(n - 1)
 
 
+def churn_at(n, k):
+    if n > 0:
+        return churn_at(n - 1, k)
+    p = ctypes.c_void_p()
+    if k % 2:  # two call sites at one depth
+        rc = rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(256 * (k + 1)))
+    else:
+        rc = rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(512 * (k + 1)))
+    assert rc == 0, rc
+    rt.cudaFree(p)
+
+
+def churn(n):
+    for i in range(n):
+        churn_at(i % 5, i % 7)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "nested":
@@ -63,6 +82,8 @@ def main():
     elif mode == "native":
         lib = ctypes.CDLL(sys.argv[2])
         assert lib.py_native_thread_alloc(ctypes.c_size_t(9 * MiB)) == 0
+    elif mode == "churn":
+        churn(int(sys.argv[2]) if len(sys.argv) > 2 else 400)
     elif mode == "recursion":
         sys.setrecursionlimit(5000)
         recurse(500)

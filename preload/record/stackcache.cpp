@@ -1,0 +1,281 @@
+#include "preload/record/stackcache.h"
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "preload/record/scratch.h"
+
+extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
+extern "C" void* __dso_handle;
+
+namespace gpuheap {
+namespace preload {
+namespace {
+
+#if defined(__x86_64__)
+constexpr bool kSupported = true;
+#else
+constexpr bool kSupported = false;
+#endif
+
+constexpr int kSets = 16;        // two entries a set, by key: two stacks at one key both stay
+constexpr int kMaxFrames = 80;   // native frames kept per entry
+constexpr int kMaxChecks = 192;  // words read per walk (about two per frame)
+constexpr int kSeen = 64;        // keys missed once: a key is cached at its second miss
+
+struct Entry {
+  StackKey key;  // key.conf == 0: empty
+  std::uint32_t gen, id;
+  std::uint16_t nat, nchecks;
+  std::uint16_t quiet;            // misses left before this key is filled again (kQuiet)
+  std::uint16_t bad;              // the check that failed last (still_valid)
+  std::uint32_t off[kMaxChecks];  // address - sp0 of each word read
+  std::uint64_t val[kMaxChecks];
+  std::uint64_t ips[kMaxFrames];
+};
+
+struct Cache {
+  Entry e[kSets][2];
+  std::uint8_t next[kSets];  // the way the set's next new key goes to
+  std::uint64_t seen[kSeen];
+};
+
+constinit std::atomic<std::uint32_t> g_gen{1};
+constinit std::atomic<bool> g_on{true};
+// Mapped at the thread's first fill (never through malloc: we may be inside its hook),
+// unmapped when the thread exits; the initial thread keeps it to the end.
+thread_local Cache* t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local bool t_no_cache __attribute__((tls_model("initial-exec"))) = false;
+thread_local std::uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
+// A fill walks the stack again, an order of magnitude slower than the walk a hit saves, so
+// fills are rationed where they do not pay. Code built without frame pointers may keep data in
+// rbp across calls; the saved copy is a word the entry checks, so such a stack misses every time
+// though its frames repeat. A key whose entry holds the very frames just walked is such a one:
+// it is filled again only after kQuiet more misses (its entry still serves the calls whose words
+// match). And a thread whose fills outnumber its hits (many such keys, evicting each other)
+// tries one in kBackoff.
+constexpr std::uint16_t kQuiet = 1024;
+thread_local std::uint64_t t_fills __attribute__((tls_model("initial-exec"))) = 0;
+thread_local std::uint32_t t_passed __attribute__((tls_model("initial-exec"))) = 0;
+constexpr std::uint64_t kFreeFills = 32;
+constexpr std::uint32_t kBackoff = 64;
+
+void release(void* p) {
+  t_no_cache = true;
+  if (t_cache == p) t_cache = nullptr;
+  munmap(p, sizeof(Cache));
+}
+
+Cache* cache() {
+  if (t_cache || t_no_cache) return t_cache;
+  void* p = mmap(nullptr, sizeof(Cache), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    t_no_cache = true;
+    return nullptr;
+  }
+  if (syscall(SYS_gettid) != getpid() && __cxa_thread_atexit_impl(release, p, &__dso_handle) != 0) {
+    munmap(p, sizeof(Cache));
+    t_no_cache = true;
+    return nullptr;
+  }
+  t_cache = static_cast<Cache*>(p);
+  return t_cache;
+}
+
+inline std::uint64_t key_hash(const StackKey& k) {
+  std::uint64_t h = (k.ip0 ^ (k.sp0 * 0x9E3779B97F4A7C15ull) ^ (k.rbp0 * 0xFF51AFD7ED558CCDull)) + k.conf;
+  return h ^ (h >> 29) ^ (h >> 41);
+}
+
+inline bool same_key(const StackKey& a, const StackKey& b) {
+  return a.ip0 == b.ip0 && a.sp0 == b.sp0 && a.rbp0 == b.rbp0 && a.conf == b.conf;
+}
+
+// The words an entry was filled from, read again. Plain loads of the thread's own stack between
+// sp0 (the live frame) and its top, checked at fill time; ASan would see return-address and
+// register save slots of frames it did not instrument.
+// The word that differed last time is read first: a key whose stack keeps changing one word
+// (rbp holding data) then misses after one load, not after all of them.
+__attribute__((no_sanitize("address"))) bool still_valid(Entry& e) {
+  const auto base = static_cast<std::uintptr_t>(e.key.sp0);
+  auto same = [&](int i) { return *reinterpret_cast<const volatile std::uint64_t*>(base + e.off[i]) == e.val[i]; };
+  if (e.bad < e.nchecks && !same(e.bad)) return false;
+  for (int i = 0; i < e.nchecks; ++i) {
+    if (!same(i)) {
+      e.bad = static_cast<std::uint16_t>(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+#if defined(__x86_64__)
+// One register's save location in the cursor's frame: its address, 0 when not in memory (kept
+// in the frame's registers, or computed, as rsp is from the CFA); false for a kind not tracked.
+bool save_addr(unw_cursor_t* cur, int reg, std::uintptr_t* addr) {
+  unw_save_loc_t sl;
+  if (unw_get_save_loc(cur, reg, &sl) != 0 || sl.type == UNW_SLT_REG) return false;
+  *addr = sl.type == UNW_SLT_MEMORY ? static_cast<std::uintptr_t>(sl.u.addr) : 0;
+  return true;
+}
+
+// Steps from the start frame down to raw[last], recording every word read whose save location
+// is new in that frame. False when the walk cannot be cached.
+bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int last, bool ended, std::uintptr_t hi) {
+  constexpr int kRegs[3] = {UNW_X86_64_RIP, UNW_X86_64_RSP, UNW_X86_64_RBP};
+  std::uintptr_t prev[3];
+  for (int r = 0; r < 3; ++r)
+    if (!save_addr(cur, kRegs[r], &prev[r])) return false;
+  const auto sp0 = static_cast<std::uintptr_t>(e->key.sp0);
+  int n = 0;
+  // One step past the last frame when the stack ended there: that step must end too, and the
+  // word it read, if any (a zero return address), is checked like the others.
+  for (int j = start + 1; j <= last + (ended ? 1 : 0); ++j) {
+    unw_word_t ip = 0;
+    int stepped = unw_step(cur);
+    if (j > last) {
+      if (stepped != 0) return false;
+    } else if (stepped <= 0 || unw_get_reg(cur, UNW_REG_IP, &ip) != 0 || ip != reinterpret_cast<unw_word_t>(raw[j])) {
+      return false;
+    }
+    // The last frame's ip is the last thing the result depends on: its rsp and rbp would only
+    // be used by a step further down, which is not taken unless the stack ended there.
+    const int regs = j == last && !ended ? 1 : 3;
+    for (int r = 0; r < regs; ++r) {
+      std::uintptr_t a = 0;
+      if (!save_addr(cur, kRegs[r], &a)) return false;
+      if (a == prev[r]) continue;  // the same word as in the frame above: already checked
+      prev[r] = a;
+      if (a == 0) {
+        // rsp is the CFA, from the rule and registers above; past the end nothing was read.
+        if (kRegs[r] == UNW_X86_64_RSP || j > last) continue;
+        return false;  // an ip or rbp that is nowhere
+      }
+      if (a < sp0 || a + 8 > hi || a - sp0 > 0xFFFFFFF0u || n == kMaxChecks) return false;
+      e->off[n] = static_cast<std::uint32_t>(a - sp0);
+      e->val[n] = *reinterpret_cast<const std::uint64_t*>(a);
+      ++n;
+    }
+  }
+  e->nchecks = static_cast<std::uint16_t>(n);
+  return true;
+}
+
+// The entry a walked stack goes to, or nullptr when it is not to be cached now (above).
+Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int nat) {
+  const std::uint64_t h = key_hash(key);
+  Entry* set = c->e[h % kSets];
+  for (int w = 0; w < 2; ++w) {
+    Entry& old = set[w];
+    // The same frames, judged by three of them: this only rations fills, a hit is checked in full.
+    if (!same_key(old.key, key) || old.nat != nat || nat == 0 || old.ips[0] != ips[0] ||
+        old.ips[nat / 2] != ips[nat / 2] || old.ips[nat - 1] != ips[nat - 1])
+      continue;
+    if (old.quiet > 0) {
+      --old.quiet;
+      return nullptr;
+    }
+    old.quiet = kQuiet;  // kept by the fill below: the next misses wait
+    return &old;
+  }
+  std::uint64_t& seen = c->seen[h % kSeen];
+  if (seen != h) {  // first miss: a stack seen once is not worth the slower walk below
+    seen = h;
+    return nullptr;
+  }
+  if (t_fills >= kFreeFills && t_hits < t_fills && ++t_passed % kBackoff != 0) return nullptr;
+  ++t_fills;
+  seen = 0;  // the next miss of this key waits for the one after
+  // A key that misses again after its fill is another stack at the same start (two callers at
+  // one depth): it takes the set's other way.
+  std::uint8_t& next = c->next[h % kSets];
+  Entry* e = &set[next];
+  next ^= 1;
+  e->quiet = 0;
+  return e;
+}
+#endif
+
+}  // namespace
+
+StackKey stackcache_key(std::uint64_t ip0, std::uint64_t sp0, std::uint64_t rbp0, int skip, int depth,
+                        bool py) noexcept {
+  StackKey k{ip0, sp0, rbp0, 0};
+  if (kSupported)
+    k.conf = 1u | static_cast<std::uint32_t>(py) << 1 | static_cast<std::uint32_t>(skip & 63) << 2 |
+             static_cast<std::uint32_t>(depth & 0x3FF) << 8;
+  return k;
+}
+
+bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
+  if (!key.conf || !t_cache || !g_on.load(std::memory_order_relaxed)) return false;
+  Entry* set = t_cache->e[key_hash(key) % kSets];
+  Entry* found = nullptr;
+  for (int w = 0; w < 2 && !found; ++w)
+    if (same_key(set[w].key, key) && still_valid(set[w])) found = &set[w];
+  if (!found) return false;
+  Entry& e = *found;
+  hit->ips = e.ips;
+  hit->nat = e.nat;
+  hit->id = e.gen == g_gen.load(std::memory_order_relaxed) ? e.id : 0;
+  hit->entry = &e;
+  ++t_hits;
+  return true;
+}
+
+void stackcache_set_id(void* entry, std::uint32_t id) noexcept {
+  auto* e = static_cast<Entry*>(entry);
+  e->gen = g_gen.load(std::memory_order_relaxed);
+  e->id = id;
+}
+
+void stackcache_fill(const StackKey& key, void* const* raw, int start, int last, bool ended, const std::uint64_t* ips,
+                     int nat, std::uint32_t id) noexcept {
+#if defined(__x86_64__)
+  if (!key.conf || !g_on.load(std::memory_order_relaxed) || nat > kMaxFrames || last < start) return;
+  if (reinterpret_cast<std::uintptr_t>(raw[start]) != key.ip0) return;
+  std::uintptr_t lo = 0, hi = 0;
+  if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return;
+  Cache* c = cache();
+  if (!c) return;
+  Entry* at = way_to_fill(c, key, ips, nat);
+  if (!at) return;
+  Entry& e = *at;
+  e.key.conf = 0;  // empty while being written
+  unw_context_t uc;
+  unw_cursor_t cur;
+  if (unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0) return;
+  // Down to the key's frame: through this function, the capture and the hook's own frames.
+  unw_word_t ip = 0, sp = 0, bp = 0;
+  for (int i = 0; i < 24; ++i) {
+    if (unw_step(&cur) <= 0 || unw_get_reg(&cur, UNW_REG_IP, &ip) != 0 || unw_get_reg(&cur, UNW_REG_SP, &sp) != 0)
+      return;
+    if (ip == key.ip0 && sp == key.sp0) break;
+  }
+  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0 || bp != key.rbp0) return;
+  e.key = key;
+  e.key.conf = 0;
+  if (!record_walk(&cur, &e, raw, start, last, ended, hi)) return;
+  memcpy(e.ips, ips, 8u * static_cast<std::size_t>(nat));
+  e.nat = static_cast<std::uint16_t>(nat);
+  e.bad = 0;
+  e.gen = g_gen.load(std::memory_order_relaxed);
+  e.id = id;
+  e.key.conf = key.conf;  // complete
+#else
+  (void)key, (void)raw, (void)start, (void)last, (void)ended, (void)ips, (void)nat, (void)id;
+#endif
+}
+
+void stackcache_new_generation() noexcept { g_gen.fetch_add(1, std::memory_order_relaxed); }
+void stackcache_enable(bool on) noexcept { g_on.store(on); }
+std::uint64_t stackcache_hits() noexcept { return t_hits; }
+
+}  // namespace preload
+}  // namespace gpuheap

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Instructions per traced allocation (issue #36), counted by callgrind on the simulated CUDA
+# runtime: a Python script allocating through ctypes from a few call paths and depths
+# (tests/preload/py/nested_alloc.py churn N; each allocation is freed) and a C++ program
+# (tests/preload/prog_load 1 N: N/2 allocations, each freed). Each count is the difference
+# between two run lengths divided by the allocations added: start-up and exit cancel out.
+#   scripts/bench-stacks.sh [BEFORE_LIB]   BEFORE_LIB: another libgpuheap.so measured beside
+#   this build's (e.g. the one before a change); writes bench/results/stacks-<date>-<commit>.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+before=${1:-}
+command -v valgrind >/dev/null || { echo "bench-stacks: valgrind is needed" >&2; exit 2; }
+py=$(python3 -c 'import sys; print(sys.executable)')  # the interpreter itself, not a shim script
+lib="$PWD/$BUILD_DIR/libgpuheap.so"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo true || echo false)
+
+# ir LIB ENV... -- CMD...: callgrind's instruction total (LIB "-": no preload)
+ir() {
+  local l=$1; shift
+  local env=()
+  while [ "$1" != "--" ]; do env+=("$1"); shift; done; shift
+  [ "$l" != "-" ] && env+=("LD_PRELOAD=$l")
+  # PYTHONHASHSEED: the interpreter's own count otherwise moves by a few hundred a run
+  env PYTHONHASHSEED=0 LD_LIBRARY_PATH="$PWD/$BUILD_DIR/simcuda" GPUHEAP_QUIET=1 GPUHEAP_OUTPUT="$tmp/t.%p.trace" "${env[@]}" \
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" >/dev/null 2>&1
+  rm -f "$tmp"/t.*.trace
+  sed -n 's/^totals: //p' "$tmp/cg.out"
+}
+# per_alloc LIB ENV...: instructions per allocation of each workload, as "py native"
+per_alloc() {
+  local a b c d
+  a=$(ir "$@" -- "$py" tests/preload/py/nested_alloc.py churn 200)
+  b=$(ir "$@" -- "$py" tests/preload/py/nested_alloc.py churn 1200)
+  # prog_load: one thread, N/2 cudaMalloc and N/2 cudaFree; 10000 calls more are 5000 allocations
+  c=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_load" 1 2000)
+  d=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_load" 1 12000)
+  echo "$(( (b - a) / 1000 )) $(( (d - c) / 5000 ))"
+}
+rows=()
+row() {  # name LIB ENV...
+  local name=$1; shift
+  read -r p n < <(per_alloc "$@")
+  printf '%-34s %10s %10s\n' "$name" "$p" "$n" >&2
+  rows+=("$name $p $n")
+}
+printf '%-34s %10s %10s\n' "instructions per allocation" "python" "native" >&2
+row "no gpuheap" -
+row "gpuheap, no stacks" "$lib" GPUHEAP_STACKS=0
+row "gpuheap, stacks, cache off" "$lib" GPUHEAP_STACK_CACHE=0
+row "gpuheap, stacks (default)" "$lib"
+row "gpuheap, native stacks, cache off" "$lib" GPUHEAP_PYTHON_STACKS=0 GPUHEAP_STACK_CACHE=0
+row "gpuheap, native stacks" "$lib" GPUHEAP_PYTHON_STACKS=0
+if [ -n "$before" ]; then
+  row "before: stacks (default)" "$before"
+  row "before: native stacks" "$before" GPUHEAP_PYTHON_STACKS=0
+fi
+out="bench/results/stacks-$(date +%Y-%m-%d)-$commit.json"
+python3 - "$out" "$commit" "$dirty" "$before" "$($py --version 2>&1)" "${rows[@]}" <<'PY'
+import datetime, json, os, platform, sys
+out, commit, dirty, before, pyver, *rows = sys.argv[1:]
+cpu = platform.processor()
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name"): cpu = line.split(":", 1)[1].strip(); break
+res = {"date": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty == "true", "cpu": cpu,
+       "host": platform.node(), "cuda": "simcuda", "python": pyver, "before_lib": before or None,
+       "unit": "instructions per allocation (callgrind, difference of two run lengths)",
+       "workloads": {"python": "nested_alloc.py churn: 1000 allocations (200 vs 1200), Python frames 4-8 deep",
+                     "native": "tests/preload/prog_load 1 N: 5000 allocations (N 2000 vs 12000), stacks 4 frames deep"},
+       "results": {}}
+for r in rows:
+    name, p, n = r.rsplit(" ", 2)
+    res["results"][name] = {"python": int(p), "native": int(n)}
+json.dump(res, open(out, "w"), indent=2)
+print("written", out)
+PY

@@ -1,0 +1,150 @@
+// The per-thread stack cache (preload/record/stackcache.h): a stack it serves is exactly the
+// one a full libunwind walk finds. Interning gives one id per distinct ip array, so equal ids
+// mean equal frames.
+#include <pthread.h>
+
+#include <thread>
+#include <vector>
+
+#include "preload/record/stackcache.h"
+#include "test_recorder_util.h"
+
+using namespace rec_test;
+namespace d = gpuheap::preload;
+
+namespace {
+
+#ifdef __SANITIZE_THREAD__
+constexpr bool kThreadStacks = false;  // as in test_recorder.cpp: threads that unwound cannot exit
+#else
+constexpr bool kThreadStacks = true;
+#endif
+
+__attribute__((noinline)) std::uint32_t site() {
+  std::uint32_t id = d::capture_stack(0);
+  asm volatile("" ::: "memory");
+  return id;
+}
+// Two callers with the same frame: called from one frame they reach the capture with the same
+// stack and frame pointers (the cache's key); only return addresses further down differ.
+__attribute__((noinline)) std::uint32_t via_a() {
+  std::uint32_t id = site();
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) std::uint32_t via_b() {
+  std::uint32_t id = site();
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) std::uint32_t nest(int n, bool a) {
+  std::uint32_t id = n <= 0 ? (a ? via_a() : via_b()) : nest(n - 1, a);
+  asm volatile("" ::: "memory");
+  return id;
+}
+// Path k: one of several call chains, the same ones reached from different call sites.
+__attribute__((noinline)) std::uint32_t pick(int k) {
+  std::uint32_t id = 0;
+  switch (k % 4) {
+    case 0: id = nest(k / 4 % 3, true); break;
+    case 1: id = nest(k / 4 % 3, false); break;
+    case 2: id = k & 8 ? via_a() : via_b(); break;
+    default: id = k & 8 ? via_b() : via_a(); break;
+  }
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+constexpr int kPaths = 24;
+
+// For each path, in rounds: the walked id (cache off) then the same call with the cache on,
+// three times each, from one call site. Returns the mismatches.
+int compare_paths(int rounds) {
+  int bad = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (int k = 0; k < kPaths; ++k) {
+      std::uint32_t ids[2][3];
+      volatile int n = 6;  // one call site: not unrolled into several
+      for (int i = 0; i < n; ++i) {
+        d::stackcache_enable(i >= 3);
+        ids[i / 3][i % 3] = pick(k);
+      }
+      for (int pass = 0; pass < 2; ++pass)
+        for (std::uint32_t id : ids[pass]) {
+          bad += id == 0 || id != ids[0][0];
+          EXPECT_EQ(id, ids[0][0]) << "path " << k << ", round " << round << (pass ? ", cached" : ", walked");
+        }
+    }
+  }
+  d::stackcache_enable(true);
+  return bad;
+}
+
+}  // namespace
+
+TEST(StackCache, ServesTheStackAFullWalkFinds) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  const std::uint64_t hits = d::stackcache_hits();
+  EXPECT_EQ(compare_paths(6), 0);
+  // Not vacuous: most of the cached captures were served by the cache.
+  EXPECT_GT(d::stackcache_hits() - hits, std::uint64_t{kPaths} * 6);
+  d::recorder_stop(f::EndReason::stopped);
+}
+
+TEST(StackCache, ThreadsEachKeepTheirOwn) {
+  if (!kThreadStacks) GTEST_SKIP() << "TSan: threads that unwound cannot exit";
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  // Each thread's first capture of a path is walked (its cache is empty); the later ones, served
+  // by its own cache while the others fill theirs, must give the same id.
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  std::atomic<std::uint64_t> hits{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      std::uint32_t first[kPaths];
+      volatile int n = 21 * kPaths;  // one call site
+      for (int i = 0; i < n; ++i) {
+        std::uint32_t id = pick(i % kPaths);
+        if (i < kPaths) first[i] = id;
+        bad += id != first[i % kPaths] || id == 0;
+      }
+      hits += d::stackcache_hits();
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(hits.load(), 4u * kPaths * 10);
+  d::recorder_stop(f::EndReason::stopped);
+}
+
+// A new trace file forgets every id: a cached stack is written again into the new file
+// before an event can use its id.
+TEST(StackCache, NewFileWritesCachedStacksAgain) {
+  TempDir dir;
+  use_dir(dir, "a.%p.trace");
+  ASSERT_TRUE(start_recorder());
+  std::uint64_t hits = 0;
+  std::uint32_t id = 0;
+  TempDir dir2;
+  volatile int n = 5;  // one call site: four captures in the first file, one in the second
+  for (int i = 0; i < n; ++i) {
+    if (i == 4) {
+      d::recorder_stop(f::EndReason::stopped);
+      use_dir(dir2, "b.%p.trace");
+      ASSERT_TRUE(start_recorder());
+      hits = d::stackcache_hits();
+    }
+    id = pick(3);
+  }
+  EXPECT_GT(d::stackcache_hits(), hits) << "served by the cache";
+  d::record(alloc_rec(1, id));
+  d::recorder_stop(f::EndReason::stopped);
+  Trace t = read_trace(d::recorder_path());
+  ASSERT_EQ(t.header, f::HeaderStatus::ok);
+  bool defined = false;
+  for (auto& r : t.records) defined |= r.type == f::RecordType::stack && r.stack.id == id;
+  EXPECT_TRUE(defined) << "stack " << id << " used in the new file without its record";
+}
