@@ -1,12 +1,13 @@
 // Rewrites a trace with its event records (alloc, free, free_completed, segment_*) in one
 // encoding: --compact, the version-5 compact records the preload writes (format/compact.h), or
-// --plain, the fixed-layout records of version 4 and before (the file then says the version it
-// was read as, at most 4). Every other record is copied as it is, in the same order. For the
+// --plain, the fixed-layout records of version 4 and before (the file then says the oldest
+// version its records allow, at most the input's). Every other record is copied as it is, in the same order. For the
 // tests that compare the analyzer's output on both encodings of one recording, and for the
 // trace-size benchmark (scripts/bench-trace-size.sh) on stored traces of older versions.
 //   gpuheap_recode_trace IN OUT --compact|--plain      (IN raw or zstd; OUT raw)
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -73,9 +74,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<unsigned char> out(in.begin(), in.begin() + kFileHeaderSize);
-  const std::uint16_t out_version = compact ? kFormatVersion
-                                            : (version < kFirstCompactVersion ? version : kFirstCompactVersion - 1);
-  std::memcpy(out.data() + 8, &out_version, sizeof out_version);
+  std::uint8_t max_type = 0;  // of the records copied: what a plain file's version must allow
   CompactState read_state, write_state;
   read_state.enabled = version >= kFirstCompactVersion;
   std::size_t off = kFileHeaderSize;
@@ -89,8 +88,14 @@ int main(int argc, char** argv) {
     else
       out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(off),
                  in.begin() + static_cast<std::ptrdiff_t>(off + used));
+    max_type = std::max(max_type, static_cast<std::uint8_t>(r.type));
     off += used;
   }
+  // Plain: the version the records need (3 up to the symbol records, 19; 4 beyond), never more
+  // than the input's, so that a reader of that version reads it.
+  const std::uint16_t need = max_type <= static_cast<std::uint8_t>(RecordType::symbol_frames) ? 3 : 4;
+  const std::uint16_t out_version = compact ? kFormatVersion : std::min(version, need);
+  std::memcpy(out.data() + 8, &out_version, sizeof out_version);
   if (off < in.size())
     std::fprintf(stderr, "%s: stopped at byte %zu of %zu (a cut or corrupt record)\n", argv[1], off, in.size());
   std::FILE* f = std::fopen(argv[2], "wbx");  // never over an existing file
