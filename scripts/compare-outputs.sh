@@ -66,10 +66,14 @@ cmds=()
 # the trace's place while it runs, so paths in the outputs stay the same. The outputs must
 # then be the same too: the two encodings hold the same events.
 recode=${RECODE:-build/gpuheap_recode_trace}
-version_of() { od -An -tu2 -j8 -N2 "$1" 2>/dev/null | tr -d ' '; }
+version_of() {  # the header's version, of a zstd trace too
+  if [[ "$1" == *.zst ]]; then zstd -dcq "$1" 2>/dev/null | head -c 16; else head -c 16 "$1"; fi |
+    od -An -tu2 -j8 -N2 2>/dev/null | tr -d ' '
+}
 run_old() {  # command trace: the old binary's run, on the plain rewrite where the trace is compact
   local v; v=$(version_of "$2")
-  if [ -x "$recode" ] && [[ "$2" != *.zst ]] && [ "${v:-0}" -ge 5 ] 2>/dev/null &&
+  rm -f "$work/plain.trace"
+  if [ -x "$recode" ] && [ "${v:-0}" -ge 5 ] 2>/dev/null &&
      "$recode" "$2" "$work/plain.trace" --plain 2>/dev/null; then
     cp -p "$2" "$work/compact.trace" && cp "$work/plain.trace" "$2"
     # shellcheck disable=SC2086

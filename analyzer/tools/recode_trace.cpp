@@ -79,10 +79,11 @@ int main(int argc, char** argv) {
   read_state.enabled = version >= kFirstCompactVersion;
   std::size_t off = kFileHeaderSize;
   unsigned char b[kMaxEventRecordSize + kCompactMaxEventSize];
+  FrameStatus st = FrameStatus::ok;
   while (off < in.size()) {
     Record r;
     std::size_t used = 0;
-    if (decode_frame(in.data() + off, in.size() - off, r, &used, &read_state) != FrameStatus::ok) break;
+    if ((st = decode_frame(in.data() + off, in.size() - off, r, &used, &read_state)) != FrameStatus::ok) break;
     const std::size_t n = encode_event(b, sizeof b, r, compact, write_state);
     if (n) out.insert(out.end(), b, b + n);
     else
@@ -96,12 +97,15 @@ int main(int argc, char** argv) {
   const std::uint16_t need = max_type <= static_cast<std::uint8_t>(RecordType::symbol_frames) ? 3 : 4;
   const std::uint16_t out_version = compact ? kFormatVersion : std::min(version, need);
   std::memcpy(out.data() + 8, &out_version, sizeof out_version);
-  if (off < in.size())
-    std::fprintf(stderr, "%s: stopped at byte %zu of %zu (a cut or corrupt record)\n", argv[1], off, in.size());
+  // A cut trace (the end of its written data, a frame cut short) keeps its tail as it is, so a
+  // reader finds the same cut; a corrupt frame fails the rewrite.
+  const bool corrupt = st == FrameStatus::corrupt;
+  if (corrupt) std::fprintf(stderr, "%s: corrupt record at byte %zu of %zu\n", argv[1], off, in.size());
+  else out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(off), in.end());
   std::FILE* f = std::fopen(argv[2], "wbx");  // never over an existing file
   if (!f || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0) {
     std::fprintf(stderr, "%s: cannot write\n", argv[2]);
     return 1;
   }
-  return off < in.size() ? 1 : 0;
+  return corrupt ? 1 : 0;
 }
