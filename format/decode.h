@@ -48,10 +48,111 @@ enum class FrameStatus {
 
 inline bool valid_kind(std::uint8_t k) { return k < kNumAllocKinds; }
 
-// Decodes the frame at p[0..n). Strings/ips in `out` point into p. One switch with a case per
-// record type, longer than the function-size limit by nature.
+namespace detail {
+
+inline std::uint32_t get_tid(VarReader& r, const CompactState& s) {
+  const auto v = static_cast<std::int64_t>(s.tid) + static_cast<std::int64_t>(r.zz());
+  if (v < 0 || v > 0xFFFFFFFFll) r.ok = false;
+  return static_cast<std::uint32_t>(v);
+}
+
+inline bool get_kind(VarReader& r, AllocKind* k) {
+  const std::uint8_t v = r.u8();
+  *k = static_cast<AllocKind>(v);
+  return v < kNumAllocKinds;
+}
+
+// Decodes one compact payload (whole: the caller checked its length) into out (a Record or an
+// EventRecord: the members alloc, free, free_completed and segment), its type the record's
+// plain type, and advances the state. False: the frame is corrupt, and the state with it (a
+// reader stops there).
+template <class Out>
+inline bool decode_compact_body(std::uint8_t t, VarReader& r, CompactState& s, Out& out) {
+  const auto plain = static_cast<RecordType>(t & static_cast<std::uint8_t>(~kCompactBit));
+  const std::uint64_t ts = s.ts + r.zz();
+  s.ts = ts;
+  bool kind_ok = true;
+  switch (plain) {
+    case RecordType::alloc: {
+      auto& x = out.alloc;
+      x.ts = ts, x.tid = s.tid = get_tid(r, s), x.device = r.i16(), kind_ok = get_kind(r, &x.kind), x.flags = r.u8();
+      x.ptr = s.ptr += r.zz();
+      x.requested = r.var(), x.size = x.requested + r.zz(), x.stream = r.var(), x.stack = r.u32();
+      s.push_alloc(x);
+      break;
+    }
+    case RecordType::free: {
+      auto& x = out.free;
+      x.ts = ts, x.tid = s.tid = get_tid(r, s), x.flags = r.u8();
+      const std::uint8_t ref = r.u8();
+      if (ref == kCompactLiteral) {
+        x.device = r.i16(), kind_ok = get_kind(r, &x.kind), x.ptr = s.ptr += r.zz(), x.size = r.var(),
+        x.stream = r.var();
+      } else if (ref < s.n_allocs) {
+        const CompactState::Allocated a = s.allocs[ref];
+        s.drop_alloc(ref);
+        const std::uint8_t other = r.u8();
+        if (other & ~(kFreeOtherDevice | kFreeOtherKind | kFreeOtherSize | kFreeOtherStream)) return false;
+        x.ptr = a.ptr;
+        x.device = other & kFreeOtherDevice ? r.i16() : a.device;
+        if (other & kFreeOtherKind) kind_ok = get_kind(r, &x.kind);
+        else x.kind = a.kind;
+        x.size = other & kFreeOtherSize ? r.var() : a.size;
+        x.stream = other & kFreeOtherStream ? r.var() : a.stream;
+      } else {
+        return false;
+      }
+      x.stack = r.u32();
+      s.push_free(x.ptr, x.size, x.device);
+      break;
+    }
+    case RecordType::free_completed: {
+      auto& x = out.free_completed;
+      x.ts = ts;
+      // EventRecord::kind() reads a free_completed's kind at the alloc's kind byte: pooled.
+      reinterpret_cast<unsigned char*>(&out.alloc)[offsetof(AllocRecord, kind)] = 0;
+      const std::uint8_t ref = r.u8();
+      if (ref == kCompactLiteral) {
+        x.device = r.i16(), x.ptr = s.ptr += r.zz(), x.size = r.var();
+      } else if (ref < s.n_frees) {
+        x.device = s.frees[ref].device, x.ptr = s.frees[ref].ptr, x.size = s.frees[ref].size, s.drop_free(ref);
+      } else {
+        return false;
+      }
+      break;
+    }
+    default: {  // segment_alloc, segment_free (is_compact_type)
+      auto& x = out.segment;
+      x.ts = ts, x.device = r.i16(), x.flags = r.u8(), x.ptr = s.ptr += r.zz(), x.size = r.var();
+      break;
+    }
+  }
+  if (!r.ok || !kind_ok || r.p != r.end) return false;
+  out.type = plain;
+  return true;
+}
+
+}  // namespace detail
+
+// A compact frame (version 5, format/compact.h) at p[0..n), p[0] having kCompactBit set.
+inline FrameStatus decode_compact_frame(const unsigned char* p, std::size_t n, Record& out, std::size_t* consumed,
+                                        CompactState* cs) {
+  if (!cs || !cs->enabled || !is_compact_type(p[0])) return FrameStatus::corrupt;
+  if (n < kCompactHeaderSize || n - kCompactHeaderSize < p[1]) return FrameStatus::need_more;
+  detail::VarReader r{p + kCompactHeaderSize, p + kCompactHeaderSize + p[1]};
+  if (!detail::decode_compact_body(p[0], r, *cs, out)) return FrameStatus::corrupt;
+  *consumed = kCompactHeaderSize + p[1];
+  return FrameStatus::ok;
+}
+
+// Decodes the frame at p[0..n). Strings/ips in `out` point into p. `cs`: the state of the
+// compact records before this one (version 5); without it, or with cs->enabled off (a file
+// of an older version), a compact frame is corrupt. One switch with a case per record type,
+// longer than the function-size limit by nature.
 // NOLINTNEXTLINE(readability-function-size)
-inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& out, std::size_t* consumed) {
+inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& out, std::size_t* consumed,
+                                CompactState* cs = nullptr) {
+  if (n >= 1 && (p[0] & kCompactBit)) return decode_compact_frame(p, n, out, consumed, cs);
   if (n < kFrameHeaderSize) return FrameStatus::need_more;
   std::uint8_t type = p[0];
   std::uint32_t len;
@@ -303,7 +404,8 @@ inline bool decode_event(std::uint8_t t, const unsigned char* q, std::uint32_t l
       auto& x = out.free_completed;
       x.ts = load<std::uint64_t>(q), x.device = load<std::int16_t>(q + 8);
       x.ptr = load<std::uint64_t>(q + 10), x.size = load<std::uint64_t>(q + 18);
-      reinterpret_cast<unsigned char*>(&out.alloc)[EventRecord::kKindByte] = 0;  // EventRecord::kind()
+      // EventRecord::kind() reads a free_completed's kind at the alloc's kind byte: pooled.
+      reinterpret_cast<unsigned char*>(&out.alloc)[offsetof(AllocRecord, kind)] = 0;
       break;
     }
     case RecordType::segment_alloc:

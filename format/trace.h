@@ -30,8 +30,11 @@ inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // version-1 file is still read (it has neither). Version 3 added phase records and the
 // symbol records (symbol_string, symbol_frames: frames stored by `gpuheap symbolize` on the
 // recording machine); older files are still read. Version 4 added the identity record (the
-// job's rank, from the launcher's environment); a file without one reads as before.
-inline constexpr std::uint16_t kFormatVersion = 4;
+// job's rank, from the launcher's environment; a file without one reads as before), version 5
+// the compact event records (format/compact.h); every record of an older version is still
+// valid in the newer ones.
+inline constexpr std::uint16_t kFormatVersion = 5;
+inline constexpr std::uint16_t kFirstCompactVersion = 5;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
 // No record is larger than this; a frame declaring more is corruption, not a big record.
@@ -543,5 +546,6 @@ inline constexpr std::size_t kMaxEventRecordSize = 128;  // alloc/free/oom/etc. 
 
 // The decoder and the rules both halves apply to what the records say. Included here so
 // that every user of the contract gets all of it from this one header.
+#include "format/compact.h"
 #include "format/decode.h"
 #include "format/rules.h"

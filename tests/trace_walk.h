@@ -19,13 +19,19 @@ struct WalkEnd {
 };
 
 // Calls fn(const format::Record&) for each whole record of p[off..n), until the bytes end or a
-// frame does not decode. The record's strings and stack ips point into p.
+// frame does not decode. The record's strings and stack ips point into p. `cs`: the compact
+// records' state where the walk goes on from an earlier one (walk_file); else a fresh one,
+// compact records allowed (tests read traces of the current version).
 template <class Fn>
-inline WalkEnd walk_records(const unsigned char* p, std::size_t n, std::size_t off, Fn&& fn) {
+inline WalkEnd walk_records(const unsigned char* p, std::size_t n, std::size_t off, Fn&& fn,
+                            format::CompactState* cs = nullptr) {
   format::Record r;
+  format::CompactState own;
+  own.enabled = true;
+  if (!cs) cs = &own;
   for (;;) {
     std::size_t used = 0;
-    const format::FrameStatus st = off <= n ? format::decode_frame(p + off, n - off, r, &used)
+    const format::FrameStatus st = off <= n ? format::decode_frame(p + off, n - off, r, &used, cs)
                                             : format::FrameStatus::need_more;
     if (st != format::FrameStatus::ok) return {st, off};
     off += used;
@@ -62,8 +68,10 @@ inline FileWalk walk_file(const std::string& path, Fn&& fn, std::size_t chunk = 
   if (format::decode_file_header(buf.data(), have, nullptr) == format::HeaderStatus::ok) {
     w.header_ok = true;
     std::size_t off = format::kFileHeaderSize;
+    format::CompactState cs;
+    cs.enabled = true;
     for (;;) {
-      const WalkEnd e = walk_records(buf.data(), have, off, fn);
+      const WalkEnd e = walk_records(buf.data(), have, off, fn, &cs);
       off = e.offset;
       if (e.status == format::FrameStatus::corrupt) {
         w.corrupt = true;

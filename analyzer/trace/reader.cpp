@@ -70,7 +70,10 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     std::uint16_t version = 0;
     auto hs = format::decode_file_header(buf_, len_, &version);
     switch (hs) {
-      case format::HeaderStatus::ok: pos_ = format::kFileHeaderSize; break;
+      case format::HeaderStatus::ok:
+        pos_ = format::kFileHeaderSize;
+        compact_.enabled = version >= format::kFirstCompactVersion;
+        break;
       case format::HeaderStatus::not_a_trace:
         throw NotATraceError(fmt::format("{}: not a gpuheap trace (bad magic)", path));
       case format::HeaderStatus::newer_version:
@@ -202,11 +205,17 @@ void TraceReader::end_of_data() {
   }
 }
 
+void TraceReader::throw_corrupt() const {
+  throw CorruptTraceError(fmt::format("{}: corrupt record (type {}) at byte offset {}", path_,
+                                      len_ - pos_ > 0 ? buf_[pos_] : 0, offset()),
+                          offset());
+}
+
 bool TraceReader::next(format::Record& r) {
   if (done_) return false;
   for (;;) {
     std::size_t consumed = 0;
-    auto st = format::decode_frame(buf_ + pos_, len_ - pos_, r, &consumed);
+    auto st = format::decode_frame(buf_ + pos_, len_ - pos_, r, &consumed, &compact_);
     if (st == format::FrameStatus::ok) {
       if (records_ == 0 && r.type != format::RecordType::process)
         throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record (type {})",
@@ -220,11 +229,7 @@ bool TraceReader::next(format::Record& r) {
       }
       return true;
     }
-    if (st == format::FrameStatus::corrupt) {
-      throw CorruptTraceError(fmt::format("{}: corrupt record (type {}) at byte offset {}", path_,
-                                          len_ - pos_ > 0 ? buf_[pos_] : 0, offset()),
-                              offset());
-    }
+    if (st == format::FrameStatus::corrupt) throw_corrupt();
     // need_more: an incomplete frame, or a zero type byte (decode_frame's "end of the
     // written data"). More bytes may complete the former; the latter is judged at once.
     if (!(len_ > pos_ && buf_[pos_] == 0) && refill()) continue;

@@ -51,7 +51,9 @@ class TraceReader {
   enum class Got { none, event, record };
   Got next_any(format::EventRecord& ev, format::Record& r) {
     std::size_t n = len_ - pos_;
-    if (!done_ && n >= format::kFrameHeaderSize) {
+    if (!done_ && n >= format::kCompactHeaderSize && (buf_[pos_] & format::kCompactBit)) {
+      if (next_compact(ev)) return Got::event;
+    } else if (!done_ && n >= format::kFrameHeaderSize) {
       const unsigned char* p = buf_ + pos_;
       std::uint32_t len;
       std::memcpy(&len, p + 1, 4);
@@ -128,6 +130,21 @@ class TraceReader {
     return t == static_cast<std::uint8_t>(RecordType::alloc) || t == static_cast<std::uint8_t>(RecordType::free) ||
            t == static_cast<std::uint8_t>(RecordType::free_completed);
   }
+  // A whole compact frame (version 5) at pos_ decoded into ev; false (nothing consumed) for
+  // anything else, which next() then takes. Throws next()'s CorruptTraceError on a bad one.
+  bool next_compact(format::EventRecord& ev) {
+    const unsigned char* p = buf_ + pos_;
+    const std::size_t len = p[1];
+    if (!compact_.enabled || !format::is_compact_type(p[0]) || records_ == 0 ||
+        len_ - pos_ - format::kCompactHeaderSize < len)
+      return false;
+    format::detail::VarReader r{p + format::kCompactHeaderSize, p + format::kCompactHeaderSize + len};
+    if (!format::detail::decode_compact_body(p[0], r, compact_, ev)) throw_corrupt();
+    pos_ += format::kCompactHeaderSize + len;
+    ++records_;
+    return true;
+  }
+  [[noreturn]] void throw_corrupt() const;  // the frame at pos_ is corrupt
   struct Zstd;
   bool refill();  // more bytes into the window (read or decompressed); false when none came
   std::size_t fill(unsigned char* dst, std::size_t cap);  // plain: read(2) up to cap bytes
@@ -144,6 +161,7 @@ class TraceReader {
   std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
   std::uint64_t base_offset_ = 0;            // stream offset of buf_[0]
   std::unique_ptr<Zstd> z_;
+  format::CompactState compact_;  // the compact records' state (version 5)
   const unsigned char* last_frame_ = nullptr;
   std::size_t last_frame_len_ = 0;
 };

@@ -449,12 +449,12 @@ void note_modules_changed() noexcept {
 void record(const format::AllocRecord& r) noexcept {
   if (!ensure_active(true)) return;
   announce_thread();
-  emit(r);
+  sink_append_event(r);
 }
 void record(const format::FreeRecord& r) noexcept {
   if (!ensure_active(true)) return;
   announce_thread();
-  emit(r);
+  sink_append_event(r);
 }
 void record(const format::OomRecord& r) noexcept {
   if (!ensure_active(true)) return;
@@ -462,10 +462,10 @@ void record(const format::OomRecord& r) noexcept {
   emit(r);
 }
 void record(const format::FreeCompletedRecord& r) noexcept {
-  if (ensure_active(true)) emit(r);
+  if (ensure_active(true)) sink_append_event(r);
 }
 void record(const format::SegmentRecord& r, bool is_free) noexcept {
-  if (ensure_active(true)) emit(r, is_free);
+  if (ensure_active(true)) sink_append_event(r, is_free);
 }
 void record(const format::RetryRecord& r) noexcept {
   if (ensure_active(true)) emit(r);

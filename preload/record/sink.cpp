@@ -78,6 +78,9 @@ struct Sink {
   // fallocate landing after the cut that follows `end` would leave zeros past it.
   std::atomic<bool> preparing{false};
   std::uint64_t cuts = 0;  // files cut for an exec: a window prepared before one is stale
+  // What the compact event records written so far leave for the next (format/compact.h):
+  // encoded under mu, so the state follows the file order. Fresh with each file.
+  format::CompactState compact;
 };
 
 constinit Sink g;
@@ -438,6 +441,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   g.flush_ns = flush_ns ? flush_ns : 20'000'000;
   g.off = header_bytes;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
+  g.compact = format::CompactState{};
   g.zeroed_upto = header_bytes;  // the header is written (write(2)) before any window
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
@@ -470,6 +474,35 @@ bool sink_append(const void* rec, std::size_t n, bool start_thread) noexcept {
   if (!ok) sink_count_dropped();
   return ok;
 }
+
+namespace {
+// The record is encoded under the lock: a compact record is relative to the one before it in
+// the file. Encoding only once the sink accepts keeps the state in step with the file (a
+// failed append fails the file: nothing follows it).
+template <class R, class... Extra>
+bool append_event(const R& r, Extra... extra) noexcept {
+  if (!accepting(state())) {
+    sink_count_dropped();
+    return false;
+  }
+  unsigned char buf[format::kCompactMaxEventSize];
+  lock();
+  if (!g.thread_running && accepting(state())) start_thread_locked();
+  bool ok = false;
+  if (accepting(state())) {
+    std::size_t n = format::encode_compact(buf, sizeof buf, g.compact, r, extra...);
+    ok = n != 0 && append_locked(buf, n);
+  }
+  unlock();
+  if (!ok) sink_count_dropped();
+  return ok;
+}
+}  // namespace
+
+bool sink_append_event(const format::AllocRecord& r) noexcept { return append_event(r); }
+bool sink_append_event(const format::FreeRecord& r) noexcept { return append_event(r); }
+bool sink_append_event(const format::FreeCompletedRecord& r) noexcept { return append_event(r); }
+bool sink_append_event(const format::SegmentRecord& r, bool is_free) noexcept { return append_event(r, is_free); }
 
 void sink_flush() noexcept {
   // Appends copy into the file's page-cache pages: what is appended is already in the
@@ -617,6 +650,7 @@ void sink_fork_child() noexcept {
   g.off = 0;
   g.thread_running = false, g.exit_thread = false;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
+  g.compact = format::CompactState{};
   g_dropped.store(0);
 }
 

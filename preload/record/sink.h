@@ -71,6 +71,13 @@ const char* sink_path() noexcept;
 // no thread). False = dropped.
 bool sink_append(const void* rec, std::size_t n, bool start_thread = true) noexcept;
 
+// Appends an alloc, free, free_completed or segment_* event as a compact record (format
+// version 5), encoded under the lock against the records before it. False = dropped.
+bool sink_append_event(const format::AllocRecord& r) noexcept;
+bool sink_append_event(const format::FreeRecord& r) noexcept;
+bool sink_append_event(const format::FreeCompletedRecord& r) noexcept;
+bool sink_append_event(const format::SegmentRecord& r, bool is_free) noexcept;
+
 void sink_flush() noexcept;  // waits for an append in progress; appended = in the file
 // Appends `end`, stops the background thread, truncates the file to its end, closes it.
 void sink_close(format::EndReason reason) noexcept;

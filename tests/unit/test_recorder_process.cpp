@@ -199,7 +199,8 @@ TEST(RecorderProcess, DiskFullMidRunWarnsOnceAndStopsTracing) {
     rlimit lim{256 << 10, 256 << 10};
     setrlimit(RLIMIT_FSIZE, &lim);
     if (!start_recorder()) _exit(3);
-    for (int i = 0; i < 20000; ++i) {
+    // Well past the limit in any encoding: compact records (format version 5) take ~10 bytes.
+    for (int i = 0; i < 200000; ++i) {
       d::record(alloc_rec(i));
       if (i % 1000 == 0) d::recorder_flush();
     }
