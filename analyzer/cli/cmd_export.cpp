@@ -27,7 +27,8 @@ void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
   cmd->add_flag("--force", x.force, "Replace an existing output file (never one of the traces)");
   cmd->add_option("--max-entries", x.max_entries,
                   "torch-snapshot: trace entries kept per device, the last ones (default 100000, as memory_viz "
-                  "suggests; 0: all)");
+                  "suggests; 0: all)")
+      ->check(whole_number(0, INT64_MAX));
   cmd->add_flag("--all-frames", x.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);

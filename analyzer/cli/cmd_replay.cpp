@@ -148,11 +148,13 @@ Command add_replay(CLI::App& app) {
   cmd->add_option("--policy", rp.policy,
                   "Pool policy: gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch's "
                   "caching allocator) or none");
-  cmd->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
+  cmd->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out")
+      ->check(size_value());
   cmd->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
   cmd->add_option("--sweep", rp.sweep,
                   "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
-  cmd->add_option("--limits", rp.limits, "Limits separated by ',' for the --sweep table");
+  cmd->add_option("--limits", rp.limits, "Limits (SIZEs) separated by ',' for the --sweep table")->check(size_list());
+  cmd->footer(kSizeRule);
   cmd->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   cmd->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
   add_debuginfod(cmd, o->debuginfod);

@@ -20,9 +20,9 @@ void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
   cmd->add_option("-o,--output", r.output, "The HTML file (- = stdout); an existing one needs --force")->required();
   cmd->add_flag("--force", r.force, "Replace an existing output file (never one of the traces)");
   cmd->add_option("--points", r.points, "Timeline points per series (default 4096; peaks stay exact)")
-      ->check(CLI::Range(16, 1 << 20));
+      ->check(whole_number(16, 1 << 20));
   cmd->add_option("--max-nodes", r.max_nodes, "Flame graph nodes per graph; smaller ones merge (default 4000)")
-      ->check(CLI::Range(16, 1 << 22));
+      ->check(whole_number(16, 1 << 22));
   cmd->add_flag("--all-frames", r.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);

@@ -60,13 +60,14 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   SummaryOptions& s = o.summary;
   cmd->add_flag("--json", o.json, "One JSON document (schema gpuheap.summary/2)");
   cmd->add_option("--device", s.device, "Only this device (exit 2 when no trace has it)");
-  cmd->add_option("--top", o.top, "Entries per list (default 5)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Entries per list (default 5)")->check(whole_number(1, kMaxListed));
   o.depth_option = cmd->add_option("--depth", o.depth, "Frames per site below the allocator's own (default 3)")
-                       ->check(CLI::PositiveNumber);
+                       ->check(whole_number(1, kMaxListed));
   cmd->add_flag("--full", s.full, "Everything: every frame of every stack, every entry of every list");
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
-  cmd->add_option("--pid", o.pid, "Only the trace of this process (of several given)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pid", o.pid, "Only the trace of this process (of several given)")
+      ->check(whole_number(0, INT64_MAX));
   cmd->add_flag("--all-frames", s.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);

@@ -233,10 +233,10 @@ TEST(Phases, CliCheckAfterAndMaxGrowth) {
   EXPECT_NE(r.out.find("restricted to after warmup"), std::string::npos) << r.out;
   EXPECT_EQ(sh("check --after warmup --max-leaked 0 " + leaky).code, 1);
   EXPECT_EQ(sh("check --max-growth 0 " + flat).code, 0);
-  r = sh("check --max-growth 150 " + leaky);
+  r = sh("check --max-growth 150B " + leaky);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("FAIL: growth of live requested bytes over 'step' (4 instances"), std::string::npos) << r.out;
-  EXPECT_EQ(sh("check --max-growth 200 " + leaky).code, 0);
+  EXPECT_EQ(sh("check --max-growth 200B " + leaky).code, 0);
   // No repeated phase: the gate cannot be measured, which fails it.
   EXPECT_EQ(sh("check --max-growth 1GiB --growth-phase warmup " + leaky).code, 1);
   EXPECT_EQ(sh("check --max-growth 1GiB --growth-phase nosuch " + leaky).code, 2);
