@@ -104,11 +104,16 @@ int replay_command(const ReplayCli& cli) {
                   {"min_limit", m.limit},
                   {"granularity", m.granularity},
                   {"replays", m.replays},
+                  {"includes", "the trace's device allocations: pool segments and other device kinds"},
+                  {"excludes", "the CUDA context and memory libraries take without an allocation call"},
                   {"at_min_limit", replay_json(m.at_limit)}});
     } else {
       std::cout << fmt::format(
           "gpuheap replay: {} needs a per-device limit of at least {} ({} B) under policy {} "
-          "(to {}; {} replays)\n",
+          "(to {}; {} replays)\n"
+          "  counted: the trace's device allocations (pool segments and the other device kinds); not counted: the "
+          "CUDA context and what libraries take without an allocation call (not in the trace; "
+          "nvidia-smi shows them): leave room for them\n",
           cli.trace, human_bytes(m.limit), m.limit, o.policy.name, human_bytes(m.granularity), m.replays);
     }
     return 0;
@@ -140,7 +145,7 @@ struct ReplayCliOptions {
 }  // namespace
 
 // The trace through gpuheap's pool under other policies and limits (analyzer/replay/).
-Command add_replay(CLI::App& app) {
+Command add_replay(CLI::App& app, bool& verbose) {
   auto o = std::make_shared<ReplayCliOptions>();
   ReplayCli& rp = o->replay;
   auto* cmd = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
@@ -158,6 +163,7 @@ Command add_replay(CLI::App& app) {
   cmd->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   cmd->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
   add_debuginfod(cmd, o->debuginfod);
+  add_verbose(cmd, verbose);
   return {cmd, [o] {
             o->debuginfod.apply();
             return replay_command(o->replay);

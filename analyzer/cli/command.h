@@ -27,6 +27,6 @@ Command add_export(CLI::App& app, bool& verbose);
 Command add_report(CLI::App& app, bool& verbose);
 Command add_symbolize(CLI::App& app, bool& verbose);
 Command add_compress(CLI::App& app);
-Command add_replay(CLI::App& app);
+Command add_replay(CLI::App& app, bool& verbose);
 
 }  // namespace gpuheap::cli
