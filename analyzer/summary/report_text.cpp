@@ -9,6 +9,7 @@
 
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
+#include "analyzer/model/fragmentation.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -217,14 +218,6 @@ void kinds_table(std::string& out, const DeviceState& d, const char* title) {
   out += kDouble + "\n";
 }
 
-void frag_text(std::string& out, const Fragmentation& f, const char* indent) {
-  out += fmt::format("{}pool reserved {}, allocated {}, free {} in {} pieces, largest free block {}\n", indent,
-                     human_bytes(f.reserved), human_bytes(f.allocated), human_bytes(f.free_bytes), f.free_pieces,
-                     human_bytes(f.largest_free));
-  out += fmt::format("{}unusable for a median-sized request ({}): {} = {:.1f}% of reserved\n", indent,
-                     human_bytes(f.median_request), human_bytes(f.unusable_bytes), 100.0 * f.unusable_share);
-}
-
 // The trace's header: command, process, devices, events, window and filters, truncation.
 void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
@@ -346,16 +339,22 @@ void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const Summar
   }
 }
 
+// One figure (model/fragmentation.h), the one replay and its sweep give: the free bytes in
+// segments that hold a live block, at the first moment reserved reached its peak.
 void fragmentation_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
-    const auto& f = d.frag_peak;
-    if (!f.valid) continue;
-    out += fmt::format("Fragmentation at peak allocated, device {} ({} after start):\n", d.device,
-                       human_duration_ns(f.ts - std::min(f.ts, in.mono_ns)));
-    frag_text(out, f, "  ");
-    out += "\n";
+    if (d.frag_reserved_peak <= 0) continue;
+    const std::uint64_t ts = d.frag_reserved_ts;
+    out += fmt::format("Fragmentation at peak reserved, device {} ({} after start):\n", d.device,
+                       human_duration_ns(ts - std::min(ts, in.mono_ns)));
+    out += fmt::format("  {}\n", fragmentation_at_peak(static_cast<std::uint64_t>(
+                                                           std::max<std::int64_t>(d.frag_non_releasable, 0)),
+                                                       static_cast<std::uint64_t>(d.frag_reserved_peak)));
+    out +=
+        "  (free bytes inside segments that hold a live block: no larger request and no empty_cache() can use "
+        "them)\n\n";
   }
 }
 
@@ -379,7 +378,6 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
                        human_bytes(adv.reserved_unused));
     out += fmt::format("  {}\n", adv.fit);
     out += fmt::format("  suggestion: {}\n", adv.suggestion);
-    frag_text(out, o.frag, "  replay: ");
     out += "  failing call:\n";
     append_stack(out, res, r.stack, opt);
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";

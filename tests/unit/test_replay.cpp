@@ -336,6 +336,11 @@ TEST(ReplayCli, AnOomStopsTheReplayNotTheReadingOfTheTrace) {
   EXPECT_EQ(oom.out.find("truncated"), std::string::npos) << oom.out;
   EXPECT_NE(oom.out.find("user_model_forward"), std::string::npos) << oom.out;
   EXPECT_NE(oom.out.find("model.cpp:12"), std::string::npos) << oom.out;
+  // The OOM's fragmentation verdict, in the summary's words (format/rules.h).
+  EXPECT_NE(oom.out.find("  fragmentation cost 0 B here (free in the pool, largest free block 0 B): with it gone the "
+                         "request would not have fit\n"),
+            std::string::npos)
+      << oom.out;
   auto row = [](const std::string& out) {
     auto at = out.find("recorded peak reserved");
     return at == std::string::npos ? std::string("(none)") : out.substr(at, out.find('\n', at) - at);
@@ -351,6 +356,29 @@ TEST(ReplayCli, AnOomStopsTheReplayNotTheReadingOfTheTrace) {
   EXPECT_NE(min.out.find("not counted: the CUDA context"), std::string::npos) << min.out;
   auto mj = nlohmann::json::parse(cli("replay -q --json --find-min-limit " + path).out);
   EXPECT_TRUE(mj.contains("excludes")) << mj.dump();
+}
+
+// One fragmentation figure (issue 35): summary, replay and the sweep give the same bytes
+// (free bytes in segments holding a live block, at the first moment of peak reserved) and
+// summary and replay the same verdict line.
+TEST(ReplayCli, SummaryReplayAndSweepGiveOneFragmentationFigure) {
+  const std::string path = std::string(GPUHEAP_SOURCE_DIR) + "/examples/traces/h100-gpt-train.trace.zst";
+  auto sj = nlohmann::json::parse(cli("summary --json -q " + path + " 2>/dev/null | cat").out);
+  auto rj = nlohmann::json::parse(cli("replay -q --json " + path + " 2>/dev/null | cat").out);
+  auto wj = nlohmann::json::parse(cli("replay -q --json --sweep gpuheap " + path + " 2>/dev/null | cat").out);
+  const auto bytes = sj["devices"][0]["fragmentation"]["bytes"];
+  ASSERT_TRUE(bytes.is_number()) << sj["devices"][0].dump();
+  EXPECT_GT(bytes.get<std::uint64_t>(), 0u);
+  EXPECT_EQ(bytes, rj["devices"][0]["non_releasable_bytes_at_peak"]);
+  EXPECT_EQ(bytes, wj["rows"][0]["non_releasable_at_peak"]);
+  EXPECT_EQ(sj["devices"][0]["fragmentation"]["reserved"], rj["devices"][0]["reserved_bytes"]["peak"]);
+  auto verdict = [](const std::string& out) {
+    auto at = out.find("fragmentation cost ");
+    return at == std::string::npos ? std::string("(none)") : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string text = cli("summary -q " + path + " 2>/dev/null | cat").out;
+  EXPECT_NE(verdict(text).find("with it gone the peak reserved would have been"), std::string::npos) << text;
+  EXPECT_EQ(verdict(text), verdict(cli("replay -q " + path + " 2>/dev/null | cat").out));
 }
 
 // FlatMap::take (the replay's one-probe lookup-and-erase on its live and pending maps): the

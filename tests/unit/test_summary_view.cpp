@@ -85,7 +85,7 @@ TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
           << e;
     }
     EXPECT_NE(t.find("Most allocations (by count)"), std::string::npos);
-    EXPECT_NE(t.find("Fragmentation at peak allocated"), std::string::npos);
+    EXPECT_NE(t.find("Fragmentation at peak reserved"), std::string::npos);
     // The pool rows are --pools' (and --full's); the all-pools rows stay.
     EXPECT_NE(t.find(" Requested memory      |"), std::string::npos);
     EXPECT_EQ(t.find("from large pool"), std::string::npos) << t;
