@@ -229,10 +229,10 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
                      in.hostname.empty() ? "?" : text_safe(in.hostname));
   out += fmt::format("  duration:  {}\n", human_duration_ns(in.duration_ns()));
   for (const auto& d : m.devices)
-    if (host_only(d)) out += "  host:      pinned host memory, no device\n";
-    else
+    if (!host_only(d))
       out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
                          d.total_memory ? human_bytes(d.total_memory) : "total unknown");
+  if (std::any_of(m.devices.begin(), m.devices.end(), host_only)) out += "  host:      pinned host memory, no device\n";
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!opt.window.empty())
     out += fmt::format("  window:    {} (peaks, sites, leaks and OOMs inside it only; docs/cli.md)\n", opt.window);
@@ -396,11 +396,13 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
 void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];
   header_text(out, m, opt);
-  for (const auto& d : m.devices) {
-    if (opt.device >= 0 && d.device != opt.device) continue;
-    torch_table(out, d, opt);
-    out += "\n";
-  }
+  // GPUs first: pinned host memory (a few bytes in most jobs) must not open the summary.
+  for (const bool host : {false, true})
+    for (const auto& d : m.devices) {
+      if ((opt.device >= 0 && d.device != opt.device) || host_only(d) != host) continue;
+      torch_table(out, d, opt);
+      out += "\n";
+    }
   phases_text(out, m, opt);
   ShownStacks shown_stacks;
   peak_consumers_text(out, sites, ti, opt, shown_stacks);

@@ -181,3 +181,14 @@ TEST(SummaryView, DiffNamesAndCutsSitesAsTheSummaryDoes) {
   EXPECT_EQ(t.find("at c10::cuda::CUDACachingAllocator"), std::string::npos) << t;
   EXPECT_EQ(t.find("at Module._call_impl"), std::string::npos) << t;
 }
+
+// The GPU's table opens the summary, not the 4 bytes of pinned host memory (issue 35).
+TEST(SummaryView, TheDeviceTableComesBeforeTheHostOne) {
+  const std::string& t = text(kH100);
+  const auto device = t.find("gpuheap memory summary, device ID 0");
+  const auto host = t.find("Host (no device)");
+  ASSERT_NE(device, std::string::npos) << t;
+  ASSERT_NE(host, std::string::npos) << t;
+  EXPECT_LT(device, host) << t;
+  EXPECT_LT(t.find("  device 0:  "), t.find("  host:      pinned host memory")) << t;
+}
