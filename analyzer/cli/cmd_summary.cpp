@@ -66,6 +66,10 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   cmd->add_flag("--full", s.full, "Everything: every frame of every stack, every entry of every list");
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
+  cmd->add_option("--group-by", s.group_by,
+                  "Peak consumers summed by the label's line, function, file or module (library) instead of "
+                  "by stack (text)")
+      ->check(CLI::IsMember({"line", "function", "file", "module"}));
   cmd->add_option("--pid", o.pid, "Only the trace of this process (of several given)")
       ->check(whole_number(0, INT64_MAX));
   cmd->add_flag("--all-frames", s.all_frames, "Keep gpuheap/CUDA-internal frames");

@@ -30,6 +30,7 @@ struct SummaryOptions {
   std::string library;       // --library: only sites with this library_label (case-insensitive)
   std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
   std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)
+  std::string group_by;      // --group-by line|function|file|module: peak consumers summed ("" = by stack)
 };
 
 // Symbolized stacks of one trace, cached per stack id.

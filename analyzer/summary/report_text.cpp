@@ -2,6 +2,7 @@
 // peak consumers, most allocations / temporaries, leaks, fragmentation and OOMs; then, for
 // several traces, the merged per-device view.
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -256,6 +257,73 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
 // weights and library workspaces are both) refers to it instead of repeating it (not --full).
 using ShownStacks = std::unordered_map<std::string, std::string>;
 
+// The ranges open at `ts` (outermost first) with each one's instance number among those of
+// its name and depth: "step (#7 of 30) > forward (#7 of 30)"; "" when none is.
+std::string phases_at(const Model& m, std::uint64_t ts) {
+  std::map<std::pair<std::string, int>, std::uint64_t> seen, total;
+  for (const auto& p : m.phases)
+    if (!p.mark) ++total[{p.name, p.depth}];
+  std::string out;
+  for (const auto& p : m.phases) {
+    if (p.mark) continue;
+    const std::uint64_t n = ++seen[{p.name, p.depth}];
+    if (p.start <= ts && (ts < p.end || p.open_at_end))
+      out += fmt::format("{}{} (#{} of {})", out.empty() ? "" : " > ", text_safe(p.name), n, total[{p.name, p.depth}]);
+  }
+  return out;
+}
+
+// What tells sites of one label apart: the operator below the allocator (the first frame
+// that is not a pass-through), "" when it is the label's own frame.
+std::string site_operator(StackResolver& res, std::uint32_t stack) {
+  const auto& fr = res.frames(stack);
+  const LabelPos lp = label_pos(fr);
+  for (std::size_t i = lp.allocator; i < lp.index && i < fr.size(); ++i)
+    if (!fr[i].function.empty() && passthrough_kind(fr[i]) == Passthrough::none) {
+      std::string op = short_name(qualified_name(fr[i].function));
+      for (std::size_t at; (at = op.find("(anonymous namespace)::")) != std::string::npos;) op.erase(at, 23);
+      return text_safe(op);
+    }
+  return "";
+}
+
+// --group-by: the peak's sites summed by the label's line, function, file or library.
+std::string group_key(StackResolver& res, std::uint32_t stack, const std::string& by) {
+  const auto& fr = res.frames(stack);
+  if (by == "module") return text_safe(res.library(stack));
+  if (fr.empty()) return "<no stack>";
+  if (by == "line") return site_label_text(fr, true);
+  if (by == "function") return text_safe(short_name(site_label(fr)));
+  const Frame& f = fr[label_pos(fr).index];
+  return text_safe(std::string(base_name(!f.file.empty() ? f.file : f.module.empty() ? "?" : f.module)));
+}
+
+void grouped_peak_text(std::string& out, SiteLists& sites, std::size_t ti, std::size_t di, const SummaryOptions& opt) {
+  const DeviceState& d = sites.analysis().traces[ti]->devices[di];
+  StackResolver& res = sites.res(ti);
+  struct Group {
+    std::uint64_t bytes = 0, allocated = 0, count = 0, sites = 0;
+  };
+  std::map<std::string, Group> groups;
+  SummaryOptions every = opt;  // every site of --library (or all), not the top ones
+  every.full = true;
+  for (const auto& r : shown_sites(sites.peak(ti, di), res, every)) {
+    Group& g = groups[group_key(res, r.stack, opt.group_by)];
+    g.bytes += r.bytes, g.allocated += r.allocated, g.count += r.count, ++g.sites;
+  }
+  std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());
+  std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.bytes > b.second.bytes; });
+  if (!opt.full && rows.size() > opt.top) rows.resize(opt.top);
+  out += fmt::format("  by {}:\n", opt.group_by);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Group& g = rows[i].second;
+    out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} from {} site{} {}\n", i + 1,
+                       both_bytes(g.bytes, g.allocated),
+                       100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held), g.count,
+                       g.count == 1 ? "" : "s", g.sites, g.sites == 1 ? "" : "s", rows[i].first);
+  }
+}
+
 void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt,
                          ShownStacks& shown_stacks) {
   const Model& m = *sites.analysis().traces[ti];
@@ -271,13 +339,24 @@ void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, con
                        d.device, human_bytes(static_cast<std::uint64_t>(d.peak_held)),
                        human_bytes(static_cast<std::uint64_t>(d.peak_held_allocated)),
                        human_duration_ns(d.peak_held_ts - std::min(d.peak_held_ts, in.mono_ns)));
+    if (std::string ph = phases_at(m, d.peak_held_ts); !ph.empty()) out += "  the peak fell in " + ph + "\n";
+    if (!opt.group_by.empty()) {
+      grouped_peak_text(out, sites, ti, di, opt);
+      out += "\n";
+      continue;
+    }
     auto shown = shown_sites(sites.peak(ti, di), res, opt);
+    std::map<std::string, int> same_tag;  // a label shown twice: its operators tell the sites apart
+    for (const auto& r : shown) ++same_tag[site_tag(res, r.stack, opt)];
     for (std::size_t i = 0; i < shown.size(); ++i) {
       const auto& r = shown[i];
+      std::string tag = site_tag(res, r.stack, opt);
+      if (same_tag[tag] > 1)
+        if (std::string op = site_operator(res, r.stack); !op.empty()) tag += " via " + op;
       out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1,
                          both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s", site_tag(res, r.stack, opt));
+                         r.count == 1 ? "" : "s", tag);
       append_stack(out, res, r.stack, opt);
       shown_stacks.emplace(res.key(r.stack), devices_shown > 1
                                                  ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)

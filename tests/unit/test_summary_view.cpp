@@ -192,3 +192,17 @@ TEST(SummaryView, TheDeviceTableComesBeforeTheHostOne) {
   EXPECT_LT(device, host) << t;
   EXPECT_LT(t.find("  device 0:  "), t.find("  host:      pinned host memory")) << t;
 }
+
+// Two peak consumers on one Python line (issue 35: #1 and #2 both `Block.forward
+// (torch_job.py:49)`) each name the operator that tells them apart.
+TEST(SummaryView, SitesOfOneLineNameTheirOperators) {
+  const std::string& t = text(kH100);
+  const std::string one = entry(t, "Peak memory consumers", 1), two = entry(t, "Peak memory consumers", 2);
+  const std::string line = "Block.forward (torch_job.py:49) via at::";
+  ASSERT_NE(one.find(line), std::string::npos) << one;
+  ASSERT_NE(two.find(line), std::string::npos) << two;
+  auto op = [&](const std::string& e) { return e.substr(e.find(" via "), e.find('\n') - e.find(" via ")); };
+  EXPECT_NE(op(one), op(two));
+  EXPECT_NE(op(one).find("addmm"), std::string::npos) << one;
+  EXPECT_EQ(one.find("(anonymous namespace)"), std::string::npos) << one;
+}
