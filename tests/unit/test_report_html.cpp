@@ -190,8 +190,9 @@ TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
   auto span = dom.out.rfind("<span title=\"at::native::gpu_reduce_kernel", cell);
   ASSERT_NE(span, std::string::npos);
   EXPECT_NE(dom.out.substr(span, cell - span).find("4, 4, at::native::func_wrapper_t"), std::string::npos);
-  // A Python label is left as it is.
-  EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
+  // A Python label is left as it is, with its line as the text has it (issue 35).
+  EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward (torch_job.py:49)</td>"), std::string::npos);
+  EXPECT_EQ(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
 }
 
 // Large traces: the page's data stays bounded (timeline points and flame nodes), the

@@ -307,10 +307,13 @@
   }
   // A C++ label with its template arguments elided, as the text summary's default view has
   // it (analyzer/labels.cpp short_name); the whole name is the cell's tooltip.
+  // With the line, as the text has it ("Block.forward (torch_job.py:49)"): sites of one
+  // function on different lines must not read the same.
   function siteCell(s) {
     var full = s.label || '', f = s.stack && s.label_frame !== undefined ? s.stack[s.label_frame] : null;
     var out = '', depth = 0;
-    if (!f || f.module === 'python') return full;
+    var at = f && f.file && f.function ? ' (' + f.file.split('/').pop() + (f.line ? ':' + f.line : '') + ')' : '';
+    if (!f || f.module === 'python') return full + at;
     for (var i = 0; i < full.length; ++i) {
       var c = full[i];
       if (depth === 0 && c === '<' && /operator$/.test(out)) {
@@ -324,9 +327,9 @@
         out += c;
       }
     }
-    if (out === full) return full;
-    var e = el('span', null, out);
-    e.title = full;
+    if (out === full) return full + at;
+    var e = el('span', null, out + at);
+    e.title = full + at;
     return e;
   }
   function stackText(st) { return st.slice(0, 8).map(frameText).join('\n') + (st.length > 8 ? '\n… ' + (st.length - 8) + ' more' : ''); }
