@@ -84,6 +84,10 @@ struct LibraryRow {
 // Peak consumers grouped by library_label, largest first.
 std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res);
 
+// A frame that only passes a call on (labels.h Passthrough: Module._call_impl, the
+// dispatcher's wrappers), which the text folds into a count; the report's flame graphs too.
+bool passes_through(const Frame& f);
+
 // The merged site lists (merge_sites) of every trace of one Analysis, each computed on first
 // use and then shared: the report page holds the JSON summary, the text summary and three
 // flame graphs of the same traces, and merging keys every stack (symbolizing it). One

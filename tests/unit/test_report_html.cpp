@@ -193,6 +193,15 @@ TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
   // A Python label is left as it is, with its line as the text has it (issue 35).
   EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward (torch_job.py:49)</td>"), std::string::npos);
   EXPECT_EQ(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
+  // The flame graphs fold pass-through frames as the text does (issue 35).
+  const nlohmann::json data = page_data(slurp(html));
+  ASSERT_FALSE(data["flames"].empty());
+  for (const auto& f : data["flames"])
+    for (const auto& n : f["names"]) {
+      const std::string name = n.get<std::string>();
+      EXPECT_EQ(name.find("Module._call_impl"), std::string::npos) << name;
+      EXPECT_EQ(name.find("Module._wrapped_call_impl"), std::string::npos) << name;
+    }
 }
 
 // Large traces: the page's data stays bounded (timeline points and flame nodes), the
