@@ -78,6 +78,9 @@ bool parse_size(const char* text, std::uint64_t* bytes) noexcept {
   double v = 0, f = 1;
   const char* unit = nullptr;
   if (!split_number(text, &v, &unit) || !unit_factor(unit, &f)) return false;
+  // A unit is required (0 excepted), as in GPUHEAP_LIMIT and the CLI's SIZE options: a
+  // threshold of "512" meant as MiB would release the cache on every free.
+  if (*unit == '\0' && v != 0) return false;
   double b = v * f;
   if (!(b >= 0 && b < 9.2e18)) return false;  // the byte counters are signed 64-bit
   *bytes = static_cast<std::uint64_t>(b);

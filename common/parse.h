@@ -12,8 +12,8 @@ namespace common {
 
 // The single-value parsers (false: invalid, *out untouched).
 bool parse_bool(const char* text, bool* out) noexcept;
-bool parse_uint(const char* text, std::uint64_t* out) noexcept;  // decimal digits only
-bool parse_size(const char* text, std::uint64_t* bytes) noexcept;
+bool parse_uint(const char* text, std::uint64_t* out) noexcept;    // decimal digits only
+bool parse_size(const char* text, std::uint64_t* bytes) noexcept;  // unit required unless 0
 bool parse_duration(const char* text, std::uint64_t unit_ns, std::uint64_t* ns) noexcept;
 
 // The pieces of a size (GPUHEAP_LIMIT's values use them too): the factor of a unit suffix

@@ -106,7 +106,7 @@ inline constexpr OomDiagnosis diagnose_oom(const OomFacts& f) noexcept {
   return d;
 }
 
-// The diagnosis in words: `fit` is the "without fragmentation ..." sentence, `suggestion`
+// The diagnosis in words: `fit` is the "fragmentation cost ..." sentence, `suggestion`
 // what to do. Each report prints them behind its own line prefix.
 struct OomText {
   char fit[160];
@@ -115,10 +115,13 @@ struct OomText {
 
 inline void oom_text(const OomFacts& f, const OomDiagnosis& d, OomText* out) noexcept {
   char cu[kBytesTextSize], lf[kBytesTextSize], cap[kBytesTextSize], df[kBytesTextSize];
+  // The analyzer's one verdict (analyzer/model/fragmentation.h words it at the peak): the
+  // pool's free bytes at the failed request are what fragmentation cost there.
   std::snprintf(out->fit, sizeof out->fit,
-                "without fragmentation the request %s have fit (%s cached and unused, largest free block %s)",
-                d.fits_without_fragmentation ? "would" : "would not", format_bytes(f.cached_unused, cu, sizeof cu),
-                format_bytes(f.largest_free, lf, sizeof lf));
+                "fragmentation cost %s here (free in the pool, largest free block %s): with it gone the request "
+                "%s have fit",
+                format_bytes(f.cached_unused, cu, sizeof cu), format_bytes(f.largest_free, lf, sizeof lf),
+                d.fits_without_fragmentation ? "would" : "would not");
   switch (d.cause) {
     case OomCause::fragmentation:
       std::snprintf(out->suggestion, sizeof out->suggestion, "%s",

@@ -58,7 +58,7 @@ cmds=()
 # on stderr has a time in it.
 [ "${ONLY:-}" = analyzer ] || cmds+=("replay -q" "replay -q --json" "replay -q --policy torch --json" "replay -q --policy none"
       "replay -q --json --policy gpuheap:max_split=32MiB,round=1KiB,large_segment=8MiB"
-      "replay -q --policy gpuheap:round=1000,small_max=64KiB --limit 300MiB"
+      "replay -q --policy gpuheap:round=1000B,small_max=64KiB --limit 300MiB"
       "replay -q --limit 64MiB --json" "replay -q --sweep all --limits 32MiB,256MiB,2GiB"
       "replay -q --find-min-limit --json" "replay -q --find-min-limit --policy torch")
 # Traces recorded by this build's preload have compact event records (format version 5), which

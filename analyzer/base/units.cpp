@@ -51,7 +51,7 @@ std::string human_duration_ns(std::uint64_t ns) {
 
 std::uint64_t parse_size(std::string_view s) {
   std::string in(s);
-  auto bad = [&]() { return UsageError(fmt::format("invalid size '{}' (examples: 123, 512KiB, 1.5GiB, 2GB)", in)); };
+  auto bad = [&]() { return UsageError(fmt::format("invalid size '{}' (examples: 123B, 512KiB, 1.5GiB, 2GB)", in)); };
   std::size_t i = 0;
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
   std::size_t num_start = i;
@@ -66,6 +66,14 @@ std::uint64_t parse_size(std::string_view s) {
   std::string unit;
   for (; i < s.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
+  // A bare number is refused (0 excepted) as GPUHEAP_LIMIT refuses it: `--max-reserved 8`
+  // meant as 8 GiB would be an 8-byte gate that fails every job, or one written as bytes
+  // would pass where a unit was meant; "8B" says bytes.
+  if (unit.empty() && num.find_first_not_of("0.") != std::string::npos)
+    throw UsageError(
+        fmt::format("size '{}' has no unit: write {}B for bytes, or {}MiB, {}GiB, ... "
+                    "(every size needs a unit, as in GPUHEAP_LIMIT)",
+                    in, num, num, num));
   double mult;
   if (unit.empty() || unit == "b") {
     mult = 1;

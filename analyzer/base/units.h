@@ -18,9 +18,10 @@ std::string torch_count_cell(std::int64_t cnt, std::int64_t pref);
 std::string human_bytes(std::uint64_t b);
 std::string human_duration_ns(std::uint64_t ns);
 
-// Parses "123", "512KiB", "1.5GiB", "2GB", "8G" (case-insensitive). Suffixes with "iB"
+// Parses "123B", "512KiB", "1.5GiB", "2GB", "8G" (case-insensitive). Suffixes with "iB"
 // and bare K/M/G/T are binary (1024); "KB"/"MB"/"GB"/"TB" are decimal (1000), as in IEC
-// usage; "B" is optional. Throws UsageError on anything else.
+// usage. A unit is required ("8" is refused, "0" is 0), as in GPUHEAP_LIMIT. Throws
+// UsageError on anything else.
 std::uint64_t parse_size(std::string_view s);
 
 }  // namespace gpuheap

@@ -45,7 +45,7 @@ int real_main(int argc, char** argv, bool& verbose) {
                                            cli::add_report(app, verbose),
                                            cli::add_symbolize(app, verbose),
                                            cli::add_compress(app),
-                                           cli::add_replay(app),
+                                           cli::add_replay(app, verbose),
                                            cli::add_top(app)};
   // After `run --`, CLI11 2.1 hands the rest of the line back to the app (cmd_run.cpp).
   // Set after the subcommands were added, so they do not inherit it; any leftover outside

@@ -32,6 +32,52 @@ const CLI::Validator& finite_non_negative() {
   return v;
 }
 
+CLI::Validator whole_number(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(s.c_str(), &end, 10);
+        bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return fmt::format("needs a whole number from {} to {}, not '{}'", lo, hi, s);
+        return {};
+      },
+      fmt::format("INT in [{}..{}]", lo, hi), "whole number");
+}
+
+namespace {
+std::string size_error(const std::string& s) {
+  try {
+    parse_size(s);
+    return {};
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+}
+}  // namespace
+
+const CLI::Validator& size_value() {
+  static const CLI::Validator v([](std::string& s) { return size_error(s); }, "SIZE", "size with a unit");
+  return v;
+}
+
+const CLI::Validator& size_list() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        std::size_t from = 0;
+        while (from <= s.size()) {
+          std::size_t comma = s.find(',', from);
+          if (comma == std::string::npos) comma = s.size();
+          if (std::string e = size_error(s.substr(from, comma - from)); !e.empty()) return e;
+          from = comma + 1;
+        }
+        return {};
+      },
+      "SIZE,...", "sizes with units");
+  return v;
+}
+
 std::optional<std::uint64_t> size_opt(const std::string& s) {
   if (s.empty()) return std::nullopt;
   return parse_size(s);

@@ -20,6 +20,20 @@ inline constexpr const char* kQuietHelp = "No progress line on stderr (it is sho
 // Every number option is a finite, non-negative number (cli_options.cpp says why).
 const CLI::Validator& finite_non_negative();
 
+// A whole-number option (--top, --depth, --points, ...) from lo to hi: "--top: needs a whole
+// number from 1 to 1000000, not '0'" instead of CLI11's "Value 0 not in range 0.000000 to
+// 1.797e308".
+CLI::Validator whole_number(long long lo, long long hi);
+inline constexpr long long kMaxListed = 1000000;  // --top/--depth: "all" without overflow
+
+// What --help says of every SIZE option: one rule for the CLI and GPUHEAP_LIMIT.
+inline constexpr const char* kSizeRule =
+    "SIZE: a number with a unit, as in GPUHEAP_LIMIT: 8GiB, 512MiB, 64KiB, 100B (bare 0 is 0; 8 is refused)\n";
+
+// Checks a SIZE option (or a ','-separated list of them) as it is parsed (parse_size's rule).
+const CLI::Validator& size_value();
+const CLI::Validator& size_list();
+
 // A SIZE option's value ("" when not given).
 std::optional<std::uint64_t> size_opt(const std::string& s);
 

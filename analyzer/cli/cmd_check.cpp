@@ -26,11 +26,13 @@ struct CheckCliOptions {
 void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
   CheckOptions& c = o.check;
   cmd->add_option("traces", o.traces, kTracesHelp)->required();
-  cmd->add_option("--max-requested", o.max_requested, "Limit on peak requested bytes (SIZE)");
-  cmd->add_option("--max-allocated", o.max_allocated, "Limit on peak allocated bytes (SIZE)");
-  cmd->add_option("--max-reserved", o.max_reserved, "Limit on peak reserved bytes (SIZE)");
-  cmd->add_option("--max-leaked", o.max_leaked, "Limit on bytes live at the end (SIZE)");
-  cmd->add_option("--max-growth", o.max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)");
+  cmd->add_option("--max-requested", o.max_requested, "Limit on peak requested bytes (SIZE)")->check(size_value());
+  cmd->add_option("--max-allocated", o.max_allocated, "Limit on peak allocated bytes (SIZE)")->check(size_value());
+  cmd->add_option("--max-reserved", o.max_reserved, "Limit on peak reserved bytes (SIZE)")->check(size_value());
+  cmd->add_option("--max-leaked", o.max_leaked, "Limit on bytes live at the end (SIZE)")->check(size_value());
+  cmd->add_option("--max-growth", o.max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)")
+      ->check(size_value());
+  cmd->footer(kSizeRule);
   cmd->add_option("--baseline", c.baseline, "An earlier run's summary --json file (the reference)");
   cmd->add_option("--tolerance", c.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
       ->check(finite_non_negative());

@@ -27,7 +27,7 @@ struct DiffCliOptions {
 void add_diff_options(CLI::App* cmd, DiffCliOptions& o) {
   cmd->add_option("A", o.a, "The trace to compare from")->required();
   cmd->add_option("B", o.b, "The trace to compare with A")->required();
-  cmd->add_option("--top", o.top, "Rows shown (default 20)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Rows shown (default 20)")->check(whole_number(1, kMaxListed));
   cmd->add_flag("--all-frames", o.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_flag("-q,--quiet", o.quiet, kQuietHelp);
   add_debuginfod(cmd, o.debuginfod);
@@ -40,7 +40,9 @@ void add_diff_options(CLI::App* cmd, DiffCliOptions& o) {
   cmd->add_option("--tolerance", o.gate.tolerance_pct, "Growth allowed with --fail-on, in % of A (default 5)")
       ->check(finite_non_negative());
   cmd->add_option("--tolerance-bytes", o.tolerance_bytes, "Growth up to SIZE never fails with --fail-on (default 0)")
+      ->check(size_value())
       ->type_name("SIZE");
+  cmd->footer(kSizeRule);
   cmd->add_flag("--allow-truncated", o.gate.allow_truncated,
                 "With --fail-on, compare a trace without an end record instead of failing");
 }

@@ -27,7 +27,8 @@ void add_export_options(CLI::App* cmd, ExportCliOptions& o) {
   add_output_file(cmd, x.output, x.force, "Output file");
   cmd->add_option("--max-entries", x.max_entries,
                   "torch-snapshot: trace entries kept per device, the last ones (default 100000, as memory_viz "
-                  "suggests; 0: all)");
+                  "suggests; 0: all)")
+      ->check(whole_number(0, INT64_MAX));
   cmd->add_flag("--all-frames", x.all_frames, "Keep gpuheap/CUDA-internal frames");
   add_traces_quiet_debuginfod(cmd, o.traces, o.quiet, o.debuginfod);
   add_select(cmd, o.select);

@@ -104,11 +104,16 @@ int replay_command(const ReplayCli& cli) {
                   {"min_limit", m.limit},
                   {"granularity", m.granularity},
                   {"replays", m.replays},
+                  {"includes", "the trace's device allocations: pool segments and other device kinds"},
+                  {"excludes", "the CUDA context and memory libraries take without an allocation call"},
                   {"at_min_limit", replay_json(m.at_limit)}});
     } else {
       std::cout << fmt::format(
           "gpuheap replay: {} needs a per-device limit of at least {} ({} B) under policy {} "
-          "(to {}; {} replays)\n",
+          "(to {}; {} replays)\n"
+          "  counted: the trace's device allocations (pool segments and the other device kinds); not counted: the "
+          "CUDA context and what libraries take without an allocation call (not in the trace; "
+          "nvidia-smi shows them): leave room for them\n",
           cli.trace, human_bytes(m.limit), m.limit, o.policy.name, human_bytes(m.granularity), m.replays);
     }
     return 0;
@@ -140,7 +145,7 @@ struct ReplayCliOptions {
 }  // namespace
 
 // The trace through gpuheap's pool under other policies and limits (analyzer/replay/).
-Command add_replay(CLI::App& app) {
+Command add_replay(CLI::App& app, bool& verbose) {
   auto o = std::make_shared<ReplayCliOptions>();
   ReplayCli& rp = o->replay;
   auto* cmd = app.add_subcommand("replay", "What-if: replay a trace through a pool policy and memory limit");
@@ -148,14 +153,17 @@ Command add_replay(CLI::App& app) {
   cmd->add_option("--policy", rp.policy,
                   "Pool policy: gpuheap (default), gpuheap:KEY=SIZE,..., torch[:KEY=VALUE,...] (PyTorch's "
                   "caching allocator) or none");
-  cmd->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out");
+  cmd->add_option("--limit", rp.limit, "Per-device memory limit (SIZE): exit 1 if the job would run out")
+      ->check(size_value());
   cmd->add_flag("--json", rp.json, "One JSON document (schema gpuheap.replay/1)");
   cmd->add_option("--sweep", rp.sweep,
                   "Policies separated by ';' (or all = gpuheap;torch;none): one table row per policy x limit");
-  cmd->add_option("--limits", rp.limits, "Limits separated by ',' for the --sweep table");
+  cmd->add_option("--limits", rp.limits, "Limits (SIZEs) separated by ',' for the --sweep table")->check(size_list());
+  cmd->footer(kSizeRule);
   cmd->add_flag("--find-min-limit", rp.find_min_limit, "Bisect the smallest per-device limit that fits");
   cmd->add_flag("-q,--quiet", rp.quiet, "No events/s line on stderr");
   add_debuginfod(cmd, o->debuginfod);
+  add_verbose(cmd, verbose);
   return {cmd, [o] {
             o->debuginfod.apply();
             return replay_command(o->replay);

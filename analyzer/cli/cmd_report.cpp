@@ -20,9 +20,9 @@ void add_report_options(CLI::App* cmd, ReportCliOptions& o) {
   ReportOptions& r = o.report;
   add_output_file(cmd, r.output, r.force, "The HTML file");
   cmd->add_option("--points", r.points, "Timeline points per series (default 4096; peaks stay exact)")
-      ->check(CLI::Range(16, 1 << 20));
+      ->check(whole_number(16, 1 << 20));
   cmd->add_option("--max-nodes", r.max_nodes, "Flame graph nodes per graph; smaller ones merge (default 4000)")
-      ->check(CLI::Range(16, 1 << 22));
+      ->check(whole_number(16, 1 << 22));
   cmd->add_flag("--all-frames", r.all_frames, "Keep gpuheap/CUDA-internal frames");
   add_traces_quiet_debuginfod(cmd, o.traces, o.quiet, o.debuginfod);
   add_select(cmd, o.select);

@@ -42,12 +42,16 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   SummaryOptions& s = o.summary;
   cmd->add_flag("--json", o.json, "One JSON document (schema gpuheap.summary/2)");
   cmd->add_option("--device", s.device, "Only this device (exit 2 when no trace has it)");
-  cmd->add_option("--top", o.top, "Entries per list (default 5)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o.top, "Entries per list (default 5)")->check(whole_number(1, kMaxListed));
   o.depth_option = cmd->add_option("--depth", o.depth, "Frames per site below the allocator's own (default 3)")
-                       ->check(CLI::PositiveNumber);
+                       ->check(whole_number(1, kMaxListed));
   cmd->add_flag("--full", s.full, "Everything: every frame of every stack, every entry of every list");
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
+  cmd->add_option("--group-by", s.group_by,
+                  "Peak consumers summed by the label's line, function, file or module (library) instead of "
+                  "by stack (text)")
+      ->check(CLI::IsMember({"line", "function", "file", "module"}));
   add_select(cmd, o.select);
   cmd->add_flag("--all-frames", s.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();

@@ -27,7 +27,7 @@ Command add_export(CLI::App& app, bool& verbose);
 Command add_report(CLI::App& app, bool& verbose);
 Command add_symbolize(CLI::App& app, bool& verbose);
 Command add_compress(CLI::App& app);
-Command add_replay(CLI::App& app);
+Command add_replay(CLI::App& app, bool& verbose);
 Command add_top(CLI::App& app);
 
 }  // namespace gpuheap::cli

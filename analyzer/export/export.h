@@ -95,8 +95,11 @@ struct FlameSample {
 // alive in `resolvers` because samples point into their frame caches; reused when the
 // vector already holds one per trace). Sorted by weight
 // (largest first), then by stack text, so that the output is deterministic.
+// `fold_passthrough`: PyTorch's module-call and dispatcher frames (labels.h Passthrough) left
+// out, as the text summary folds them (the report's flame graphs).
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric m, bool all_frames,
-                                       std::vector<std::unique_ptr<StackResolver>>& resolvers);
+                                       std::vector<std::unique_ptr<StackResolver>>& resolvers,
+                                       bool fold_passthrough = false);
 // Frame labels (display name, file, line) interned for build_flame. One instance serves the
 // trees built from the same resolvers (the report's three flame graphs): each frame's name is
 // formatted and hashed once, not once per tree, and a tree's per-frame step is then a lookup

@@ -70,7 +70,7 @@ const Frame& no_stack_frame() {
 }  // namespace
 
 std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bool all_frames,
-                                       std::vector<std::unique_ptr<StackResolver>>& resolvers) {
+                                       std::vector<std::unique_ptr<StackResolver>>& resolvers, bool fold_passthrough) {
   std::vector<FlameSample> out;
   // Parallel to out: the stack's identity, for the sort. Without a prefix (one trace, one
   // device: the usual case) it is the resolver's cached key itself, not a copy of it.
@@ -94,7 +94,9 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
       s.weight = w;
       const auto& fr = res.frames(stack);
       if (fr.empty()) s.frames.push_back(&no_stack_frame());
-      for (auto it = fr.rbegin(); it != fr.rend(); ++it) s.frames.push_back(&*it);
+      for (auto it = fr.rbegin(); it != fr.rend(); ++it)
+        if (!fold_passthrough || !passes_through(*it)) s.frames.push_back(&*it);
+      if (s.frames.empty()) s.frames.push_back(&fr.front());  // only pass-through frames: keep the innermost
       if (s.prefix.empty()) {
         keys.push_back(&res.key(stack));
       } else {

@@ -78,7 +78,8 @@ void phase_marks(json& t, const Model& m, const At& at) {
 json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, const ReportOptions& opt,
                 std::vector<std::unique_ptr<StackResolver>>& res, exporter::FlameLabels& labels) {
   std::size_t before = 0;
-  auto tree = exporter::build_flame(exporter::flame_samples(a, m, opt.all_frames, res), labels, opt.max_nodes, &before);
+  auto tree = exporter::build_flame(exporter::flame_samples(a, m, opt.all_frames, res, !opt.all_frames), labels,
+                                    opt.max_nodes, &before);
   // Names and files through one string table: deep stacks repeat them on every path.
   json names = json::array(), nodes = json::array();
   std::unordered_map<std::string, std::size_t> idx;

@@ -88,6 +88,10 @@ struct DeviceState {
   // born by frag_seq, plus the log; finish() rebuilds it once. The log holds only what was
   // there at the peak, so it never outgrows the live map at the peak (O(1) per event).
   Fragmentation frag_peak;
+  // The fragmentation figure (fragmentation.h): non-releasable bytes (inactive_split_bytes)
+  // at the first moment reserved reached its peak, as replay measures it.
+  std::int64_t frag_reserved_peak = 0, frag_non_releasable = 0;
+  std::uint64_t frag_reserved_ts = 0;
   bool frag_open = false;
   std::uint64_t frag_seq = 0, frag_ts = 0;
   struct Gone {

@@ -194,6 +194,11 @@ void Model::on_alloc(const format::AllocRecord& a) {
       pool_stats(d, pool, kDeviceAllocs, 1);
     }
     sample(d, a.ts);
+    if (const std::int64_t reserved = d.stat[kReservedBytes][0].current; reserved > d.frag_reserved_peak) {
+      // After the allocation, as replay.cpp takes its snapshot: one moment for both.
+      d.frag_reserved_peak = reserved, d.frag_reserved_ts = a.ts;
+      d.frag_non_releasable = d.stat[kInactiveSplitBytes][0].current;
+    }
     if (d.stat[kAllocatedBytes][0].peak > allocated_peak) {
       // A new peak of allocated memory: the moment whose pool layout the fragmentation
       // section describes. Remember it; what leaves the layout from here on is logged.

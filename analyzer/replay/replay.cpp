@@ -115,9 +115,18 @@ class Replayer {
       }
       while (ok && n) ok = drain_one();
       if (ok) ok = on_record(r, rd.records());
+      else rest_record(r);  // the ring's OOM came before this record: it is part of the rest
     }
     while (ok && n) ok = drain_one();  // !ok: out of memory under the limit, the job stops there
+    if (!ok) {
+      // The replay stops at its OOM, the recording does not: the rest is read for what
+      // describes the recording (its segments: the recorded peak; its stored symbols; its
+      // end record: whether it is truncated), so neither moves with --limit.
+      for (; n; head = (head + 1) % kAhead, --n) note_recorded(ring[head].ev);
+      read_rest(rd);
+    }
     res_.truncated = rd.truncated();
+    resolve_oom_stack();
     for (auto& d : devs_) {
       if (d->pool || d->torch) d->out.retries = d->segs.retries();
       res_.devices.push_back(std::move(d->out));
@@ -223,11 +232,7 @@ class Replayer {
         DeviceSim& d = dev(e.segment.device, &i);
         if (e.type == RecordType::segment_alloc) d.up.offer(e.segment.ptr, e.segment.size);
         else d.up.withdraw(e.segment.ptr);
-        d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) *
-                               static_cast<std::int64_t>(e.segment.size);
-        d.out.recorded_reserved_peak = std::max<std::uint64_t>(d.out.recorded_reserved_peak,
-                                                               static_cast<std::uint64_t>(
-                                                                   std::max<std::int64_t>(d.recorded_reserved, 0)));
+        note_recorded(e);
         break;
       }
       default: break;
@@ -407,6 +412,55 @@ class Replayer {
                     res_.trace, index, n));
   }
 
+  // The recorded segments' running total and peak (the "recorded peak reserved" row).
+  void note_recorded(const format::EventRecord& e) {
+    if (e.type != RecordType::segment_alloc && e.type != RecordType::segment_free) return;
+    std::uint16_t i;
+    DeviceSim& d = dev(e.segment.device, &i);
+    d.recorded_reserved += (e.type == RecordType::segment_alloc ? 1 : -1) * static_cast<std::int64_t>(e.segment.size);
+    d.out.recorded_reserved_peak = std::max<std::uint64_t>(d.out.recorded_reserved_peak,
+                                                           static_cast<std::uint64_t>(
+                                                               std::max<std::int64_t>(d.recorded_reserved, 0)));
+  }
+
+  // After the OOM: the recorded segments, the stacks and stored symbols, the end record.
+  void read_rest(TraceReader& rd) {
+    format::EventRecord ev;
+    format::Record r;
+    for (;;) {
+      auto got = rd.next_any(ev, r);
+      if (got == TraceReader::Got::none) return;
+      if (got == TraceReader::Got::event) note_recorded(ev);
+      else rest_record(r);
+    }
+  }
+  void rest_record(const format::Record& r) {
+    switch (r.type) {
+      case RecordType::segment_alloc:
+      case RecordType::segment_free: {
+        format::EventRecord e;
+        e.type = r.type, e.segment = r.segment;
+        note_recorded(e);
+        break;
+      }
+      case RecordType::stack:
+      case RecordType::module:
+      case RecordType::py_code:
+      case RecordType::symbol_string:
+      case RecordType::symbol_frames: model_.feed(r); break;
+      default: break;
+    }
+  }
+
+  // The failing allocation's stack, named from the whole trace: the symbols that `run` or
+  // `gpuheap symbolize` stored follow the events (summary names the same frames with them).
+  void resolve_oom_stack() {
+    ReplayOom& o = res_.oom;
+    if (!o.hit || !o.stack) return;
+    StackResolver sr(model_, false);
+    for (const Frame& f : sr.frames(o.stack)) o.frames.push_back(Symbolizer::format_frame(f));
+  }
+
   bool oom(DeviceSim& d, const format::AllocRecord& a, std::uint64_t index, std::uint64_t largest_free) {
     ReplayOom& o = res_.oom;
     o.hit = true, o.device = a.device, o.event_index = index, o.requested = a.requested;
@@ -414,11 +468,7 @@ class Replayer {
     o.reserved = d.none ? static_cast<std::uint64_t>(d.out.reserved.current) : d.up.reserved();
     o.allocated = static_cast<std::uint64_t>(d.out.allocated.current);
     o.largest_free = largest_free;
-    o.stack = a.stack;
-    if (a.stack) {
-      StackResolver sr(model_, false);
-      for (const Frame& f : sr.frames(a.stack)) o.frames.push_back(Symbolizer::format_frame(f));
-    }
+    o.stack = a.stack;  // named at the end (resolve_oom_stack)
     return false;
   }
 

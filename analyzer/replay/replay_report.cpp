@@ -8,12 +8,25 @@
 
 #include "analyzer/base/error.h"
 #include "analyzer/base/units.h"
+#include "analyzer/model/fragmentation.h"
 #include "analyzer/replay/replay.h"
+#include "format/rules.h"
 
 namespace gpuheap {
 namespace {
 
 using nlohmann::json;
+
+// The OOM verdict in the words of the summary and the in-process report (format/rules.h):
+// the replayed pool's free bytes at the failed request are what fragmentation cost there.
+format::OomDiagnosis oom_verdict(const ReplayOom& o, format::OomText* text) {
+  format::OomFacts f;
+  f.requested = o.requested, f.largest_free = o.largest_free;
+  f.cached_unused = o.reserved > o.allocated ? o.reserved - o.allocated : 0;
+  const format::OomDiagnosis d = format::diagnose_oom(f);
+  format::oom_text(f, d, text);
+  return d;
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -139,6 +152,7 @@ std::string replay_text(const ReplayResult& r) {
     row("peak allocated", d.allocated.peak);
     row("peak requested", d.requested.peak);
     row("non-releasable at peak reserved", static_cast<std::int64_t>(d.non_releasable_at_peak));
+    s += "  " + fragmentation_at_peak(d.non_releasable_at_peak, static_cast<std::uint64_t>(d.reserved.peak)) + "\n";
     row("largest free block at peak", static_cast<std::int64_t>(d.largest_free_at_peak));
     s += fmt::format("  {:<34} {:>12}\n", "segments at peak", d.segments_at_peak);
     if (d.retries) s += fmt::format("  {:<34} {:>12}\n", "release-and-retry (OOM path)", d.retries);
@@ -165,6 +179,9 @@ std::string replay_text(const ReplayResult& r) {
         "largest free block {}\n",
         o.device, human_duration_ns(o.ts_ns), o.event_index, human_bytes(o.requested), o.requested,
         human_bytes(o.reserved), human_bytes(o.allocated), human_bytes(o.largest_free));
+    format::OomText text;
+    oom_verdict(o, &text);
+    s += fmt::format("  {}\n", text.fit);
     if (o.frames.empty()) s += o.stack ? fmt::format("  <stack {} not in the trace>\n", o.stack) : "  <no stack>\n";
     for (const auto& f : o.frames) s += "    " + f + "\n";
   } else if (r.limit) {
@@ -195,6 +212,7 @@ json replay_json(const ReplayResult& r) {
   json oom = {{"would_oom", r.oom.hit}};
   if (r.oom.hit) {
     const ReplayOom& o = r.oom;
+    format::OomText text;
     oom.update({{"device", o.device},
                 {"ts_ns", o.ts_ns},
                 {"record", o.event_index},
@@ -202,6 +220,7 @@ json replay_json(const ReplayResult& r) {
                 {"reserved", o.reserved},
                 {"allocated", o.allocated},
                 {"largest_free", o.largest_free},
+                {"fits_without_fragmentation", oom_verdict(o, &text).fits_without_fragmentation},
                 {"stack_id", o.stack},
                 {"stack", o.frames}});
   }

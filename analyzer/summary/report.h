@@ -30,6 +30,7 @@ struct SummaryOptions {
   std::string library;       // --library: only sites with this library_label (case-insensitive)
   std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
   std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)
+  std::string group_by;      // --group-by line|function|file|module: peak consumers summed ("" = by stack)
 };
 
 // Symbolized stacks of one trace, cached per stack id.
@@ -82,6 +83,10 @@ struct LibraryRow {
 };
 // Peak consumers grouped by library_label, largest first.
 std::vector<LibraryRow> peak_by_library(const std::vector<SiteRow>& sites, StackResolver& res);
+
+// A frame that only passes a call on (labels.h Passthrough: Module._call_impl, the
+// dispatcher's wrappers), which the text folds into a count; the report's flame graphs too.
+bool passes_through(const Frame& f);
 
 // The merged site lists (merge_sites) of every trace of one Analysis, each computed on first
 // use and then shared: the report page holds the JSON summary, the text summary and three

@@ -11,6 +11,7 @@
 
 #include "analyzer/base/units.h"
 #include "analyzer/summary/report.h"
+#include "analyzer/symbolize/labels.h"
 #include "analyzer/symbolize/pyframes.h"
 
 namespace gpuheap {
@@ -310,6 +311,8 @@ std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames)
   });
   return out;
 }
+
+bool passes_through(const Frame& f) { return passthrough_kind(f) != Passthrough::none; }
 
 // The preload's `held` is its budget (pool segments + pass-through kinds); here the replayed
 // holdings stand in for it. Rule and words: format/rules.h, shared with preload/core/oom.cpp.

@@ -194,6 +194,11 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
     for (const auto& l : sites.peak_libraries(ti, di))
       libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
     devs.back()["peak_by_library"] = std::move(libs);
+    if (d.frag_reserved_peak > 0)  // the one figure, as replay gives it (model/fragmentation.h)
+      devs.back()["fragmentation"] = {{"bytes", std::max<std::int64_t>(d.frag_non_releasable, 0)},
+                                      {"at", "peak_reserved"},
+                                      {"reserved", d.frag_reserved_peak},
+                                      {"ts_ns", rel(d.frag_reserved_ts, in)}};
     if (d.frag_peak.valid) {
       auto f = frag_json(d.frag_peak, in);
       f["device"] = d.device;

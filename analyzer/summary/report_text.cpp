@@ -2,6 +2,7 @@
 // peak consumers, most allocations / temporaries, leaks, fragmentation and OOMs; then, for
 // several traces, the merged per-device view.
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
 #include "analyzer/summary/ranks.h"
+#include "analyzer/model/fragmentation.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -218,14 +220,6 @@ void kinds_table(std::string& out, const DeviceState& d, const char* title) {
   out += kDouble + "\n";
 }
 
-void frag_text(std::string& out, const Fragmentation& f, const char* indent) {
-  out += fmt::format("{}pool reserved {}, allocated {}, free {} in {} pieces, largest free block {}\n", indent,
-                     human_bytes(f.reserved), human_bytes(f.allocated), human_bytes(f.free_bytes), f.free_pieces,
-                     human_bytes(f.largest_free));
-  out += fmt::format("{}unusable for a median-sized request ({}): {} = {:.1f}% of reserved\n", indent,
-                     human_bytes(f.median_request), human_bytes(f.unusable_bytes), 100.0 * f.unusable_share);
-}
-
 // The trace's header: command, process, devices, events, window and filters, truncation.
 void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
@@ -237,10 +231,10 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
                      in.hostname.empty() ? "?" : text_safe(in.hostname));
   out += fmt::format("  duration:  {}\n", human_duration_ns(in.duration_ns()));
   for (const auto& d : m.devices)
-    if (host_only(d)) out += "  host:      pinned host memory, no device\n";
-    else
+    if (!host_only(d))
       out += fmt::format("  device {}:  {} ({})\n", d.device, d.name.empty() ? "unknown" : text_safe(d.name),
                          d.total_memory ? human_bytes(d.total_memory) : "total unknown");
+  if (std::any_of(m.devices.begin(), m.devices.end(), host_only)) out += "  host:      pinned host memory, no device\n";
   out += fmt::format("  events:    {} ({} records)\n", in.events, in.records);
   if (!opt.window.empty())
     out += fmt::format("  window:    {} (peaks, sites, leaks and OOMs inside it only; docs/cli.md)\n", opt.window);
@@ -264,6 +258,73 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
 // weights and library workspaces are both) refers to it instead of repeating it (not --full).
 using ShownStacks = std::unordered_map<std::string, std::string>;
 
+// The ranges open at `ts` (outermost first) with each one's instance number among those of
+// its name and depth: "step (#7 of 30) > forward (#7 of 30)"; "" when none is.
+std::string phases_at(const Model& m, std::uint64_t ts) {
+  std::map<std::pair<std::string, int>, std::uint64_t> seen, total;
+  for (const auto& p : m.phases)
+    if (!p.mark) ++total[{p.name, p.depth}];
+  std::string out;
+  for (const auto& p : m.phases) {
+    if (p.mark) continue;
+    const std::uint64_t n = ++seen[{p.name, p.depth}];
+    if (p.start <= ts && (ts < p.end || p.open_at_end))
+      out += fmt::format("{}{} (#{} of {})", out.empty() ? "" : " > ", text_safe(p.name), n, total[{p.name, p.depth}]);
+  }
+  return out;
+}
+
+// What tells sites of one label apart: the operator below the allocator (the first frame
+// that is not a pass-through), "" when it is the label's own frame.
+std::string site_operator(StackResolver& res, std::uint32_t stack) {
+  const auto& fr = res.frames(stack);
+  const LabelPos lp = label_pos(fr);
+  for (std::size_t i = lp.allocator; i < lp.index && i < fr.size(); ++i)
+    if (!fr[i].function.empty() && passthrough_kind(fr[i]) == Passthrough::none) {
+      std::string op = short_name(qualified_name(fr[i].function));
+      for (std::size_t at; (at = op.find("(anonymous namespace)::")) != std::string::npos;) op.erase(at, 23);
+      return text_safe(op);
+    }
+  return "";
+}
+
+// --group-by: the peak's sites summed by the label's line, function, file or library.
+std::string group_key(StackResolver& res, std::uint32_t stack, const std::string& by) {
+  const auto& fr = res.frames(stack);
+  if (by == "module") return text_safe(res.library(stack));
+  if (fr.empty()) return "<no stack>";
+  if (by == "line") return site_label_text(fr, true);
+  if (by == "function") return text_safe(short_name(site_label(fr)));
+  const Frame& f = fr[label_pos(fr).index];
+  return text_safe(std::string(base_name(!f.file.empty() ? f.file : f.module.empty() ? "?" : f.module)));
+}
+
+void grouped_peak_text(std::string& out, SiteLists& sites, std::size_t ti, std::size_t di, const SummaryOptions& opt) {
+  const DeviceState& d = sites.analysis().traces[ti]->devices[di];
+  StackResolver& res = sites.res(ti);
+  struct Group {
+    std::uint64_t bytes = 0, allocated = 0, count = 0, sites = 0;
+  };
+  std::map<std::string, Group> groups;
+  SummaryOptions every = opt;  // every site of --library (or all), not the top ones
+  every.full = true;
+  for (const auto& r : shown_sites(sites.peak(ti, di), res, every)) {
+    Group& g = groups[group_key(res, r.stack, opt.group_by)];
+    g.bytes += r.bytes, g.allocated += r.allocated, g.count += r.count, ++g.sites;
+  }
+  std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());
+  std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.bytes > b.second.bytes; });
+  if (!opt.full && rows.size() > opt.top) rows.resize(opt.top);
+  out += fmt::format("  by {}:\n", opt.group_by);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Group& g = rows[i].second;
+    out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} from {} site{} {}\n", i + 1,
+                       both_bytes(g.bytes, g.allocated),
+                       100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held), g.count,
+                       g.count == 1 ? "" : "s", g.sites, g.sites == 1 ? "" : "s", rows[i].first);
+  }
+}
+
 void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt,
                          ShownStacks& shown_stacks) {
   const Model& m = *sites.analysis().traces[ti];
@@ -279,13 +340,24 @@ void peak_consumers_text(std::string& out, SiteLists& sites, std::size_t ti, con
                        d.device, human_bytes(static_cast<std::uint64_t>(d.peak_held)),
                        human_bytes(static_cast<std::uint64_t>(d.peak_held_allocated)),
                        human_duration_ns(d.peak_held_ts - std::min(d.peak_held_ts, in.mono_ns)));
+    if (std::string ph = phases_at(m, d.peak_held_ts); !ph.empty()) out += "  the peak fell in " + ph + "\n";
+    if (!opt.group_by.empty()) {
+      grouped_peak_text(out, sites, ti, di, opt);
+      out += "\n";
+      continue;
+    }
     auto shown = shown_sites(sites.peak(ti, di), res, opt);
+    std::map<std::string, int> same_tag;  // a label shown twice: its operators tell the sites apart
+    for (const auto& r : shown) ++same_tag[site_tag(res, r.stack, opt)];
     for (std::size_t i = 0; i < shown.size(); ++i) {
       const auto& r = shown[i];
+      std::string tag = site_tag(res, r.stack, opt);
+      if (same_tag[tag] > 1)
+        if (std::string op = site_operator(res, r.stack); !op.empty()) tag += " via " + op;
       out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} {}\n", i + 1,
                          both_bytes(r.bytes, r.allocated),
                          100.0 * static_cast<double>(r.bytes) / static_cast<double>(d.peak_held), r.count,
-                         r.count == 1 ? "" : "s", site_tag(res, r.stack, opt));
+                         r.count == 1 ? "" : "s", tag);
       append_stack(out, res, r.stack, opt);
       shown_stacks.emplace(res.key(r.stack), devices_shown > 1
                                                  ? fmt::format("peak consumer #{} of device {}", i + 1, d.device)
@@ -347,16 +419,22 @@ void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const Summar
   }
 }
 
+// One figure (model/fragmentation.h), the one replay and its sweep give: the free bytes in
+// segments that hold a live block, at the first moment reserved reached its peak.
 void fragmentation_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   const auto& in = m.info;
   for (const auto& d : m.devices) {
     if (opt.device >= 0 && d.device != opt.device) continue;
-    const auto& f = d.frag_peak;
-    if (!f.valid) continue;
-    out += fmt::format("Fragmentation at peak allocated, device {} ({} after start):\n", d.device,
-                       human_duration_ns(f.ts - std::min(f.ts, in.mono_ns)));
-    frag_text(out, f, "  ");
-    out += "\n";
+    if (d.frag_reserved_peak <= 0) continue;
+    const std::uint64_t ts = d.frag_reserved_ts;
+    out += fmt::format("Fragmentation at peak reserved, device {} ({} after start):\n", d.device,
+                       human_duration_ns(ts - std::min(ts, in.mono_ns)));
+    out += fmt::format("  {}\n", fragmentation_at_peak(static_cast<std::uint64_t>(
+                                                           std::max<std::int64_t>(d.frag_non_releasable, 0)),
+                                                       static_cast<std::uint64_t>(d.frag_reserved_peak)));
+    out +=
+        "  (free bytes inside segments that hold a live block: no larger request and no empty_cache() can use "
+        "them)\n\n";
   }
 }
 
@@ -380,7 +458,6 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
                        human_bytes(adv.reserved_unused));
     out += fmt::format("  {}\n", adv.fit);
     out += fmt::format("  suggestion: {}\n", adv.suggestion);
-    frag_text(out, o.frag, "  replay: ");
     out += "  failing call:\n";
     append_stack(out, res, r.stack, opt);
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";
@@ -399,11 +476,13 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
 void process_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];
   header_text(out, m, opt);
-  for (const auto& d : m.devices) {
-    if (opt.device >= 0 && d.device != opt.device) continue;
-    torch_table(out, d, opt);
-    out += "\n";
-  }
+  // GPUs first: pinned host memory (a few bytes in most jobs) must not open the summary.
+  for (const bool host : {false, true})
+    for (const auto& d : m.devices) {
+      if ((opt.device >= 0 && d.device != opt.device) || host_only(d) != host) continue;
+      torch_table(out, d, opt);
+      out += "\n";
+    }
   phases_text(out, m, opt);
   ShownStacks shown_stacks;
   peak_consumers_text(out, sites, ti, opt, shown_stacks);

@@ -89,7 +89,7 @@ const char* expected(const OptionSpec& s, char* buf, std::size_t cap) noexcept {
       snprintf(buf, cap, "an integer in %llu..%llu", static_cast<unsigned long long>(s.lo),
                static_cast<unsigned long long>(s.hi));
       return buf;
-    case T::size: return "a size such as 512MiB, 2GB or 1048576";
+    case T::size: return "a size with a unit such as 512MiB, 2GB or 1048576b";
     case T::duration:
       snprintf(buf, cap, "a duration in %llu..%llu %s, or with a unit (ns, us, ms, s)",
                static_cast<unsigned long long>(s.lo / s.unit_ns), static_cast<unsigned long long>(s.hi / s.unit_ns),

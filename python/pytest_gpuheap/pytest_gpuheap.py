@@ -57,18 +57,23 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kmgtp]?)(i
 
 
 def parse_size(text):
-    """Bytes in "2 GiB", "512MiB", "1.5G", "2GB", "1e9", 123 (as the gpuheap CLI reads sizes:
-    KiB/K/Ki binary, KB decimal, B optional)."""
+    """Bytes in "2 GiB", "512MiB", "1.5G", "2GB", "1e9B", 123 (as the gpuheap CLI reads sizes:
+    KiB/K/Ki binary, KB decimal; a string needs a unit, as in the CLI and GPUHEAP_LIMIT, so
+    "8" meant as 8 GiB is not an 8-byte limit; a Python int is bytes)."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"invalid size {text!r}")
         return text
     if isinstance(text, float):
-        text = repr(text)
+        text = repr(text) + "B"
     m = _SIZE_RE.match(str(text))
     if not m or (m.group(3).lower() in ("i", "ib") and not m.group(2)):
-        raise ValueError(f"invalid size {text!r} (examples: 123, 512MiB, 2 GiB, 2GB, 1e9)")
+        raise ValueError(f"invalid size {text!r} (examples: 123B, 512MiB, 2 GiB, 2GB, 1e9B)")
     number, letter, rest = float(m.group(1)), m.group(2).lower(), m.group(3).lower()
+    if not letter and not rest and number != 0:
+        n = m.group(1)
+        raise ValueError(f"size {text!r} has no unit: write {n}B for bytes, or {n}MiB, {n}GiB, ... "
+                         "(every size needs a unit, as in the gpuheap CLI and GPUHEAP_LIMIT)")
     if not letter:
         mult = 1
     else:

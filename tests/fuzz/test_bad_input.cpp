@@ -188,7 +188,7 @@ TEST(BadInputCli, TruncatedTraceIsReportedWithAWarning) {
     std::string path = RawTrace::dir() + "/cli-cut-" + std::to_string(cut) + ".trace";
     write_file(path, data.data(), cut);
     const bool whole_process = cut > 100;  // mini_train's process record ends well before
-    for (const char* cmd : {"summary", "summary --json", "dump", "check --max-leaked 0 --max-reserved 1"}) {
+    for (const char* cmd : {"summary", "summary --json", "dump", "check --max-leaked 0 --max-reserved 1B"}) {
       auto r = run_cli(std::string(GPUHEAP_CLI) + " " + cmd + " " + path);
       const bool check = std::string(cmd).starts_with("check");
       if (!whole_process) {

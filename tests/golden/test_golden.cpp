@@ -273,7 +273,7 @@ TEST(GoldenCheck, ExitCodesPerLimit) {
       return args;
     }());
   };
-  auto n = [](std::int64_t v) { return std::to_string(v); };
+  auto n = [](std::int64_t v) { return std::to_string(v) + "B"; };  // a size needs a unit
   struct Case {
     const char* opt;
     std::int64_t value;
@@ -416,7 +416,7 @@ TEST(GoldenDeterminism, RequestedBytesAreTheSameEveryRun) {
       EXPECT_EQ(sites(runs[i][k]), sites(runs[0][k])) << k << ", run " << i;
     EXPECT_EQ(runs[i]["devices"][0]["peak_held"]["bytes"], runs[0]["devices"][0]["peak_held"]["bytes"]);
     EXPECT_EQ(runs[i]["devices"][0]["requested_bytes"], runs[0]["devices"][0]["requested_bytes"]);
-    auto g = cli({"check", runs[i]["trace"]["path"], "--max-leaked", std::to_string(kLeaked)});
+    auto g = cli({"check", runs[i]["trace"]["path"], "--max-leaked", std::to_string(kLeaked) + "B"});
     EXPECT_EQ(g.status, 0) << g.out << g.err;
   }
   std::printf("block bytes of the busiest site over 3 runs: %zu distinct value(s)\n", block_totals.size());

@@ -86,19 +86,20 @@ TEST(GoldenOom, SameDiagnosisAsStderrReport) {
   };
   EXPECT_TRUE(in_first("held by this process 40.00 MiB")) << err;
   EXPECT_TRUE(in_first("reserved but unused 20.00 MiB")) << err;
-  EXPECT_TRUE(in_first("without fragmentation the request would have fit")) << err;
+  EXPECT_TRUE(in_first("): with it gone the request would have fit")) << err;
   EXPECT_TRUE(in_first("allocate long-lived buffers first")) << err;
-  EXPECT_NE(err.find("without fragmentation the request would not have fit", second), std::string::npos) << err;
+  EXPECT_NE(err.find("): with it gone the request would not have fit", second), std::string::npos) << err;
   EXPECT_NE(err.find("the per-process cap GPUHEAP_LIMIT=40.0 MiB is what failed", second), std::string::npos) << err;
 }
 
-// The summary's diagnosis lines of every OOM, in order: "without fragmentation ..." and
+// The summary's diagnosis lines of every OOM, in order: "fragmentation cost ..." and
 // "suggestion: ...", without the text report's indent.
 std::vector<std::string> summary_diagnosis(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
-    if (line.rfind("  without fragmentation ", 0) == 0 || line.rfind("  suggestion: ", 0) == 0)
+    if ((line.rfind("  fragmentation cost ", 0) == 0 && line.find("the request") != std::string::npos) ||
+        line.rfind("  suggestion: ", 0) == 0)
       out.push_back(line.substr(2));
   return out;
 }
@@ -133,8 +134,8 @@ TEST(GoldenOom, TextSection) {
   ASSERT_NE(at, std::string::npos) << t;
   EXPECT_NE(t.find("pooled request of 4.00 MiB failed", at), std::string::npos) << t;
   EXPECT_NE(t.find("  held by this process 40.0 MiB; pool reserved but unused 20.0 MiB\n", at), std::string::npos) << t;
-  EXPECT_NE(t.find("  without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
-                   "block 2.00 MiB)\n",
+  EXPECT_NE(t.find("  fragmentation cost 20.0 MiB here (free in the pool, largest free block 2.00 MiB): with it "
+                   "gone the request would have fit\n",
                    at),
             std::string::npos)
       << t;

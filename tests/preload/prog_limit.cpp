@@ -2,7 +2,7 @@
 //   prog_limit cap        run with GPUHEAP_LIMIT=64MiB (device has more)
 //   prog_limit fraction   run with GPUHEAP_LIMIT=0.25 and SIMCUDA_TOTAL_MEMORY=256M
 //   prog_limit perdevice  run with GPUHEAP_LIMIT=0:32MiB and SIMCUDA_DEVICE_COUNT=2
-//   prog_limit threshold  run with GPUHEAP_RELEASE_THRESHOLD=1
+//   prog_limit threshold  run with GPUHEAP_RELEASE_THRESHOLD=1b
 //   prog_limit uncapped   run with SIMCUDA_TOTAL_MEMORY=256M (and an invalid GPUHEAP_LIMIT)
 //   prog_limit race       run with GPUHEAP_LIMIT=64MiB GPUHEAP_POOL=0: threads race pass-through kinds to the cap
 //   prog_limit devices    run with GPUHEAP_LIMIT=1:8MiB, SIMCUDA_DEVICE_COUNT=2, device 0 current

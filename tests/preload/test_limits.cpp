@@ -66,7 +66,7 @@ TEST(Limits, FractionAndPerDevice) {
 }
 
 TEST(Limits, ReleaseThresholdTrimsTheCache) {
-  ProgRun r = run("prog_limit", {"threshold"}, {"GPUHEAP_RELEASE_THRESHOLD=1"});
+  ProgRun r = run("prog_limit", {"threshold"}, {"GPUHEAP_RELEASE_THRESHOLD=1b"});
   ASSERT_EQ(r.status, 0) << r.err;
   TraceFile t = load_trace(r.traces.at(0));
   std::size_t n = 0;

@@ -57,7 +57,7 @@ def test_small_leak_passes():
     _kept.append(cuda_malloc(512 * 1024))
 
 
-@pytest.mark.limit_gpu_memory("1e7")
+@pytest.mark.limit_gpu_memory("1e7B")
 def test_peak_counts_only_this_test():
     # 6.5 MiB left by the tests above are not this test's: 8 MiB < 1e7 bytes passes.
     p = cuda_malloc(8 * MiB)

@@ -85,11 +85,12 @@ if mode in ("reexec", "pip"):
 sys.path.insert(0, plugin_dir)
 import pytest_gpuheap  # noqa: E402
 
-for text, want in [("2 GiB", 2 << 30), ("512MiB", 512 << 20), ("1e9", 10**9), ("2GB", 2 * 10**9),
-                   ("1.5G", 3 << 29), ("8K", 8192), ("123", 123), (4096, 4096), ("7 b", 7)]:
+for text, want in [("2 GiB", 2 << 30), ("512MiB", 512 << 20), ("1e9B", 10**9), ("2GB", 2 * 10**9),
+                   ("1.5G", 3 << 29), ("8K", 8192), ("123B", 123), (4096, 4096), ("7 b", 7), ("0", 0)]:
     got = pytest_gpuheap.parse_size(text)
     check(got == want, f"parse_size({text!r}) = {got}, expected {want}")
-for bad in ["", "GiB", "2 XB", "-1", "1 iB", "2 GiBs"]:
+# A string needs a unit, as in the CLI and GPUHEAP_LIMIT (issue 35): "123" is refused.
+for bad in ["", "GiB", "2 XB", "-1", "1 iB", "2 GiBs", "123", "1e9", "8"]:
     try:
         pytest_gpuheap.parse_size(bad)
         failures.append(f"parse_size({bad!r}) accepted")

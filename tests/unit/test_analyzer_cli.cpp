@@ -218,18 +218,18 @@ TEST(Cli, ZstdCompressedTraceReadsTheSame) {
 TEST(Cli, CheckExitCodes) {
   auto path = sample().write("cli_check.gh");
   EXPECT_EQ(sh("check " + path + " --max-allocated 2KiB").code, 0);
-  auto r = sh("check " + path + " --max-allocated 2047");
+  auto r = sh("check " + path + " --max-allocated 2047B");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("FAIL: peak allocated bytes"), std::string::npos) << r.out;
-  EXPECT_EQ(sh("check " + path + " --max-leaked 5KiB --max-reserved 2MiB --max-requested 2000").code, 0);
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5KiB --max-reserved 2MiB --max-requested 2000B").code, 0);
   // Leaks gate on requested bytes (1000 + 4096), not the blocks (1024 + 4096).
-  EXPECT_EQ(sh("check " + path + " --max-leaked 5096").code, 0);
-  EXPECT_EQ(sh("check " + path + " --max-leaked 5095").code, 1);
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5096B").code, 0);
+  EXPECT_EQ(sh("check " + path + " --max-leaked 5095B").code, 1);
   EXPECT_EQ(sh("check " + path + " --max-reserved 2MB").code, 1);  // 2,000,000 < 2 MiB
-  EXPECT_EQ(sh("check " + path + " --max-requested 1999").code, 1);
+  EXPECT_EQ(sh("check " + path + " --max-requested 1999B").code, 1);
   EXPECT_EQ(sh("check " + path + " --max-allocated 12QB").code, 2);
   EXPECT_EQ(sh("check " + path).code, 2);  // no limit given
-  EXPECT_EQ(sh("check /nonexistent.gh --max-allocated 1").code, 2);
+  EXPECT_EQ(sh("check /nonexistent.gh --max-allocated 1B").code, 2);
   auto base = TraceBuilder::dir() + "/cli_base.json";
   ASSERT_EQ(std::system((std::string(GPUHEAP_CLI) + " summary --json " + path + " > " + base).c_str()), 0);
   EXPECT_EQ(sh("check " + path + " --baseline " + base).code, 0);
@@ -238,6 +238,31 @@ TEST(Cli, CheckExitCodes) {
 }
 
 // A job that crashed before writing anything (or a wrong path) must not turn CI green.
+// One size rule for the CLI and GPUHEAP_LIMIT (issue 35): a bare number is refused with a
+// message saying how to write it, --help says the rule, and a count of 0 reads as one.
+TEST(Cli, SizesNeedAUnitAndCountsSayTheirRange) {
+  auto path = sample().write("cli_sizes.gh");
+  auto r = sh("check --max-reserved 8 " + path);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("size '8' has no unit: write 8B for bytes"), std::string::npos) << r.out;
+  for (const char* cmd :
+       {"replay --limit 300 ", "replay --sweep all --limits 1GiB,300 ", "diff --tolerance-bytes 5 "}) {
+    r = sh(cmd + path + (std::string(cmd).starts_with("diff") ? " " + path : ""));
+    EXPECT_EQ(r.code, 2) << cmd << r.out;
+    EXPECT_NE(r.out.find("has no unit"), std::string::npos) << cmd << r.out;
+  }
+  for (const char* cmd : {"check --help", "replay --help", "diff --help"})
+    EXPECT_NE(sh(cmd).out.find("SIZE: a number with a unit, as in GPUHEAP_LIMIT"), std::string::npos) << cmd;
+  for (const char* opt : {"--top", "--depth"}) {
+    r = sh(std::string("summary ") + opt + " 0 " + path);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(std::string(opt) + ": needs a whole number from 1 to 1000000, not '0'"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("not in range"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(sh("check --max-reserved 0 --max-leaked 8B " + path).code, 1);  // bare 0 is 0
+}
+
 TEST(Cli, WhatIsNotATraceIsRefusedByEveryCommand) {
   const std::string dir = TraceBuilder::dir();
   auto write_bytes = [&](const std::string& name, const std::vector<unsigned char>& bytes) {
@@ -271,7 +296,7 @@ TEST(Cli, WhatIsNotATraceIsRefusedByEveryCommand) {
   for (const auto& [name, bytes] : cases) {
     auto p = write_bytes(name, bytes);
     for (const std::string& cmd :
-         std::vector<std::string>{"check --max-leaked 0 --max-reserved 1 ", "check --allow-truncated --max-leaked 0 ",
+         std::vector<std::string>{"check --max-leaked 0 --max-reserved 1B ", "check --allow-truncated --max-leaked 0 ",
                                   "summary ", "summary --json ", "dump ", "diff " + p + " "}) {
       auto r = sh(cmd + p);
       EXPECT_EQ(r.code, 2) << cmd << name << "\n" << r.out;
@@ -301,7 +326,7 @@ TEST(Cli, CheckFailsAnIncompleteTraceUnlessAllowed) {
   EXPECT_NE(r.out.find("note: " + path + " is incomplete"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
   // A limit that does not hold still fails with --allow-truncated.
-  EXPECT_EQ(sh("check --allow-truncated --max-leaked 1 " + path).code, 1);
+  EXPECT_EQ(sh("check --allow-truncated --max-leaked 1B " + path).code, 1);
   // The whole trace passes without the flag.
   EXPECT_EQ(sh("check --max-leaked 1GiB " + b.write("check_whole.gh")).code, 0);
 }

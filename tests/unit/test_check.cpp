@@ -30,7 +30,8 @@ Analysis sample(std::uint64_t extra = 0, const char* name = "chk.gh") {
 }  // namespace
 
 TEST(Size, Parse) {
-  EXPECT_EQ(parse_size("123"), 123u);
+  EXPECT_EQ(parse_size("123B"), 123u);
+  EXPECT_EQ(parse_size("0"), 0u);
   EXPECT_EQ(parse_size("512KiB"), 512u * 1024);
   EXPECT_EQ(parse_size("1.5GiB"), 1536u * MiB);
   EXPECT_EQ(parse_size("2GB"), 2'000'000'000u);
@@ -40,8 +41,19 @@ TEST(Size, Parse) {
   EXPECT_EQ(parse_size("3 MB"), 3'000'000u);
   EXPECT_EQ(parse_size("10b"), 10u);
   EXPECT_EQ(parse_size("1TiB"), 1ull << 40);
-  for (const char* bad : {"", "GiB", "1.2.3", "12XB", "-5", "1e3", "abc", "5 GiBs", "99999999999999999999"})
+  for (const char* bad : {"", "GiB", "1.2.3", "12XB", "-5", "1e3", "abc", "5 GiBs", "99999999999999999999B"})
     EXPECT_THROW(parse_size(bad), UsageError) << bad;
+  // One rule with GPUHEAP_LIMIT: a number without a unit is refused, saying how to write it.
+  for (const char* bare : {"8", "123", "1.5", "0.5"}) {
+    try {
+      parse_size(bare);
+      ADD_FAILURE() << bare << " accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("has no unit: write " + std::string(bare) + "B for bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Check, EachLimitKind) {

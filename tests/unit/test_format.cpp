@@ -551,8 +551,8 @@ TEST(FormatRules, OomDiagnosis) {
   f::OomText t;
   f::oom_text(frag, d, &t);
   EXPECT_STREQ(t.fit,
-               "without fragmentation the request would have fit (20.0 MiB cached and unused, largest free "
-               "block 2.00 MiB)");
+               "fragmentation cost 20.0 MiB here (free in the pool, largest free block 2.00 MiB): with it gone "
+               "the request would have fit");
   EXPECT_EQ(std::string(t.suggestion).rfind("the pool's free memory is split", 0), 0u) << t.suggestion;
 
   f::OomFacts cap = frag;

@@ -146,7 +146,8 @@ const Case kCases[] = {
     {"GPUHEAP_SEAL_US", "18446744073709551615", false, 200 * kUs},
     {"GPUHEAP_SEAL_US", "100NS", true, 100},
     // size (default none = 0)
-    {"GPUHEAP_RELEASE_THRESHOLD", "1", true, 1},
+    {"GPUHEAP_RELEASE_THRESHOLD", "1b", true, 1},
+    {"GPUHEAP_RELEASE_THRESHOLD", "1", false, 0},  // a unit is required, as in GPUHEAP_LIMIT
     {"GPUHEAP_RELEASE_THRESHOLD", "0", true, 0},
     {"GPUHEAP_RELEASE_THRESHOLD", "512MiB", true, 512ull << 20},
     {"GPUHEAP_RELEASE_THRESHOLD", "2GB", true, 2'000'000'000},

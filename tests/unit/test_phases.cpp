@@ -233,10 +233,10 @@ TEST(Phases, CliCheckAfterAndMaxGrowth) {
   EXPECT_NE(r.out.find("restricted to after warmup"), std::string::npos) << r.out;
   EXPECT_EQ(sh("check --after warmup --max-leaked 0 " + leaky).code, 1);
   EXPECT_EQ(sh("check --max-growth 0 " + flat).code, 0);
-  r = sh("check --max-growth 150 " + leaky);
+  r = sh("check --max-growth 150B " + leaky);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("FAIL: growth of live requested bytes over 'step' (4 instances"), std::string::npos) << r.out;
-  EXPECT_EQ(sh("check --max-growth 200 " + leaky).code, 0);
+  EXPECT_EQ(sh("check --max-growth 200B " + leaky).code, 0);
   // No repeated phase: the gate cannot be measured, which fails it.
   EXPECT_EQ(sh("check --max-growth 1GiB --growth-phase warmup " + leaky).code, 1);
   EXPECT_EQ(sh("check --max-growth 1GiB --growth-phase nosuch " + leaky).code, 2);
@@ -272,4 +272,36 @@ TEST(Phases, DeepNestingIsBoundedAndStillMatched) {
   EXPECT_EQ(after.depth, 0);
   EXPECT_EQ(after.devices.at(0).peak_requested, 150);
   EXPECT_EQ(after.devices.at(0).allocs, 1u);
+}
+
+// "Which lines caused the peak" (issue 35): the summary names the ranges open at the peak
+// and which instance of each it was; --group-by sums the peak's sites by line, function,
+// file or module.
+TEST(Phases, SummaryNamesTheStepOfThePeakAndGroupsItsSites) {
+  TraceBuilder b;
+  b.stack(1, {0x401000});
+  b.stack(2, {0x402000});
+  b.module(0x400000, 0x410000, "/job/bin/trainer");
+  for (int i = 0; i < 3; ++i) {
+    phase(b, Op::push, "step");
+    phase(b, Op::push, "forward");
+    const std::uint64_t n = i == 1 ? 5000 : 1000;  // the peak: the second step's forward
+    b.alloc(0x1000, n, n, 1, kPass);
+    b.alloc(0x2000, 300, 300, 2, kPass);
+    b.free(0x1000, kPass);
+    b.free(0x2000, kPass);
+    phase(b, Op::pop);
+    phase(b, Op::pop);
+  }
+  b.end();
+  const std::string path = b.write("peak_step.gh");
+  auto r = sh("summary " + path);
+  EXPECT_NE(r.out.find("  the peak fell in step (#2 of 3) > forward (#2 of 3)\n"), std::string::npos) << r.out;
+  r = sh("summary --group-by module " + path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("  by module:\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in 2 allocations from 2 sites trainer\n"), std::string::npos) << r.out;
+  r = sh("summary --group-by line " + path);
+  EXPECT_NE(r.out.find("in 1 allocation from 1 site"), std::string::npos) << r.out;
+  EXPECT_EQ(sh("summary --group-by stack " + path).code, 2);
 }

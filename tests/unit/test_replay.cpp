@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "analyzer/base/error.h"
 #include "analyzer/base/flat_map.h"
@@ -302,6 +303,82 @@ TEST(ReplayCli, ExitCodes) {
   Cmd min = cli("replay -q --find-min-limit " + path);
   EXPECT_EQ(min.status, 0) << min.out;
   EXPECT_NE(min.out.find("(14680064 B)"), std::string::npos) << min.out;
+}
+
+// A replay stops at its OOM, the recording did not (issue 35): the rest of the trace still
+// says whether it is complete, what the recording reserved at its peak, and the symbols
+// `run` stored after the events, which name the failing allocation's frames.
+TEST(ReplayCli, AnOomStopsTheReplayNotTheReadingOfTheTrace) {
+  TraceBuilder b;
+  constexpr std::uint64_t kC = 0x7f0020000000;
+  b.segment(kA, 12 * MiB, false);
+  b.alloc(kA, 12 * MiB, 12 * MiB);
+  b.free(kA);
+  b.completed(kA);
+  b.stack(1, {0x401000, 0x403000});
+  b.segment(kB, 14 * MiB, false);
+  b.alloc(kB, 14 * MiB, 14 * MiB, 1);  // over a 13 MiB limit: the replay stops here
+  b.segment(kC, 20 * MiB, false);      // the recording's peak: 12 + 14 + 20 MiB
+  b.alloc(kC, 20 * MiB, 20 * MiB);
+  const char* names[] = {"", "user_model_forward(int)", "model.cpp", "main"};
+  for (std::uint32_t id = 1; id < 4; ++id) b.put(format::SymbolStringRecord{id, names[id]});
+  for (auto [ip, fn, line] : {std::tuple{0x401000u, 1u, 12u}, std::tuple{0x403000u, 3u, 40u}}) {
+    format::SymbolFrameEntry e{fn, 2, line, 0};
+    unsigned char buf[256];
+    auto n = format::encode_symbol_frames(buf, sizeof buf, ip, &e, 1);
+    b.data.insert(b.data.end(), buf, buf + n);
+  }
+  b.end();
+  std::string path = b.write("oom_rest.trace");
+  Cmd whole = cli("replay -q " + path);
+  Cmd oom = cli("replay -q --limit 13MiB " + path);
+  ASSERT_EQ(oom.status, 1) << oom.out;
+  EXPECT_EQ(oom.out.find("truncated"), std::string::npos) << oom.out;
+  EXPECT_NE(oom.out.find("user_model_forward"), std::string::npos) << oom.out;
+  EXPECT_NE(oom.out.find("model.cpp:12"), std::string::npos) << oom.out;
+  // The OOM's fragmentation verdict, in the summary's words (format/rules.h).
+  EXPECT_NE(oom.out.find("  fragmentation cost 0 B here (free in the pool, largest free block 0 B): with it gone the "
+                         "request would not have fit\n"),
+            std::string::npos)
+      << oom.out;
+  auto row = [](const std::string& out) {
+    auto at = out.find("recorded peak reserved");
+    return at == std::string::npos ? std::string("(none)") : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_NE(row(whole.out).find("46.0 MiB"), std::string::npos) << whole.out;
+  EXPECT_EQ(row(oom.out), row(whole.out)) << oom.out;
+  auto j = nlohmann::json::parse(cli("replay -q --json --limit 13MiB " + path).out);
+  EXPECT_EQ(j["truncated"], false);
+  EXPECT_EQ(j["devices"][0]["recorded_reserved_peak"], 46 * MiB);
+  // -v is accepted, as the unresolved-modules warning suggests.
+  EXPECT_NE(cli("replay -q -v " + path).status, 2);
+  Cmd min = cli("replay -q --find-min-limit " + path);
+  EXPECT_NE(min.out.find("not counted: the CUDA context"), std::string::npos) << min.out;
+  auto mj = nlohmann::json::parse(cli("replay -q --json --find-min-limit " + path).out);
+  EXPECT_TRUE(mj.contains("excludes")) << mj.dump();
+}
+
+// One fragmentation figure (issue 35): summary, replay and the sweep give the same bytes
+// (free bytes in segments holding a live block, at the first moment of peak reserved) and
+// summary and replay the same verdict line.
+TEST(ReplayCli, SummaryReplayAndSweepGiveOneFragmentationFigure) {
+  const std::string path = std::string(GPUHEAP_SOURCE_DIR) + "/examples/traces/h100-gpt-train.trace.zst";
+  auto sj = nlohmann::json::parse(cli("summary --json -q " + path + " 2>/dev/null | cat").out);
+  auto rj = nlohmann::json::parse(cli("replay -q --json " + path + " 2>/dev/null | cat").out);
+  auto wj = nlohmann::json::parse(cli("replay -q --json --sweep gpuheap " + path + " 2>/dev/null | cat").out);
+  const auto bytes = sj["devices"][0]["fragmentation"]["bytes"];
+  ASSERT_TRUE(bytes.is_number()) << sj["devices"][0].dump();
+  EXPECT_GT(bytes.get<std::uint64_t>(), 0u);
+  EXPECT_EQ(bytes, rj["devices"][0]["non_releasable_bytes_at_peak"]);
+  EXPECT_EQ(bytes, wj["rows"][0]["non_releasable_at_peak"]);
+  EXPECT_EQ(sj["devices"][0]["fragmentation"]["reserved"], rj["devices"][0]["reserved_bytes"]["peak"]);
+  auto verdict = [](const std::string& out) {
+    auto at = out.find("fragmentation cost ");
+    return at == std::string::npos ? std::string("(none)") : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string text = cli("summary -q " + path + " 2>/dev/null | cat").out;
+  EXPECT_NE(verdict(text).find("with it gone the peak reserved would have been"), std::string::npos) << text;
+  EXPECT_EQ(verdict(text), verdict(cli("replay -q " + path + " 2>/dev/null | cat").out));
 }
 
 // FlatMap::take (the replay's one-probe lookup-and-erase on its live and pending maps): the

@@ -96,7 +96,7 @@ TEST(Report, TextSummaryRowsAndValues) {
       << t;
   EXPECT_NE(t.find("#2    4.98 KiB requested   5.00 KiB allocated in 2 allocations"), std::string::npos) << t;
   EXPECT_NE(t.find("#2  2 allocations (4.98 KiB requested, 5.00 KiB allocated in total)"), std::string::npos) << t;
-  EXPECT_NE(t.find("Fragmentation at peak allocated, device 0"), std::string::npos) << t;
+  EXPECT_NE(t.find("Fragmentation at peak reserved, device 0"), std::string::npos) << t;
 }
 
 TEST(Report, JsonRequiredKeys) {

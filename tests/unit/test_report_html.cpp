@@ -73,9 +73,12 @@ nlohmann::json page_data(const std::string& page) {
 void expect_rendered(const std::string& dom) {
   EXPECT_NE(dom.find("data-status=\"ok\""), std::string::npos) << dom.substr(0, 3000);
   EXPECT_EQ(dom.find("<title>gpuheap report: ok</title>") == std::string::npos, false);
+  // What was drawn is an attribute for tests, not text in the page's header (issue 35).
+  EXPECT_EQ(dom.find(">ok: "), std::string::npos) << dom.substr(0, 3000);
+  EXPECT_NE(dom.find("id=\"status\" hidden"), std::string::npos) << dom.substr(0, 3000);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(dom, m,
-                                std::regex("ok: (\\d+) timelines, (\\d+) series, (\\d+) markers, (\\d+) "
+                                std::regex("data-drawn=\"(\\d+) timelines, (\\d+) series, (\\d+) markers, (\\d+) "
                                            "flame graphs, (\\d+) frames drawn")))
       << dom.substr(0, 3000);
   EXPECT_GE(std::stoi(m[1]), 1);
@@ -83,6 +86,11 @@ void expect_rendered(const std::string& dom) {
   EXPECT_GE(std::stoi(m[3]), 1);  // the peak at least
   EXPECT_EQ(std::stoi(m[4]), 3);
   EXPECT_GE(std::stoi(m[5]), 3);
+  // The byte axis ticks at round binary steps ("64 MiB", not "95.37 MiB").
+  std::smatch ticks;
+  ASSERT_TRUE(std::regex_search(dom, ticks, std::regex("data-yticks=\"([^\"]*)\""))) << dom.substr(0, 3000);
+  const std::string t = ticks[1];
+  EXPECT_TRUE(std::regex_match(t, std::regex("(\\d+ (B|KiB|MiB|GiB|TiB)\\|?)+"))) << t;
   EXPECT_NE(dom.find("class=\"uplot"), std::string::npos);  // uPlot built its chart
   EXPECT_NE(dom.find("<canvas"), std::string::npos);
 }
@@ -182,8 +190,18 @@ TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
   auto span = dom.out.rfind("<span title=\"at::native::gpu_reduce_kernel", cell);
   ASSERT_NE(span, std::string::npos);
   EXPECT_NE(dom.out.substr(span, cell - span).find("4, 4, at::native::func_wrapper_t"), std::string::npos);
-  // A Python label is left as it is.
-  EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
+  // A Python label is left as it is, with its line as the text has it (issue 35).
+  EXPECT_NE(dom.out.find("<td class=\"l\">Block.forward (torch_job.py:49)</td>"), std::string::npos);
+  EXPECT_EQ(dom.out.find("<td class=\"l\">Block.forward</td>"), std::string::npos);
+  // The flame graphs fold pass-through frames as the text does (issue 35).
+  const nlohmann::json data = page_data(slurp(html));
+  ASSERT_FALSE(data["flames"].empty());
+  for (const auto& f : data["flames"])
+    for (const auto& n : f["names"]) {
+      const std::string name = n.get<std::string>();
+      EXPECT_EQ(name.find("Module._call_impl"), std::string::npos) << name;
+      EXPECT_EQ(name.find("Module._wrapped_call_impl"), std::string::npos) << name;
+    }
 }
 
 // Large traces: the page's data stays bounded (timeline points and flame nodes), the

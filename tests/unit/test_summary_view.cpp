@@ -85,7 +85,7 @@ TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
           << e;
     }
     EXPECT_NE(t.find("Most allocations (by count)"), std::string::npos);
-    EXPECT_NE(t.find("Fragmentation at peak allocated"), std::string::npos);
+    EXPECT_NE(t.find("Fragmentation at peak reserved"), std::string::npos);
     // The pool rows are --pools' (and --full's); the all-pools rows stay.
     EXPECT_NE(t.find(" Requested memory      |"), std::string::npos);
     EXPECT_EQ(t.find("from large pool"), std::string::npos) << t;
@@ -180,4 +180,29 @@ TEST(SummaryView, DiffNamesAndCutsSitesAsTheSummaryDoes) {
   EXPECT_NE(t.find("module-call frames folded\n"), std::string::npos) << t;
   EXPECT_EQ(t.find("at c10::cuda::CUDACachingAllocator"), std::string::npos) << t;
   EXPECT_EQ(t.find("at Module._call_impl"), std::string::npos) << t;
+}
+
+// The GPU's table opens the summary, not the 4 bytes of pinned host memory (issue 35).
+TEST(SummaryView, TheDeviceTableComesBeforeTheHostOne) {
+  const std::string& t = text(kH100);
+  const auto device = t.find("gpuheap memory summary, device ID 0");
+  const auto host = t.find("Host (no device)");
+  ASSERT_NE(device, std::string::npos) << t;
+  ASSERT_NE(host, std::string::npos) << t;
+  EXPECT_LT(device, host) << t;
+  EXPECT_LT(t.find("  device 0:  "), t.find("  host:      pinned host memory")) << t;
+}
+
+// Two peak consumers on one Python line (issue 35: #1 and #2 both `Block.forward
+// (torch_job.py:49)`) each name the operator that tells them apart.
+TEST(SummaryView, SitesOfOneLineNameTheirOperators) {
+  const std::string& t = text(kH100);
+  const std::string one = entry(t, "Peak memory consumers", 1), two = entry(t, "Peak memory consumers", 2);
+  const std::string line = "Block.forward (torch_job.py:49) via at::";
+  ASSERT_NE(one.find(line), std::string::npos) << one;
+  ASSERT_NE(two.find(line), std::string::npos) << two;
+  auto op = [&](const std::string& e) { return e.substr(e.find(" via "), e.find('\n') - e.find(" via ")); };
+  EXPECT_NE(op(one), op(two));
+  EXPECT_NE(op(one).find("addmm"), std::string::npos) << one;
+  EXPECT_EQ(one.find("(anonymous namespace)"), std::string::npos) << one;
 }

@@ -27,6 +27,19 @@
     while (a >= 1024 && i < UNITS.length - 1) { a /= 1024; i++; }
     return (v < 0 ? '-' : '') + (i === 0 ? a.toFixed(0) : a.toFixed(2)) + ' ' + UNITS[i];
   }
+  // The byte axis steps by powers of two and labels each tick in the step's unit, so ticks
+  // read 64 MiB, 128 MiB, ... (decimal steps read 95.37 MiB, 190.73 MiB in binary units).
+  var BIN_INCRS = [];
+  for (var p2 = 1; p2 <= Math.pow(2, 60); p2 *= 2) BIN_INCRS.push(p2);
+  function binaryTicks(u, vals, axisIdx, space, incr) {
+    var i = 0;
+    while (i < UNITS.length - 1 && incr >= Math.pow(1024, i + 1)) i++;
+    var labels = vals.map(function (v) {
+      return v === null ? '' : (v / Math.pow(1024, i)).toFixed(0) + ' ' + UNITS[i];
+    });
+    u.root.setAttribute('data-yticks', labels.join('|'));  // what the canvas shows, for tests
+    return labels;
+  }
   function count(v) { return String(v); }
   function seconds(v) { return v === null || v === undefined ? '-' : v.toFixed(6) + ' s'; }
   var tip = el('div', 'tip');
@@ -51,8 +64,13 @@
     document.body.setAttribute('data-render-ms', String(Math.round(performance.now() - t0)));
     document.title = 'gpuheap report: ok';
     if (location.hash === '#selftest') setTimeout(selftest, 0);  // outside uPlot's draw hook
-    statusEl.textContent = 'ok: ' + D.timelines.length + ' timelines, ' + drawn.series + ' series, ' + drawn.markers +
-      ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn, ' + drawn.spans + ' phase spans';
+    // What was drawn is for tests and benchmarks (data-drawn), not for the reader: the
+    // visible status line goes away once the page is built.
+    document.body.setAttribute('data-drawn', D.timelines.length + ' timelines, ' + drawn.series + ' series, ' +
+      drawn.markers + ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn, ' +
+      drawn.spans + ' phase spans');
+    statusEl.textContent = '';
+    statusEl.hidden = true;
   }
 
   // ---- meta ----
@@ -125,7 +143,7 @@
       width: width, height: 300, series: series,
       scales: { x: { time: false } },
       axes: [{ label: D.time_axis ? 'seconds since the earliest process start' : 'seconds since start', values: function (u, vals) { return vals.map(function (v) { return v.toFixed(3); }); } },
-             { size: 90, values: function (u, vals) { return vals.map(bytes); } }],
+             { size: 90, incrs: BIN_INCRS, values: binaryTicks }],
       cursor: { drag: { x: true, y: false } },
       hooks: { draw: [drawMarkers] }
     }, data, box);
@@ -292,10 +310,13 @@
   }
   // A C++ label with its template arguments elided, as the text summary's default view has
   // it (analyzer/labels.cpp short_name); the whole name is the cell's tooltip.
+  // With the line, as the text has it ("Block.forward (torch_job.py:49)"): sites of one
+  // function on different lines must not read the same.
   function siteCell(s) {
     var full = s.label || '', f = s.stack && s.label_frame !== undefined ? s.stack[s.label_frame] : null;
     var out = '', depth = 0;
-    if (!f || f.module === 'python') return full;
+    var at = f && f.file && f.function ? ' (' + f.file.split('/').pop() + (f.line ? ':' + f.line : '') + ')' : '';
+    if (!f || f.module === 'python') return full + at;
     for (var i = 0; i < full.length; ++i) {
       var c = full[i];
       if (depth === 0 && c === '<' && /operator$/.test(out)) {
@@ -309,9 +330,9 @@
         out += c;
       }
     }
-    if (out === full) return full;
-    var e = el('span', null, out);
-    e.title = full;
+    if (out === full) return full + at;
+    var e = el('span', null, out + at);
+    e.title = full + at;
     return e;
   }
   function stackText(st) { return st.slice(0, 8).map(frameText).join('\n') + (st.length > 8 ? '\n… ' + (st.length - 8) + ' more' : ''); }
