@@ -1,6 +1,6 @@
 # Analyzer unit tests (synthetic traces built in-test) and CLI tests (run the built binary).
 include(GoogleTest)
-foreach(t test_model test_model_edges test_model_replay test_phases test_report test_site_lists test_check test_analyzer_cli test_diff test_library_label test_labels test_progress test_replay test_replay_pending test_replay_torch)
+foreach(t test_model test_model_edges test_model_replay test_phases test_categories test_report test_site_lists test_check test_analyzer_cli test_diff test_library_label test_labels test_progress test_replay test_replay_pending test_replay_torch)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cpp)
   target_link_libraries(${t} PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
   target_compile_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
