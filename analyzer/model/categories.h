@@ -80,6 +80,10 @@ class Classifier {
   // A live allocation's category became final before its free (an activation at the end of
   // backward, a parameter when training starts, ...).
   std::function<void(std::uint64_t id, Category c)> decided;
+  // A live allocation's provisional category changed, not yet final (a backward's
+  // allocation alive when its backward ended: gradient until freed or retired; a saved one
+  // that outlived its backward: other).
+  std::function<void(std::uint64_t id, Category c)> moved;
 
   // The category known now: final for stack-decided ones (library, gradient through
   // AccumulateGrad, framework_cache), else provisional (what it is if it lives on).

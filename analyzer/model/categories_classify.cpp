@@ -77,6 +77,7 @@ void Classifier::close_epoch(TrainPhase next) {
       case TrainPhase::backward:
         l.state = State::grad, l.steps_seen = opt_steps_, l.backward_no = backwards_;  // final when freed
         grad_ids_.push_back(id);
+        if (moved) moved(id, Category::gradient);
         break;
       case TrainPhase::optimizer: decide(id, l, Category::optimizer_state); break;
       default: decide(id, l, l.construction ? Category::parameter : Category::other); break;
@@ -88,7 +89,9 @@ void Classifier::close_epoch(TrainPhase next) {
     // outlives the backward was not (only) saved for it (an output the program keeps).
     for (auto id : saved_ids_) {
       auto it = live_.find(id);
-      if (it != live_.end() && it->second.state == State::saved) it->second.state = State::kept;
+      if (it == live_.end() || it->second.state != State::saved) continue;
+      it->second.state = State::kept;
+      if (moved) moved(id, Category::other);
     }
     saved_ids_.clear();
   }

@@ -60,6 +60,7 @@ struct Pass {
     std::sort(peak_at.begin(), peak_at.end());
     for (const auto& [tid, name] : m.threads) autograd[tid] = is_autograd_thread(name);
     cls.decided = [this](std::uint64_t id, Category c) { recount(id, c); };
+    cls.moved = [this](std::uint64_t id, Category c) { recount(id, c); };
   }
 
   void recount(std::uint64_t id, Category c) {

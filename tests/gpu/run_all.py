@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gh  # noqa: E402
 import torch_snapshot_case  # noqa: E402
 import pytest_case  # noqa: E402
+import categories_case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_JOB = os.path.join(HERE, "torch_job.py")
@@ -502,7 +503,8 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("torch_python_lines", case_torch_python_lines), ("replay_truth", case_replay_truth),
          ("torch_phases", case_torch_phases), ("replay_torch_truth", case_replay_torch_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS)),
-         ("torch_pytest", pytest_case.case_torch_pytest)]
+         ("torch_pytest", pytest_case.case_torch_pytest),
+         ("torch_categories", lambda ctx: categories_case.case_torch_categories(ctx, STEPS))]
 
 
 def versions():

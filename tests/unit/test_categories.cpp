@@ -123,12 +123,13 @@ namespace {
 // Drives a Classifier through crafted allocations; finals collects every final category.
 struct Drive {
   Classifier cls;
-  std::map<std::uint64_t, Category> finals;
+  std::map<std::uint64_t, Category> finals, moved;
   std::vector<StackTraits> keep;  // stable addresses: reserve() below
   std::uint64_t next = 1;
   Drive() {
     keep.reserve(256);
     cls.decided = [this](std::uint64_t id, Category c) { finals[id] = c; };
+    cls.moved = [this](std::uint64_t id, Category c) { moved[id] = c; };
   }
   std::uint64_t alloc(std::vector<FrameRef> frames, bool autograd_thread = false) {
     keep.push_back(stack_traits(frames));
@@ -194,6 +195,8 @@ TEST(CategoryClassifier, TrainingStepLifetimes) {
   const auto state = d.alloc(kStep);
   EXPECT_EQ(d.finals.count(grad), 0u);
   EXPECT_EQ(d.cls.category(grad), Category::gradient);  // outlived its backward: provisional
+  EXPECT_EQ(d.moved.at(grad), Category::gradient);      // and said so (a streaming view recounts it)
+  EXPECT_EQ(d.moved.at(kept_out), Category::other);
   const auto step_tmp = d.alloc(kStep);
   d.free(step_tmp);
   EXPECT_EQ(d.finals[step_tmp], Category::temporary);
@@ -375,6 +378,15 @@ TEST(CategorySummary, PeakByCategoryAndLeaksWithoutLibraries) {
   const auto doc = summary_json(a, opt, js);
   EXPECT_EQ(doc["schema"], "gpuheap.summary/2");
   EXPECT_EQ(doc["categories"]["at_peak"][0]["totals"]["activation"]["bytes"], 8 * MiB);
+  // The optimizer step runs with the gradient alive: counted as one there, not a temporary.
+  bool saw_step = false;
+  for (const auto& p : doc["categories"]["phases_found"]) {
+    if (p["phase"] != "optimizer_step") continue;
+    saw_step = true;
+    EXPECT_EQ(p["peak_by_category"]["gradient"], 4 * MiB) << p.dump();
+    EXPECT_FALSE(p["peak_by_category"].contains("temporary")) << p.dump();
+  }
+  EXPECT_TRUE(saw_step);
   ASSERT_EQ(doc["leaks"].size(), 4u);  // JSON keeps every site; `category` tells the library's apart
   int library = 0;
   for (const auto& s : doc["leaks"]) library += s["category"] == "library";
