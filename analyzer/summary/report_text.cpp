@@ -331,9 +331,18 @@ void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const Summar
   // User memory only: a library's workspaces and handles live as long as the library does,
   // they are not a leak of the line that first used it (--include-library lists them).
   const auto rows = sites.shown_leaks(ti, opt.include_library);
+  // The header's totals less the library sites' (the totals leave address space out, the
+  // site list does not: subtracting keeps them the same when no site is a library's).
+  SiteRow lib;
+  for (const auto& r : sites.leaks(ti))
+    if (!sites.traits(ti, r.stack).library.empty())
+      lib.bytes += r.bytes, lib.allocated += r.allocated, lib.count += r.count;
+  if (opt.include_library) lib = SiteRow{};
   SiteRow sum;
-  for (const auto& r : rows) sum.bytes += r.bytes, sum.allocated += r.allocated, sum.count += r.count;
-  const std::uint64_t lib_bytes = m.leaked_bytes - std::min(m.leaked_bytes, sum.bytes);
+  sum.bytes = m.leaked_bytes - std::min(m.leaked_bytes, lib.bytes);
+  sum.allocated = m.leaked_allocated_bytes - std::min(m.leaked_allocated_bytes, lib.allocated);
+  sum.count = m.leaked_count - std::min(m.leaked_count, lib.count);
+  const std::uint64_t lib_bytes = lib.bytes;
   const std::string lib_note = opt.include_library || !lib_bytes
                                    ? ""
                                    : fmt::format("; libraries hold {} more (--include-library lists them)",

@@ -457,3 +457,20 @@ TEST(CategoryClassifier, KeptAcrossBackwardsWithoutStepsIsUnknownAtTheEnd) {
   EXPECT_EQ(d.finals[g2], Category::gradient);
   EXPECT_EQ(d.finals[ws], Category::unknown);
 }
+
+// The leak header's totals stay the trace's (address space left out) when no site is a
+// library's: only library sites are subtracted, never recounted from the site list.
+TEST(CategorySummary, LeakHeaderKeepsTheTotalsWithoutLibraries) {
+  TraceBuilder b;
+  b.stack(1, {0x401000});
+  b.alloc(0x1000000, 2 * MiB, 2 * MiB, 1, AllocKind::device_passthrough);
+  b.alloc(0x7000000000ull, 10 * MiB, 10 * MiB, 1, AllocKind::va_reserve);
+  b.end();
+  auto a = analyze_one(b, "categories_va.gh");
+  SiteLists sites(a, false);
+  const auto text = summary_text(a, SummaryOptions{}, sites);
+  EXPECT_NE(text.find("Leaks (live at the end of the trace): 2.00 MiB requested (2.00 MiB allocated) in 2 "
+                      "allocations\n"),
+            std::string::npos)
+      << text;
+}
