@@ -108,7 +108,7 @@ bool nothing_decided(const CategoryMoment& mo, const CategoryReport& rep) {
 
 void categories_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];
-  if (m.window().size() || m.windowed()) return;  // the categories cover the whole trace only
+  if (!m.window().empty() || m.windowed()) return;  // the categories cover the whole trace only
   const auto& rep = sites.categories(ti);
   for (std::size_t di = 0; di < m.devices.size(); ++di) {
     const auto& d = m.devices[di];
