@@ -9,6 +9,7 @@ foreach(t test_model test_model_edges test_model_replay test_phases test_categor
   gtest_discover_tests(${t} DISCOVERY_TIMEOUT 60)
 endforeach()
 add_dependencies(test_analyzer_cli gpuheap_cli)
+add_dependencies(test_categories gpuheap_cli)
 
 # The default summary view of the shipped example traces (issue 17).
 add_executable(test_summary_view ${CMAKE_CURRENT_SOURCE_DIR}/test_summary_view.cpp)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analyzer/model/categories.h"
+#include "analyzer/summary/check.h"
 #include "analyzer/summary/report.h"
 #include "test_analyzer_util.h"
 
@@ -473,4 +474,27 @@ TEST(CategorySummary, LeakHeaderKeepsTheTotalsWithoutLibraries) {
                       "allocations\n"),
             std::string::npos)
       << text;
+}
+
+// check --max-category: a category's bytes at each device's peak against a limit.
+TEST(CategoryCheck, MaxCategoryAtThePeak) {
+  auto a = analyze_one(training_trace(), "categories_check.gh");
+  CheckOptions o;
+  o.max_category = {{Category::activation, 8 * MiB}, {Category::parameter, 4 * MiB - 1}};
+  auto r = run_check(a, o);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_NE(r.violations[0].find("parameter at the peak of device 0: 4.00 MiB (4194304 B) exceeds --max-category "
+                                 "parameter=4.00 MiB; top site: 4.00 MiB in 1 allocations at Module._apply"),
+            std::string::npos)
+      << r.violations[0];
+  ASSERT_EQ(r.passed.size(), 1u);
+  EXPECT_NE(r.passed[0].find("activation at the peak of device 0: 8.00 MiB (8388608 B) within"), std::string::npos)
+      << r.passed[0];
+  const auto cli = run(std::string(GPUHEAP_CLI) + " check -q --max-category weights=1GiB " + TraceBuilder::dir() +
+                       "/categories_check.gh");
+  EXPECT_EQ(cli.code, 2) << cli.out;
+  EXPECT_NE(cli.out.find("--max-category takes NAME=SIZE"), std::string::npos) << cli.out;
+  const auto ok = run(std::string(GPUHEAP_CLI) + " check -q --max-category library=1MiB " + TraceBuilder::dir() +
+                      "/categories_check.gh");
+  EXPECT_EQ(ok.code, 0) << ok.out;
 }
