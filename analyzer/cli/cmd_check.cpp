@@ -31,8 +31,8 @@ void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
   cmd->add_option("--max-reserved", o.max_reserved, "Limit on peak reserved bytes (SIZE)");
   cmd->add_option("--max-leaked", o.max_leaked, "Limit on bytes live at the end (SIZE)");
   cmd->add_option("--max-category", o.max_category,
-                  "Limit on a category's bytes at each device's peak (NAME=SIZE, e.g. activation=24GiB; "
-                  "docs/categories.md); repeatable");
+                  "Limit on a category's bytes at each device's peak, as NAME=SIZE (activation=24GiB, names in "
+                  "docs/categories.md); may be given again");
   cmd->add_option("--max-growth", o.max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)");
   cmd->add_option("--baseline", c.baseline, "An earlier run's summary --json file (the reference)");
   cmd->add_option("--tolerance", c.tolerance_pct, "Allowed growth over the baseline in % (default 5)")
