@@ -17,6 +17,7 @@ struct CheckCliOptions {
   std::vector<std::string> traces;
   // The --max-* limits as given (SIZE strings, "" when not given).
   std::string max_requested, max_allocated, max_reserved, max_leaked, max_growth;
+  std::vector<std::string> max_category;  // NAME=SIZE
   bool quiet = false;
   DebuginfodOptions debuginfod;
   WindowSpec window;
@@ -30,6 +31,9 @@ void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
   cmd->add_option("--max-allocated", o.max_allocated, "Limit on peak allocated bytes (SIZE)")->check(size_value());
   cmd->add_option("--max-reserved", o.max_reserved, "Limit on peak reserved bytes (SIZE)")->check(size_value());
   cmd->add_option("--max-leaked", o.max_leaked, "Limit on bytes live at the end (SIZE)")->check(size_value());
+  cmd->add_option("--max-category", o.max_category,
+                  "Limit on a category's bytes at each device's peak, as NAME=SIZE (activation=24GiB, names in "
+                  "docs/categories.md); may be given again");
   cmd->add_option("--max-growth", o.max_growth, "Limit on live bytes' growth from the 2nd to the last step (SIZE)")
       ->check(size_value());
   cmd->footer(kSizeRule);
@@ -53,7 +57,19 @@ int run_check_command(CheckCliOptions o) {
   c.max_reserved = size_opt(o.max_reserved);
   c.max_leaked = size_opt(o.max_leaked);
   c.max_growth = size_opt(o.max_growth);
-  if (!c.max_requested && !c.max_allocated && !c.max_reserved && !c.max_leaked && !c.max_growth && c.baseline.empty())
+  for (const auto& spec : o.max_category) {
+    const auto eq = spec.find('=');
+    Category cat{};
+    if (eq == std::string::npos || !parse_category(spec.substr(0, eq), cat))
+      throw UsageError(
+          "check: --max-category takes NAME=SIZE with NAME one of parameter, gradient, "
+          "optimizer_state, activation, temporary, library, framework_cache, other, unknown");
+    const auto limit = size_opt(spec.substr(eq + 1));
+    if (!limit) throw UsageError("check: --max-category " + spec + ": no SIZE after '='");
+    c.max_category.emplace_back(cat, *limit);
+  }
+  if (!c.max_requested && !c.max_allocated && !c.max_reserved && !c.max_leaked && !c.max_growth &&
+      c.max_category.empty() && c.baseline.empty())
     throw UsageError("check: give at least one --max-* limit or --baseline");
   AnalyzeOptions aopt;
   aopt.progress = !o.quiet;

@@ -46,6 +46,8 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   o.depth_option = cmd->add_option("--depth", o.depth, "Frames per site below the allocator's own (default 3)")
                        ->check(whole_number(1, kMaxListed));
   cmd->add_flag("--full", s.full, "Everything: every frame of every stack, every entry of every list");
+  cmd->add_flag("--include-library", s.include_library,
+                "List library workspaces and handles (cuBLAS, cuDNN, ...) among the leaks too");
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
   cmd->add_option("--group-by", s.group_by,

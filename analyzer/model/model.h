@@ -77,6 +77,9 @@ struct DeviceState {
   // peak_held_allocated the block bytes held at the same moment.
   std::int64_t held = 0, held_requested = 0, peak_held = 0, peak_held_allocated = 0;
   std::uint64_t peak_held_ts = 0, peak_seq = 0;
+  // The peak's alloc record: the number of alloc records read up to and including it (a
+  // second read of the trace finds the same moment by counting them: category_pass.h).
+  std::uint64_t peak_alloc = 0;
   std::uint32_t epoch = 0;
   std::vector<SiteBytes> peak_consumers;  // at finish, largest first
 
@@ -513,6 +516,7 @@ class Model {
   base::FlatMap<Leak> win_leaks_;
   std::uint64_t win_leaked_bytes_ = 0, win_leaked_allocated_ = 0, win_leaked_count_ = 0;
   std::uint64_t seq_ = 0;
+  std::uint64_t allocs_ = 0;  // alloc records read (DeviceState::peak_alloc)
   std::size_t timeline_buckets_;
   bool finished_ = false;
 };

@@ -123,6 +123,7 @@ void Model::seg_add_block(std::uint64_t ptr, const Live& e, int sign) {
 
 void Model::on_alloc(const format::AllocRecord& a) {
   touch_ts(a.ts);
+  ++allocs_;
   auto di = dev_index(a.device);
   auto& d = devices[di];
   auto k = key(a.ptr, a.kind);
@@ -220,7 +221,7 @@ void Model::on_alloc(const format::AllocRecord& a) {
       // seq <= peak_seq are accumulated per site from here on (epoch invalidates older ones).
       // Requested bytes decide the moment, so it does not move with the pool's block choice.
       d.peak_held = d.held_requested, d.peak_held_allocated = d.held;
-      d.peak_held_ts = a.ts, d.peak_seq = e->seq, ++d.epoch;
+      d.peak_held_ts = a.ts, d.peak_seq = e->seq, d.peak_alloc = allocs_, ++d.epoch;
     }
   }
 }

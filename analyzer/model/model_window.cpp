@@ -101,7 +101,7 @@ void Model::enter_window(std::uint64_t ts) {
     }
     if (d.held_requested > w.peak_held) {
       d.peak_held = d.held_requested, d.peak_held_allocated = d.held;
-      d.peak_held_ts = ts, d.peak_seq = seq_, ++d.epoch;
+      d.peak_held_ts = ts, d.peak_seq = seq_, d.peak_alloc = allocs_, ++d.epoch;
     } else {
       d.peak_held = w.peak_held;
     }

@@ -233,6 +233,7 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
       }
     }
   }
+  check_categories(a, opt, r);
   if (incomplete && !opt.allow_truncated) r.passed.clear();
   return r;
 }

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "analyzer/model/analysis.h"
+#include "analyzer/model/categories.h"
 
 namespace gpuheap {
 
@@ -22,6 +24,8 @@ struct CheckOptions {
   // a trace without two instances of it fails the gate (nothing was measured).
   std::optional<std::uint64_t> max_growth;
   std::string growth_phase;  // "" = the most repeated top-level range
+  // --max-category NAME=SIZE: bytes of a category (docs/categories.md) live at each device's peak.
+  std::vector<std::pair<Category, std::uint64_t>> max_category;
 };
 
 // The four measured quantities, as `check` and baselines see them: the largest per-GPU
@@ -49,6 +53,8 @@ struct CheckResult {
   std::vector<std::string> notes;       // incomplete traces accepted with allow_truncated
 };
 CheckResult run_check(const Analysis& a, const CheckOptions& opt);
+// The --max-category limits (check_categories.cpp), added to r by run_check.
+void check_categories(const Analysis& a, const CheckOptions& opt, CheckResult& r);
 // For a failing --baseline gate: "grew: +7.00 MiB at LABEL [LIBRARY] (0 B -> 7.00 MiB, new);
 // ..." for the sites of this run whose bytes exceed their baseline site's (paired as `diff`
 // pairs sites, site_match.h), largest growth first, at most 3 named: at the peak of

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyzer/model/analysis.h"
+#include "analyzer/model/category_pass.h"
 #include "analyzer/summary/site_match.h"
 #include "analyzer/symbolize/labels.h"  // library_label
 #include "analyzer/symbolize/symbolize.h"
@@ -31,6 +32,8 @@ struct SummaryOptions {
   std::string window;        // what restricts the figures (--phase/--time/--after), "" = whole trace
   std::string growth_phase;  // --growth-phase ("" = the most repeated top-level range)
   std::string group_by;      // --group-by line|function|file|module: peak consumers summed ("" = by stack)
+  // --include-library: the leak list shows library memory (workspaces, handles) too.
+  bool include_library = false;
 };
 
 // Symbolized stacks of one trace, cached per stack id.
@@ -109,6 +112,15 @@ class SiteLists {
   const std::vector<SiteRow>& temporary(std::size_t trace);         // sites with temporaries, by count
   const std::vector<SiteRow>& leaks(std::size_t trace);
   const std::vector<SiteRow>& oom_live(std::size_t trace, std::size_t oom);  // its top_live
+  // Memory in the user's terms (analyzer/model/categories.h): the categories of trace
+  // `trace`, computed on first use (a second read of the trace, every stack symbolized).
+  const CategoryReport& categories(std::size_t trace);
+  // The category rules' view of one stack (its frames as this resolver symbolizes them).
+  const StackTraits& traits(std::size_t trace, std::uint32_t stack);
+  // The category of most of a site's bytes: what a per-site view (group-by, top) shows.
+  Category site_category(std::size_t trace, std::uint32_t stack) { return categories(trace).site_category(stack); }
+  // The leaks a summary lists: user memory only (no library's), or all with include_library.
+  std::vector<SiteRow> shown_leaks(std::size_t trace, bool include_library);
 
  private:
   struct Lists;
@@ -129,6 +141,11 @@ void phases_json(nlohmann::json& doc, const Model& m, const SummaryOptions& opt)
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt);
 nlohmann::json summary_json(const Analysis& a, const SummaryOptions& opt, SiteLists& sites);  // as summary_text's
 nlohmann::json stack_json(const std::vector<Frame>& frames);
+// "Memory by category" (report_categories.cpp): the text section, and the JSON `categories`
+// object (totals at each device's peak and of the leaks, by category).
+void categories_text(std::string& out, SiteLists& sites, std::size_t trace, const SummaryOptions& opt);
+nlohmann::json categories_json(SiteLists& sites, std::size_t trace);
+nlohmann::json category_totals_json(const CategoryBytes& b);
 
 // Per-site differences between two traces (first trace of each analysis). Sites are paired
 // by site_match.h: a site whose lines moved is one row.

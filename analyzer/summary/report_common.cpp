@@ -132,6 +132,8 @@ struct SiteLists::Lists {
   std::vector<std::optional<std::vector<SiteRow>>> peak, oom;     // per device, per OOM
   std::vector<std::optional<std::vector<LibraryRow>>> libraries;  // per device
   std::optional<std::vector<SiteRow>> by_count, temporary, leaks;
+  std::unordered_map<std::uint32_t, StackTraits> traits;
+  std::optional<CategoryReport> categories;
 };
 
 SiteLists::SiteLists(const Analysis& a, bool all_frames) : a_(a), all_frames_(all_frames) {
@@ -199,6 +201,32 @@ const std::vector<SiteRow>& SiteLists::leaks(std::size_t trace) {
     slot = merge_sites(rows, res(trace));
   }
   return *slot;
+}
+
+const StackTraits& SiteLists::traits(std::size_t trace, std::uint32_t stack) {
+  auto& t = lists(trace).traits;
+  auto it = t.find(stack);
+  if (it != t.end()) return it->second;
+  const auto& frames = res(trace).frames(stack);
+  std::vector<FrameRef> refs;
+  refs.reserve(frames.size());
+  for (const auto& f : frames) refs.push_back({f.function, f.file, f.module, f.line, f.module == "python"});
+  return t.emplace(stack, stack_traits(refs)).first->second;
+}
+
+const CategoryReport& SiteLists::categories(std::size_t trace) {
+  auto& slot = lists(trace).categories;
+  if (!slot)
+    slot = categorize(*a_.traces.at(trace),
+                      [&](std::uint32_t stack) -> const StackTraits& { return traits(trace, stack); });
+  return *slot;
+}
+
+std::vector<SiteRow> SiteLists::shown_leaks(std::size_t trace, bool include_library) {
+  std::vector<SiteRow> rows;
+  for (const auto& r : leaks(trace))
+    if (include_library || traits(trace, r.stack).library.empty()) rows.push_back(r);
+  return rows;
 }
 
 const std::vector<SiteRow>& SiteLists::oom_live(std::size_t trace, std::size_t oom) {

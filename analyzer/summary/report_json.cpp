@@ -73,6 +73,22 @@ json site_list(const std::vector<SiteRow>& rows, StackResolver& res, const Summa
   return arr;
 }
 
+// Every site object (one with a stack_id) gets its category (the category of most of its
+// bytes over the whole trace: SiteLists::site_category).
+void add_site_categories(json& j, SiteLists& sites, std::size_t ti) {
+  if (j.is_object()) {
+    auto it = j.find("stack_id");
+    if (it != j.end() && it->is_number_unsigned())
+      j["category"] = category_name(sites.site_category(ti, it->get<std::uint32_t>()));
+    for (auto& [k, v] : j.items()) {
+      (void)k;
+      if (v.is_structured()) add_site_categories(v, sites, ti);
+    }
+  } else if (j.is_array()) {
+    for (auto& v : j) add_site_categories(v, sites, ti);
+  }
+}
+
 json kinds_json(const DeviceState& d) {
   json kinds = json::object();
   for (int k = 0; k < format::kNumAllocKinds; ++k) {
@@ -218,7 +234,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
 
   doc["most_allocations"] = site_list(sites.most_allocations(ti), res, opt);
   doc["temporary"] = site_list(sites.temporary(ti), res, opt);
-  doc["leaks"] = site_list(sites.leaks(ti), res, opt);
+  doc["leaks"] = site_list(sites.leaks(ti), res, opt);  // every site: `category` says which are a library's
   doc["leaked_bytes"] = m.leaked_bytes;
   doc["leaked_allocated_bytes"] = m.leaked_allocated_bytes;
   doc["leaked_count"] = m.leaked_count;
@@ -226,6 +242,8 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   doc["ooms"] = ooms_json(sites, ti, opt);
   doc["timeline"] = std::move(tl);
   phases_json(doc, m, opt);
+  if (!m.windowed()) doc["categories"] = categories_json(sites, ti);
+  add_site_categories(doc, sites, ti);
   return doc;
 }
 

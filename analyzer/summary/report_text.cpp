@@ -401,11 +401,30 @@ void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const Summar
   const Model& m = *sites.analysis().traces[ti];
   const auto& in = m.info;
   StackResolver& res = sites.res(ti);
-  if (!m.leaks.empty()) {
-    out += fmt::format("Leaks (live at the end of the trace{}): {} requested ({} allocated) in {} allocations\n",
+  // User memory only: a library's workspaces and handles live as long as the library does,
+  // they are not a leak of the line that first used it (--include-library lists them).
+  const auto rows = sites.shown_leaks(ti, opt.include_library);
+  // The header's totals less the library sites' (the totals leave address space out, the
+  // site list does not: subtracting keeps them the same when no site is a library's).
+  SiteRow lib;
+  for (const auto& r : sites.leaks(ti))
+    if (!sites.traits(ti, r.stack).library.empty())
+      lib.bytes += r.bytes, lib.allocated += r.allocated, lib.count += r.count;
+  if (opt.include_library) lib = SiteRow{};
+  SiteRow sum;
+  sum.bytes = m.leaked_bytes - std::min(m.leaked_bytes, lib.bytes);
+  sum.allocated = m.leaked_allocated_bytes - std::min(m.leaked_allocated_bytes, lib.allocated);
+  sum.count = m.leaked_count - std::min(m.leaked_count, lib.count);
+  const std::uint64_t lib_bytes = lib.bytes;
+  const std::string lib_note = opt.include_library || !lib_bytes
+                                   ? ""
+                                   : fmt::format("; libraries hold {} more (--include-library lists them)",
+                                                 human_bytes(lib_bytes));
+  if (!rows.empty()) {
+    out += fmt::format("Leaks (live at the end of the trace{}): {} requested ({} allocated) in {} allocations{}\n",
                        in.truncated ? "; truncated trace, so the process may have freed them later" : "",
-                       human_bytes(m.leaked_bytes), human_bytes(m.leaked_allocated_bytes), m.leaked_count);
-    auto shown = shown_sites(sites.leaks(ti), res, opt);
+                       human_bytes(sum.bytes), human_bytes(sum.allocated), sum.count, lib_note);
+    auto shown = shown_sites(rows, res, opt);
     for (std::size_t i = 0; i < shown.size(); ++i) {
       auto same = opt.full ? shown_stacks.end() : shown_stacks.find(res.key(shown[i].stack));
       out += fmt::format("  #{:<2} {} in {} allocation{} {}{}\n", i + 1, both_bytes(shown[i].bytes, shown[i].allocated),
@@ -414,6 +433,8 @@ void leaks_text(std::string& out, SiteLists& sites, std::size_t ti, const Summar
       if (same == shown_stacks.end()) append_stack(out, res, shown[i].stack, opt);
     }
     out += "\n";
+  } else if (!m.leaks.empty()) {
+    out += fmt::format("Leaks: none of the program's own{}\n\n", lib_note);
   } else {
     out += "Leaks: none (every allocation was freed)\n\n";
   }
@@ -486,6 +507,7 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
   phases_text(out, m, opt);
   ShownStacks shown_stacks;
   peak_consumers_text(out, sites, ti, opt, shown_stacks);
+  categories_text(out, sites, ti, opt);
   count_lists_text(out, sites, ti, opt);
   leaks_text(out, sites, ti, opt, shown_stacks);
   fragmentation_text(out, m, opt);

@@ -25,6 +25,7 @@ import wheel_case  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat"))
 import matrix  # noqa: E402  (the compatibility matrix, issue 39: cases compat.*)
 import top_case  # noqa: E402
+import categories_case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_JOB = os.path.join(HERE, "torch_job.py")
@@ -508,7 +509,8 @@ CASES = [("torch_requested_peak", case_torch_requested_peak), ("torch_framework_
          ("torch_phases", case_torch_phases), ("replay_torch_truth", case_replay_torch_truth),
          ("torch_snapshot", lambda ctx: torch_snapshot_case.case_torch_snapshot(ctx, TORCH_JOB, STEPS, DEVICE_KINDS)),
          ("torch_pytest", pytest_case.case_torch_pytest),
-         ("top", lambda ctx: top_case.case_top(ctx, TORCH_JOB))] + matrix.CASES
+         ("top", lambda ctx: top_case.case_top(ctx, TORCH_JOB)),
+         ("torch_categories", lambda ctx: categories_case.case_torch_categories(ctx, STEPS))] + matrix.CASES
 # Run from the wheel (scripts/gpu-test.sh sets GPUHEAP_EXPECT_WHEEL): then it must be there.
 if gh.WHEEL is not None or os.environ.get("GPUHEAP_EXPECT_WHEEL"):
     CASES.append(("wheel", wheel_case.case_wheel))

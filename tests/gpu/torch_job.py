@@ -149,6 +149,9 @@ def main():
                     help="torch's peaks per phase (reset at the start of each), largest over the steps")
     ap.add_argument("--snapshot", default=None,
                     help="record the caching allocator's history and write torch.cuda.memory._dump_snapshot here")
+    ap.add_argument("--category-truth", action="store_true",
+                    help="torch's own bytes per category (tests/gpu/categories_case.py): parameters, the last "
+                         "step's gradients, optimizer state, and the storages autograd saved in step 2's forward")
     ap.add_argument("--torch-history", choices=["default", "python"], default=None,
                     help="torch.cuda.memory._record_memory_history() with its defaults, or with stacks='python'")
     ap.add_argument("--step-sleep", type=float, default=0.0,
@@ -187,7 +190,7 @@ def main():
             torch.cuda.nvtx.range_pop()
         return r
 
-    losses, times = [], []
+    losses, times, saved = [], [], []
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -198,6 +201,11 @@ def main():
             loss = phase("forward", lambda: step(i))
             phase("backward", loss.backward)
             phase("optimizer_step", opt.step)
+        elif a.category_truth and i == 1:
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+                loss = step(i)
+            loss.backward()
+            opt.step()
         else:
             loss = step(i)
             loss.backward()
@@ -238,7 +246,30 @@ def main():
         "torch_history_on": _history_on(),
         "record_memory_history_signature": str(inspect.signature(torch.cuda.memory._record_memory_history)),
     }
+    if a.category_truth:
+        res["category_truth"] = category_truth(net, opt, saved)
     print(json.dumps(res), flush=True)
+
+
+def category_truth(net, opt, saved):
+    """Bytes by category as torch counts them (unique CUDA storages): parameters and buffers, gradients
+    (alive after the last step), optimizer state tensors, and what autograd saved in step 2's
+    forward that is not a parameter (weights saved for the input's gradient are parameters)."""
+    def nbytes(ts):
+        seen = {}
+        for t in ts:
+            if torch.is_tensor(t) and t.is_cuda:
+                st = t.untyped_storage()
+                seen[st.data_ptr()] = st.nbytes()
+        return seen
+    params = nbytes(list(net.parameters()) + list(net.buffers()))  # the category holds both
+    grads = nbytes(p.grad for p in net.parameters() if p.grad is not None)
+    state = nbytes(t for st in opt.state.values() for t in st.values())
+    acts = {k: v for k, v in nbytes(saved).items() if k not in params}
+    return {"parameter": sum(params.values()), "parameter_tensors": len(params),
+            "gradient": sum(grads.values()), "optimizer_state": sum(state.values()),
+            "optimizer_state_tensors": len(state), "saved_activations": sum(acts.values()),
+            "saved_activation_storages": len(acts)}
 
 
 if __name__ == "__main__":

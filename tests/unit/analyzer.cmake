@@ -1,6 +1,6 @@
 # Analyzer unit tests (synthetic traces built in-test) and CLI tests (run the built binary).
 include(GoogleTest)
-foreach(t test_model test_model_edges test_model_replay test_phases test_report test_site_lists test_check test_analyzer_cli test_diff test_library_label test_labels test_progress test_replay test_replay_pending test_replay_torch test_live test_ranks)
+foreach(t test_model test_model_edges test_model_replay test_phases test_categories test_report test_site_lists test_check test_analyzer_cli test_diff test_library_label test_labels test_progress test_replay test_replay_pending test_replay_torch test_live test_ranks)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cpp)
   target_link_libraries(${t} PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
   target_compile_options(${t} PRIVATE ${GPUHEAP_SAN_FLAGS})
@@ -12,6 +12,7 @@ add_dependencies(test_analyzer_cli gpuheap_cli)
 add_dependencies(test_ranks gpuheap_cli)
 # The shipped example traces (format versions 2 and 3) are read as they were.
 target_compile_definitions(test_ranks PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_dependencies(test_categories gpuheap_cli)
 
 # The default summary view of the shipped example traces (issue 17).
 add_executable(test_summary_view ${CMAKE_CURRENT_SOURCE_DIR}/test_summary_view.cpp)

@@ -160,6 +160,11 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
   expect_rendered(dom.out);
+  // Memory by category (docs/categories.md): the peak's table and each phase's highest point.
+  EXPECT_NE(dom.out.find("Memory by category at the peak, cuda:0 (328.80 MiB; 30 training steps found from frames)"),
+            std::string::npos);
+  EXPECT_NE(dom.out.find("<td class=\"l\">activation</td><td>152.20 MiB</td>"), std::string::npos);
+  EXPECT_NE(dom.out.find("Highest point of each phase found from frames, by category"), std::string::npos);
   // Interaction: report.js's #selftest clicks a flame frame (zoom in, out), searches, zooms
   // and hovers the timeline, and says whether each did what it should.
   auto self = browse(html + "#selftest", "--dump-dom");

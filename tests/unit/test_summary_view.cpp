@@ -63,7 +63,9 @@ std::string shown_label(const json& site) {
 TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
   for (const auto& trace : {kH200, kH100}) {
     const std::string& t = text(trace);
-    EXPECT_LE(lines(t), 100u) << trace << "\n" << t;
+    // Two screens, and the few lines of "Memory by category" (issue 34) that the h200 trace's
+    // summary, at exactly 100 lines before, needs.
+    EXPECT_LE(lines(t), 110u) << trace << "\n" << t;
     // Every listed site is still there, named by its label, in the JSON's order.
     const json& j = doc(trace);
     ASSERT_EQ(j["peak_consumers"].size(), 5u);
@@ -75,9 +77,14 @@ TEST(SummaryView, DefaultFitsTwoScreensAndNamesTheTopSites) {
           << e;
       EXPECT_NE(e.find("\n        at "), std::string::npos) << e;  // with a stack
     }
-    for (int i = 0; i < 5; ++i) {
-      const json& s = j["leaks"][i];
-      const std::string e = entry(t, "Leaks (", i + 1);
+    // The text lists the program's own leaks; JSON every site, library ones marked so.
+    std::vector<json> own;
+    for (const auto& s : j["leaks"])
+      if (s["category"] != "library") own.push_back(s);
+    EXPECT_NE(t.find("libraries hold"), std::string::npos);
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      const json& s = own[i];
+      const std::string e = entry(t, "Leaks (", static_cast<int>(i) + 1);
       EXPECT_NE(e.find(shown_label(s)), std::string::npos) << e;
       // Its stack, or the peak consumer's that is the same.
       EXPECT_TRUE(e.find("\n        at ") != std::string::npos ||

@@ -339,8 +339,38 @@
   function sites(title, list, total) {
     tbBox.appendChild(el('h3', null, title));
     if (!list || !list.length) { tbBox.appendChild(el('p', 'hint', 'none')); return; }
-    tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['site', 'l'], ['stack (innermost first)', 'stack']],
-      list.map(function (s) { return [bytes(s.bytes), s.count, s.library, siteCell(s), stackText(s.stack)]; })));
+    tbBox.appendChild(table([['bytes'], ['count'], ['library', 'l'], ['category', 'l'], ['site', 'l'],
+      ['stack (innermost first)', 'stack']],
+      list.map(function (s) {
+        return [bytes(s.bytes), s.count, s.library, s.category || '', siteCell(s), stackText(s.stack)];
+      })));
+  }
+  // Memory by category (docs/categories.md): live bytes by category at each device's peak,
+  // and the highest point of each phase found from frames.
+  function categories(c) {
+    if (!c || !c.at_peak) return;
+    c.at_peak.forEach(function (p) {
+      var total = 0, names = Object.keys(p.totals);
+      names.forEach(function (k) { total += p.totals[k].bytes; });
+      tbBox.appendChild(el('h3', null, 'Memory by category at the peak, cuda:' + p.device + ' (' + bytes(total) +
+        (c.training_found ? '; ' + c.steps_found + ' training steps found from frames' : '') + ')'));
+      var libs = Object.keys(p.libraries || {}).map(function (l) { return l + ' ' + bytes(p.libraries[l]); }).join(', ');
+      tbBox.appendChild(table([['category', 'l'], ['bytes'], ['share'], ['allocations'], ['libraries', 'l']],
+        names.filter(function (k) { return p.totals[k].count; }).map(function (k) {
+          var b = p.totals[k].bytes;
+          return [k, bytes(b), total ? (100 * b / total).toFixed(1) + '%' : '-', p.totals[k].count,
+            k === 'library' ? libs : ''];
+        })));
+    });
+    var best = {};
+    (c.phases_found || []).forEach(function (f) { if (!best[f.phase] || f.peak_bytes > best[f.phase].peak_bytes) best[f.phase] = f; });
+    var kinds = Object.keys(best);
+    if (!kinds.length) return;
+    tbBox.appendChild(el('h3', null, 'Highest point of each phase found from frames, by category'));
+    tbBox.appendChild(table([['phase', 'l'], ['step'], ['live bytes'], ['by category', 'l']], kinds.map(function (k) {
+      var f = best[k], by = Object.keys(f.peak_by_category).map(function (n) { return n + ' ' + bytes(f.peak_by_category[n]); });
+      return [k, f.step, bytes(f.peak_bytes), by.join(', ')];
+    })));
   }
   // Several processes: one row per process and GPU first, and the spread across them.
   var RK = D.summary.ranks;
@@ -377,6 +407,7 @@
           return [m[1], m[2](s.current), m[2](s.peak), m[2](s.allocated), m[2](s.freed)];
         })));
     });
+    categories(doc.categories);
     sites('Peak consumers (live at each device\'s peak)', doc.peak_consumers);
     sites('Leaks (live at the end): ' + bytes(doc.leaked_bytes) + ' in ' + doc.leaked_count, doc.leaks);
     sites('Most allocations', doc.most_allocations);

@@ -1,0 +1,78 @@
+// Categories of one trace's allocations (categories.h), at the moments the summary reports:
+// each device's peak (the same moment as Model's peak consumers), each OOM, the end, and per
+// training step and phase found from frames. A second read of the trace: the categories need
+// every stack's frames (symbolized by the caller, through `traits`), which the replay does
+// not have. Memory: the live allocations and one record per site and category.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analyzer/model/categories.h"
+#include "analyzer/model/model.h"
+
+namespace gpuheap {
+
+struct CategoryBytes {
+  std::array<std::uint64_t, kNumCategories> bytes{}, count{};  // requested bytes, allocations
+  void add(Category c, std::uint64_t b) {
+    bytes[static_cast<std::size_t>(c)] += b, count[static_cast<std::size_t>(c)]++;
+  }
+  std::uint64_t of(Category c) const { return bytes[static_cast<std::size_t>(c)]; }
+  std::uint64_t total() const;
+};
+
+// Live bytes by category at one moment, with the sites behind each (largest first within a
+// category) and the library labels behind `library`.
+struct CategoryMoment {
+  bool valid = false;
+  int device = 0;
+  std::uint64_t ts = 0;                 // trace clock
+  TrainPhase phase = TrainPhase::none;  // the phase found from frames at that moment
+  std::uint32_t step = 0;               // and its step (0: before the first)
+  CategoryBytes totals;
+  struct Site {
+    std::uint32_t stack = 0;
+    Category cat = Category::unknown;
+    std::uint64_t bytes = 0, count = 0;
+  };
+  std::vector<Site> sites;                         // by category, then bytes descending, then stack
+  std::map<std::string, std::uint64_t> libraries;  // library label -> bytes
+};
+
+// One phase instance found from frames: its step (1-based), phase, and the peak of live
+// bytes by category inside it (device memory, all devices).
+struct FoundPhase {
+  std::uint32_t step = 0;
+  TrainPhase phase = TrainPhase::none;
+  std::uint64_t start = 0, end = 0;
+  std::uint64_t peak = 0;  // live requested bytes at the instance's highest point
+  CategoryBytes at_peak;   // those bytes by category (provisional at that moment: see docs)
+};
+
+struct CategoryReport {
+  std::vector<CategoryMoment> peaks;                                 // index-aligned with Model::devices
+  std::vector<CategoryMoment> ooms;                                  // index-aligned with Model::ooms
+  CategoryBytes leaked;                                              // live at the end (device memory)
+  std::unordered_map<std::uint32_t, CategoryBytes> by_stack;         // every allocation, whole trace
+  std::unordered_map<std::uint32_t, CategoryBytes> leaked_by_stack;  // live at the end
+  std::unordered_map<std::uint32_t, std::string>
+      backward_caller;             // autograd-thread stacks: the line that called backward()
+  std::vector<FoundPhase> phases;  // in order
+  std::uint32_t steps = 0;
+  bool saw_training = false;
+  // The category of most of a site's requested bytes (unknown for a stack never seen).
+  Category site_category(std::uint32_t stack) const;
+};
+
+// Frames of one stack id -> its traits (kept by the caller for as long as the call runs).
+using TraitsFn = std::function<const StackTraits&(std::uint32_t stack)>;
+// Reads m.info.path again. Throws as TraceReader does on an unreadable trace.
+CategoryReport categorize(const Model& m, const TraitsFn& traits);
+
+}  // namespace gpuheap
