@@ -10,8 +10,8 @@
 
 #include "analyzer/base/text_safe.h"
 #include "analyzer/base/units.h"
-#include "analyzer/summary/ranks.h"
 #include "analyzer/model/fragmentation.h"
+#include "analyzer/summary/ranks.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
