@@ -83,6 +83,7 @@ TraceFollower::TraceFollower(const std::string& path) : path_(path), model_(std:
         throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})", path,
                                        version, format::kFormatVersion));
     }
+    compact_.enabled = version >= format::kFirstCompactVersion;
     off_ = read_ = format::kFileHeaderSize;
   } catch (...) {
     ::close(fd_);
@@ -117,7 +118,7 @@ std::size_t TraceFollower::decode(const unsigned char* p, std::size_t n) {
   format::Record r;
   while (!has_end_) {
     std::size_t used = 0;
-    auto st = format::decode_frame(p + pos, n - pos, r, &used);
+    auto st = format::decode_frame(p + pos, n - pos, r, &used, &compact_);
     if (st == format::FrameStatus::need_more) break;  // a zero type byte or a frame not whole yet
     if (st == format::FrameStatus::corrupt)
       throw CorruptTraceError(fmt::format("{}: corrupt record (type {}) at byte offset {}", path_, p[pos], off_ + pos),

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "analyzer/model/model.h"
+#include "format/compact.h"
 #include "format/trace.h"
 
 namespace gpuheap::live {
@@ -82,6 +83,7 @@ class TraceFollower {
   bool compressed_ = false, has_end_ = false, gone_ = false, finished_ = false;
   bool at_zeros_ = false;  // the last poll stopped at a zero type byte (the data's end for now)
   std::uint64_t off_ = 0, read_ = 0, records_ = 0;
+  format::CompactState compact_;  // the compact records' state (version 5 and later)
   std::vector<unsigned char> buf_;
   std::unique_ptr<Model> model_;
   StepTracker steps_;
