@@ -51,9 +51,10 @@ void add_summary_options(CLI::App* cmd, SummaryCliOptions& o) {
   cmd->add_flag("--pools", s.pools, "Add the large/small pool rows to the memory table (--full has them too)");
   cmd->add_option("--library", s.library, "Only sites of this library (NCCL, cuBLAS, PyTorch, ...; any case)");
   cmd->add_option("--group-by", s.group_by,
-                  "Peak consumers summed by the label's line, function, file or module (library) instead of "
+                  "Peak consumers summed by the label's line, function, file, module (library) or category "
+                  "instead of "
                   "by stack (text)")
-      ->check(CLI::IsMember({"line", "function", "file", "module"}));
+      ->check(CLI::IsMember({"line", "function", "file", "module", "category"}));
   add_select(cmd, o.select);
   cmd->add_flag("--all-frames", s.all_frames, "Keep gpuheap/CUDA-internal frames");
   cmd->add_option("traces", o.traces, kTracesHelp)->required();

@@ -288,8 +288,11 @@ std::string site_operator(StackResolver& res, std::uint32_t stack) {
   return "";
 }
 
-// --group-by: the peak's sites summed by the label's line, function, file or library.
-std::string group_key(StackResolver& res, std::uint32_t stack, const std::string& by) {
+// --group-by: the peak's sites summed by the label's line, function, file, library or the
+// category of most of the site's bytes (docs/categories.md).
+std::string group_key(SiteLists& sites, std::size_t ti, std::uint32_t stack, const std::string& by) {
+  StackResolver& res = sites.res(ti);
+  if (by == "category") return std::string(category_name(sites.site_category(ti, stack)));
   const auto& fr = res.frames(stack);
   if (by == "module") return text_safe(res.library(stack));
   if (fr.empty()) return "<no stack>";
@@ -309,7 +312,7 @@ void grouped_peak_text(std::string& out, SiteLists& sites, std::size_t ti, std::
   SummaryOptions every = opt;  // every site of --library (or all), not the top ones
   every.full = true;
   for (const auto& r : shown_sites(sites.peak(ti, di), res, every)) {
-    Group& g = groups[group_key(res, r.stack, opt.group_by)];
+    Group& g = groups[group_key(sites, ti, r.stack, opt.group_by)];
     g.bytes += r.bytes, g.allocated += r.allocated, g.count += r.count, ++g.sites;
   }
   std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());

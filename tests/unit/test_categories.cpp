@@ -374,6 +374,15 @@ TEST(CategorySummary, PeakByCategoryAndLeaksWithoutLibraries) {
             std::string::npos)
       << with_lib;
 
+  // --group-by category: the peak's sites summed by their category (21.1% = 4 of 19 MiB).
+  SummaryOptions by_cat;
+  by_cat.group_by = "category";
+  SiteLists gs(a, false);
+  const auto grouped = summary_text(a, by_cat, gs);
+  EXPECT_NE(grouped.find("  by category:\n"), std::string::npos) << grouped;
+  EXPECT_NE(grouped.find("(42.1% of peak) in 1 allocation from 1 site activation\n"), std::string::npos) << grouped;
+  EXPECT_NE(grouped.find("from 1 site library\n"), std::string::npos) << grouped;
+
   opt.include_library = false;
   SiteLists js(a, false);
   const auto doc = summary_json(a, opt, js);
