@@ -22,6 +22,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/base/text_safe.h"
 #include "analyzer/cli/commands.h"
+#include "analyzer/live/discover.h"
 #include "analyzer/live/view.h"
 #include "analyzer/trace/reader.h"
 #include "common/outpath_pattern.h"
@@ -57,19 +58,6 @@ bool holds_events(const std::string& path) {
   } catch (const std::exception&) {
     return true;
   }
-}
-
-// One line of the path list as the preload wrote it (outpath.h append_to_path_file): `\n` a
-// newline, `\\` a backslash; any other backslash is kept (a line of an older preload, which
-// wrote paths as they were).
-std::string path_list_entry(const std::string& line) {
-  std::string out;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\'))
-      out += line[++i] == 'n' ? '\n' : '\\';
-    else out += line[i];
-  }
-  return out;
 }
 
 // `run`'s own status when the command exited 0 but a traced process could not write its
@@ -469,7 +457,7 @@ ListedTraces read_path_list(PathList& list) {
   while (at < text.size()) {
     std::size_t nl = text.find('\n', at);
     if (nl == std::string::npos) break;  // a line is whole or was never written
-    std::string line = path_list_entry(text.substr(at, nl - at));
+    std::string line = live::path_list_entry(text.substr(at, nl - at));
     at = nl + 1;
     if (line.empty() || !seen.insert(line).second) continue;
     if (line[0] == '!') out.failures.push_back(line.substr(1));

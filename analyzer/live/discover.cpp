@@ -157,8 +157,11 @@ std::string newest_path_list() {
   return best;
 }
 
+}  // namespace
+
 // One line of the path list as the preload writes it (preload/record/outpath.h,
-// append_to_path_file): `\n` a newline, `\\` a backslash (run.cpp reads it the same way).
+// append_to_path_file): `\n` a newline, `\\` a backslash; any other backslash
+// is kept (a line of an older preload, which wrote paths as they were).
 std::string path_list_entry(const std::string& line) {
   std::string out;
   for (std::size_t i = 0; i < line.size(); ++i) {
@@ -168,8 +171,6 @@ std::string path_list_entry(const std::string& line) {
   }
   return out;
 }
-
-}  // namespace
 
 Sources resolve_targets(const std::vector<std::string>& targets) {
   Sources s;

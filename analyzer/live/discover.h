@@ -33,5 +33,7 @@ std::string describe_sources(const Sources& s);
 // The process is gone: no such pid, or a zombie (killed, not yet waited for).
 bool process_gone(std::uint32_t pid);
 std::string this_host();
+// One line of a path list (GPUHEAP_PATH_FILE) decoded: `\n` a newline, `\\` a backslash.
+std::string path_list_entry(const std::string& line);
 
 }  // namespace gpuheap::live
