@@ -457,7 +457,8 @@ inline bool decode_batch_event(std::uint8_t t, const unsigned char* q, std::uint
                 "decode_batch_event's layout assumptions");
   const bool fc = t == static_cast<std::uint8_t>(RecordType::free_completed);
   // Bitwise, not short-circuit: one branch (the caller's, on the result), taken only on damage.
-  const bool ok = (std::uint64_t{len} == detail::kBatchPayload[t]) & (fc | valid_kind(q[14]));
+  const bool ok = static_cast<int>(std::uint64_t{len} == detail::kBatchPayload[t]) &
+                  static_cast<int>(fc | valid_kind(q[14]));
   auto* dst = reinterpret_cast<unsigned char*>(&out.alloc);
   std::memcpy(dst, q, sizeof(AllocRecord));  // alloc and free: the payload is the struct (above)
   // free_completed: ts (0) and device (8) are where its struct has them; ptr and size are

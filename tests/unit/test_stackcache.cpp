@@ -19,6 +19,14 @@ constexpr bool kThreadStacks = false;  // as in test_recorder.cpp: threads that 
 #else
 constexpr bool kThreadStacks = true;
 #endif
+// Hit counts hold for the builds users run. Under ASan/TSan the instrumented frames change the
+// stack words the cache checks (ASan's fake stacks), so it misses, safely: the stacks must
+// still equal a full walk's, and that is checked in every build.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kCountsHits = false;
+#else
+constexpr bool kCountsHits = true;
+#endif
 
 __attribute__((noinline)) std::uint32_t site() {
   std::uint32_t id = d::capture_stack(0);
@@ -89,7 +97,7 @@ TEST(StackCache, ServesTheStackAFullWalkFinds) {
   const std::uint64_t hits = d::stackcache_hits();
   EXPECT_EQ(compare_paths(6), 0);
   // Not vacuous: most of the cached captures were served by the cache.
-  EXPECT_GT(d::stackcache_hits() - hits, std::uint64_t{kPaths} * 6);
+  if (kCountsHits) EXPECT_GT(d::stackcache_hits() - hits, std::uint64_t{kPaths} * 6);
   d::recorder_stop(f::EndReason::stopped);
 }
 
@@ -116,7 +124,7 @@ TEST(StackCache, ThreadsEachKeepTheirOwn) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_GT(hits.load(), 4u * kPaths * 10);
+  if (kCountsHits) EXPECT_GT(hits.load(), 4u * kPaths * 10);
   d::recorder_stop(f::EndReason::stopped);
 }
 
@@ -139,7 +147,7 @@ TEST(StackCache, NewFileWritesCachedStacksAgain) {
     }
     id = pick(3);
   }
-  EXPECT_GT(d::stackcache_hits(), hits) << "served by the cache";
+  if (kCountsHits) EXPECT_GT(d::stackcache_hits(), hits) << "served by the cache";
   d::record(alloc_rec(1, id));
   d::recorder_stop(f::EndReason::stopped);
   Trace t = read_trace(d::recorder_path());
