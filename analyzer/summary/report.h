@@ -68,6 +68,15 @@ std::vector<SiteRow> merge_sites(const std::vector<SiteRow>& rows, StackResolver
 // them (all with opt.full).
 std::vector<SiteRow> shown_sites(const std::vector<SiteRow>& merged, StackResolver& res, const SummaryOptions& opt);
 
+// --group-by (report_groups.cpp): the peak's sites of one device summed by opt.group_by
+// (line, function, file, module, category), largest first; the first opt.top (all with opt.full).
+struct PeakGroup {
+  std::string key;
+  std::uint64_t bytes = 0, allocated = 0, count = 0, sites = 0;
+};
+class SiteLists;
+std::vector<PeakGroup> peak_groups(SiteLists& sites, std::size_t ti, std::size_t di, const SummaryOptions& opt);
+
 // What the summary says about one OOM: format/rules.h's diagnosis, the same rule and words as
 // the in-process stderr report (preload/core/oom.cpp).
 struct OomAdvice {

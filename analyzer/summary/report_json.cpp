@@ -181,7 +181,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
       {kOversizeAllocations, "oversize_allocations"},
       {kOversizeSegments, "oversize_segments"},
   };
-  json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array();
+  json devs = json::array(), peaks = json::array(), frag = json::array(), tl = json::array(), groups = json::array();
   // Pinned host memory has no device (the trace's device -1): its own object, so that
   // devices[] holds GPUs only and devices[0] is the first GPU.
   doc["host"] = {{"other_kinds", json::object()}};
@@ -206,6 +206,18 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
       e["device"] = d.device;
       peaks.push_back(std::move(e));
     }
+    if (!opt.group_by.empty())
+      for (const auto& g : peak_groups(sites, ti, di, opt))
+        groups.push_back(
+            {{"device", d.device},
+             {"by", opt.group_by},
+             {"key", g.key},
+             {"bytes", g.bytes},
+             {"allocated_bytes", g.allocated},
+             {"count", g.count},
+             {"sites", g.sites},
+             {"percent",
+              d.peak_held > 0 ? 100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held) : 0.0}});
     json libs = json::array();
     for (const auto& l : sites.peak_libraries(ti, di))
       libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
@@ -231,6 +243,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   }
   doc["devices"] = std::move(devs);
   doc["peak_consumers"] = std::move(peaks);
+  if (!opt.group_by.empty()) doc["peak_groups"] = std::move(groups);
 
   doc["most_allocations"] = site_list(sites.most_allocations(ti), res, opt);
   doc["temporary"] = site_list(sites.temporary(ti), res, opt);

@@ -288,43 +288,16 @@ std::string site_operator(StackResolver& res, std::uint32_t stack) {
   return "";
 }
 
-// --group-by: the peak's sites summed by the label's line, function, file, library or the
-// category of most of the site's bytes (docs/categories.md).
-std::string group_key(SiteLists& sites, std::size_t ti, std::uint32_t stack, const std::string& by) {
-  StackResolver& res = sites.res(ti);
-  if (by == "category") return std::string(category_name(sites.site_category(ti, stack)));
-  const auto& fr = res.frames(stack);
-  if (by == "module") return text_safe(res.library(stack));
-  if (fr.empty()) return "<no stack>";
-  if (by == "line") return site_label_text(fr, true);
-  if (by == "function") return text_safe(short_name(site_label(fr)));
-  const Frame& f = fr[label_pos(fr).index];
-  return text_safe(std::string(base_name(!f.file.empty() ? f.file : f.module.empty() ? "?" : f.module)));
-}
-
 void grouped_peak_text(std::string& out, SiteLists& sites, std::size_t ti, std::size_t di, const SummaryOptions& opt) {
   const DeviceState& d = sites.analysis().traces[ti]->devices[di];
-  StackResolver& res = sites.res(ti);
-  struct Group {
-    std::uint64_t bytes = 0, allocated = 0, count = 0, sites = 0;
-  };
-  std::map<std::string, Group> groups;
-  SummaryOptions every = opt;  // every site of --library (or all), not the top ones
-  every.full = true;
-  for (const auto& r : shown_sites(sites.peak(ti, di), res, every)) {
-    Group& g = groups[group_key(sites, ti, r.stack, opt.group_by)];
-    g.bytes += r.bytes, g.allocated += r.allocated, g.count += r.count, ++g.sites;
-  }
-  std::vector<std::pair<std::string, Group>> rows(groups.begin(), groups.end());
-  std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.bytes > b.second.bytes; });
-  if (!opt.full && rows.size() > opt.top) rows.resize(opt.top);
+  const auto rows = peak_groups(sites, ti, di, opt);
   out += fmt::format("  by {}:\n", opt.group_by);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Group& g = rows[i].second;
+    const PeakGroup& g = rows[i];
     out += fmt::format("  #{:<2} {} ({:.1f}% of peak) in {} allocation{} from {} site{} {}\n", i + 1,
                        both_bytes(g.bytes, g.allocated),
                        100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held), g.count,
-                       g.count == 1 ? "" : "s", g.sites, g.sites == 1 ? "" : "s", rows[i].first);
+                       g.count == 1 ? "" : "s", g.sites, g.sites == 1 ? "" : "s", g.key);
   }
 }
 

@@ -304,4 +304,21 @@ TEST(Phases, SummaryNamesTheStepOfThePeakAndGroupsItsSites) {
   r = sh("summary --group-by line " + path);
   EXPECT_NE(r.out.find("in 1 allocation from 1 site"), std::string::npos) << r.out;
   EXPECT_EQ(sh("summary --group-by stack " + path).code, 2);
+  // The JSON summary carries the same groups: one per module here, both sites in it.
+  // (the output has the symbolizer's warning about the missing /job/bin/trainer beside the JSON)
+  const auto json_of = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.find('{'), out.rfind('}') + 1 - out.find('{')));
+  };
+  r = sh("summary --json --group-by module " + path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto doc = json_of(r.out);
+  ASSERT_EQ(doc.at("peak_groups").size(), 1u) << r.out;
+  const auto& g = doc["peak_groups"][0];
+  EXPECT_EQ(g.at("by"), "module");
+  EXPECT_EQ(g.at("key"), "trainer");
+  EXPECT_EQ(g.at("bytes"), 5300);
+  EXPECT_EQ(g.at("count"), 2);
+  EXPECT_EQ(g.at("sites"), 2);
+  EXPECT_DOUBLE_EQ(g.at("percent").get<double>(), 100.0);
+  EXPECT_FALSE(json_of(sh("summary --json " + path).out).contains("peak_groups"));
 }
