@@ -76,6 +76,8 @@ struct FlameNode {
   std::uint64_t value = 0;  // this node and everything below it
   std::uint32_t parent = 0;
   std::vector<std::uint32_t> children;
+  // value by category (kNumCategories entries) when the samples had categories, else empty
+  std::vector<std::uint64_t> by_category;
 };
 struct FlameTree {
   std::vector<FlameNode> nodes;
@@ -90,6 +92,11 @@ struct FlameSample {
   std::vector<const Frame*> frames;  // root-first
   std::vector<std::string> prefix;   // synthetic outermost frames ("pid 42", "cuda:1"), if any
   std::uint64_t weight = 0;
+  // Where it comes from: a.traces index, stack id, Model::devices index (peak: the device
+  // whose peak it is). The weight's category, when a caller split it by category, else -1.
+  std::size_t trace = 0, device = 0;
+  std::uint32_t stack = 0;
+  int category = -1;
 };
 // Samples of one metric over every trace and device of `a` (one resolver per trace, kept
 // alive in `resolvers` because samples point into their frame caches; reused when the

@@ -87,11 +87,12 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
     StackResolver& res = *resolvers[ti];
     std::vector<std::string> pre;
     if (a.traces.size() > 1) pre.push_back(fmt::format("pid {}", m.info.pid));
-    auto add = [&](std::uint32_t stack, std::uint64_t w, std::vector<std::string> prefix) {
+    auto add = [&](std::uint32_t stack, std::uint64_t w, std::vector<std::string> prefix, std::size_t dev = 0) {
       if (w == 0) return;
       FlameSample s;
       s.prefix = std::move(prefix);
       s.weight = w;
+      s.trace = ti, s.device = dev, s.stack = stack;
       const auto& fr = res.frames(stack);
       if (fr.empty()) s.frames.push_back(&no_stack_frame());
       for (auto it = fr.rbegin(); it != fr.rend(); ++it)
@@ -112,10 +113,11 @@ std::vector<FlameSample> flame_samples(const Analysis& a, FlameMetric metric, bo
         // (pinned host memory, device -1, has no peak consumers and does not count).
         std::size_t with_peak = 0;
         for (const auto& d : m.devices) with_peak += !d.peak_consumers.empty();
-        for (const auto& d : m.devices) {
+        for (std::size_t di = 0; di < m.devices.size(); ++di) {
+          const auto& d = m.devices[di];
           auto p = pre;
           if (with_peak > 1) p.push_back(d.device < 0 ? std::string("host") : fmt::format("cuda:{}", d.device));
-          for (const auto& s : d.peak_consumers) add(s.stack, s.bytes, p);
+          for (const auto& s : d.peak_consumers) add(s.stack, s.bytes, p, di);
         }
         break;
       }
@@ -182,6 +184,35 @@ struct RawTree {
   std::vector<std::uint32_t> label{kRoot}, parent{0};
   std::vector<std::uint64_t> value{0};
   std::vector<std::uint32_t> first, kids;
+  // Values by category (FlameSample::category), when the samples have one: a node of one
+  // category only (nearly all) keeps its category in cat, one of several kMixed and its values
+  // in `mixed`.
+  static constexpr std::uint8_t kNoCat = 0xFF, kMixed = 0xFE;
+  bool has_categories = false;
+  std::vector<std::uint8_t> cat{kNoCat};
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> mixed;
+
+  // Before value[i] += w.
+  void add_category(std::uint32_t i, std::uint8_t c, std::uint64_t w) {
+    auto& k = cat[i];
+    if (k == kNoCat) {
+      k = c;
+    } else if (k == kMixed) {
+      mixed[i][c] += w;
+    } else if (k != c) {
+      auto& v = mixed[i];
+      v.assign(kNumCategories, 0);
+      v[k] = value[i], v[c] = w;
+      k = kMixed;
+    }
+  }
+  std::vector<std::uint64_t> by_category(std::uint32_t i) const {
+    if (!has_categories) return {};
+    if (cat[i] == kMixed) return mixed.at(i);
+    std::vector<std::uint64_t> v(kNumCategories, 0);
+    if (cat[i] != kNoCat) v[cat[i]] = value[i];
+    return v;
+  }
 
   auto kids_of(std::uint32_t i) const {
     return std::pair{kids.begin() + static_cast<std::ptrdiff_t>(first[i]),
@@ -197,6 +228,7 @@ struct RawTree {
     }
     x.value = value[i];
     x.parent = parent_now;
+    x.by_category = by_category(i);
     return x;
   }
 };
@@ -208,7 +240,8 @@ void merge_paths(RawTree& t, const std::vector<FlameSample>& samples, FlameLabel
   // filling it.
   base::FlatMap<std::uint32_t> child;
   std::size_t steps = 0;
-  for (const auto& s : samples) steps += s.prefix.size() + s.frames.size();
+  for (const auto& s : samples) steps += s.prefix.size() + s.frames.size(), t.has_categories |= s.category >= 0;
+  std::uint8_t cat = 0;  // the sample's category (one without: unknown)
   child.reserve_more(std::min<std::size_t>(steps, std::size_t{1} << 20));
   auto step = [&](std::uint32_t p, std::uint32_t l, std::uint64_t w) {
     bool fresh = false;
@@ -219,11 +252,15 @@ void merge_paths(RawTree& t, const std::vector<FlameSample>& samples, FlameLabel
       t.label.push_back(l);
       t.parent.push_back(p);
       t.value.push_back(0);
+      if (t.has_categories) t.cat.push_back(RawTree::kNoCat);
     }
+    if (t.has_categories) t.add_category(node, cat, w);
     t.value[node] += w;
     return node;
   };
   for (const auto& s : samples) {
+    cat = static_cast<std::uint8_t>(s.category >= 0 ? s.category : static_cast<int>(Category::unknown));
+    if (t.has_categories) t.add_category(0, cat, s.weight);
     t.value[0] += s.weight;
     std::uint32_t at = 0;
     for (const auto& p : s.prefix) at = step(at, labels.intern(p, "", 0), s.weight);
@@ -308,12 +345,17 @@ FlameTree copy_kept(const RawTree& t, const FlameLabels& labels, const std::vect
   for (std::size_t qi = 0; qi < queue.size(); ++qi) {
     std::uint32_t old = queue[qi], now = remap[old];
     std::uint64_t dropped = 0, dropped_n = 0;
+    std::vector<std::uint64_t> dropped_by(t.has_categories ? kNumCategories : 0, 0);
     auto [b, e] = t.kids_of(old);
     for (auto it = b; it != e; ++it) {
       const std::uint32_t c = *it;
       if (!keep[c]) {
         dropped += t.value[c];
         ++dropped_n;
+        if (t.has_categories) {
+          const auto v = t.by_category(c);
+          for (std::size_t k = 0; k < v.size(); ++k) dropped_by[k] += v[k];
+        }
         continue;
       }
       remap[c] = static_cast<std::uint32_t>(out.nodes.size());
@@ -326,6 +368,7 @@ FlameTree copy_kept(const RawTree& t, const FlameLabels& labels, const std::vect
       x.name = fmt::format("[{} smaller frame{}]", dropped_n, dropped_n == 1 ? "" : "s");
       x.value = dropped;
       x.parent = now;
+      x.by_category = std::move(dropped_by);
       out.nodes[now].children.push_back(static_cast<std::uint32_t>(out.nodes.size()));
       out.nodes.push_back(std::move(x));
     }

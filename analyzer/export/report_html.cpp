@@ -6,6 +6,8 @@
 // <script type="application/json"> with '<', '>' and '&' escaped, and report.js puts every
 // string into the page as text, never as markup.
 #include <algorithm>
+#include <array>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -47,6 +49,26 @@ json timeline_json(const std::string& label, const Timeline& tl, std::uint64_t o
   return j;
 }
 
+// A device timeline's live requested bytes by category (CategoryReport::timelines: one
+// entry per point, summing to its `requested`): the categories that occur, in their order,
+// each with its series. Null when there is nothing to show: no category decided there (no
+// phase found and every byte unknown, the rule of the summary's section).
+json category_series_json(const std::vector<CategoryReport::Live>& at, bool saw_training) {
+  json names = json::array(), series = json::array();
+  for (std::size_t c = 0; c < kNumCategories; ++c) {
+    bool any = false;
+    for (const auto& p : at) any = any || p[c] != 0;
+    if (!any) continue;
+    if (!saw_training && c == static_cast<std::size_t>(Category::unknown) && names.empty()) return nullptr;
+    json v = json::array();
+    for (const auto& p : at) v.push_back(p[c]);
+    names.push_back(category_name(static_cast<Category>(c)));
+    series.push_back(std::move(v));
+  }
+  if (names.empty()) return nullptr;
+  return {{"names", std::move(names)}, {"bytes", std::move(series)}};
+}
+
 // Phase markers of one process on each of its device timelines: marks as lines, ranges as
 // shaded spans. A job with thousands of steps would paint the chart solid and fatten the
 // page: at most kMaxPhaseSpans spans and marks each (the first ones), the rest counted.
@@ -75,11 +97,96 @@ void phase_marks(json& t, const Model& m, const At& at) {
   if (left_out) t["phases_left_out"] = left_out;
 }
 
+// Whether a trace's categories are shown (docs/categories.md): as the summary has them, for
+// the whole trace only, and not when nothing was decided (every allocation unknown).
+bool categories_shown(const Model& m, const CategoryReport& rep) {
+  return m.window().empty() && !m.windowed() && rep.decided_anything();
+}
+
+// w split as `b` splits the stack's bytes (or allocations): exactly when they sum to w (they
+// are the same allocations: docs/categories.md), else in proportion, the rounding to the
+// largest; a stack the categories never saw is unknown.
+std::array<std::uint64_t, kNumCategories> split_weight(std::uint64_t w, const CategoryBytes* b, bool counts) {
+  std::array<std::uint64_t, kNumCategories> src{}, part{};
+  if (b) src = counts ? b->count : b->bytes;
+  std::uint64_t total = 0;
+  for (auto v : src) total += v;
+  if (total == w) return src;
+  if (total == 0) {
+    part[static_cast<std::size_t>(Category::unknown)] = w;
+    return part;
+  }
+  std::uint64_t given = 0;
+  std::size_t largest = 0;
+  for (std::size_t c = 0; c < kNumCategories; ++c) {
+    part[c] = static_cast<std::uint64_t>(static_cast<unsigned __int128>(w) * src[c] / total);
+    given += part[c];
+    if (src[c] > src[largest]) largest = c;
+  }
+  part[largest] += w - given;
+  return part;
+}
+
+// Each sample as one sample per category of its bytes, from its trace's categories at the
+// metric's moment: live at its device's peak, live at the end, or all allocations.
+std::vector<exporter::FlameSample> split_by_category(std::vector<exporter::FlameSample> samples,
+                                                     exporter::FlameMetric m, SiteLists& sites) {
+  std::map<std::pair<std::size_t, std::size_t>, std::unordered_map<std::uint32_t, CategoryBytes>> at_peak;
+  std::vector<exporter::FlameSample> out;
+  out.reserve(samples.size());
+  for (auto& s : samples) {
+    const auto& rep = sites.categories(s.trace);
+    const CategoryBytes* b = nullptr;
+    const std::unordered_map<std::uint32_t, CategoryBytes>* by = &rep.by_stack;
+    if (m == exporter::FlameMetric::peak) {
+      auto [it, fresh] = at_peak.try_emplace({s.trace, s.device});
+      if (fresh && s.device < rep.peaks.size())
+        for (const auto& x : rep.peaks[s.device].sites) {
+          auto& cb = it->second[x.stack];
+          cb.bytes[static_cast<std::size_t>(x.cat)] += x.bytes, cb.count[static_cast<std::size_t>(x.cat)] += x.count;
+        }
+      by = &it->second;
+    } else if (m == exporter::FlameMetric::leaked) {
+      by = &rep.leaked_by_stack;
+    }
+    if (auto it = by->find(s.stack); it != by->end()) b = &it->second;
+    const auto parts = split_weight(s.weight, b, m == exporter::FlameMetric::count);
+    std::vector<std::size_t> cats;  // at least one: the weight is not 0
+    for (std::size_t c = 0; c < kNumCategories; ++c)
+      if (parts[c]) cats.push_back(c);
+    for (std::size_t i = 0; i + 1 < cats.size(); ++i) {
+      out.push_back(s);
+      out.back().weight = parts[cats[i]], out.back().category = static_cast<int>(cats[i]);
+    }
+    out.push_back(std::move(s));  // the last part takes the frames
+    out.back().weight = parts[cats.back()], out.back().category = static_cast<int>(cats.back());
+  }
+  return out;
+}
+
+// A flame node's own bytes (not its children's) by category, what report.js sums up the tree
+// for the category filter: nothing (null: left out) where it has none (most frames between), the
+// category (an index of category_names) where they are all of one, else [category, bytes,
+// ...]. Only the frames where stacks end carry any: a few bytes per frame.
+json own_categories(const exporter::FlameTree& tree, const exporter::FlameNode& n) {
+  std::vector<std::uint64_t> own = n.by_category;
+  for (auto c : n.children)
+    for (std::size_t k = 0; k < own.size() && k < tree.nodes[c].by_category.size(); ++k)
+      own[k] -= tree.nodes[c].by_category[k];
+  json pairs = json::array();
+  for (std::size_t k = 0; k < own.size(); ++k)
+    if (own[k]) pairs.push_back(k), pairs.push_back(own[k]);
+  if (pairs.empty()) return nullptr;
+  return pairs.size() == 2 ? pairs[0] : pairs;
+}
+
 json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, const ReportOptions& opt,
-                std::vector<std::unique_ptr<StackResolver>>& res, exporter::FlameLabels& labels) {
+                SiteLists* by_category, std::vector<std::unique_ptr<StackResolver>>& res,
+                exporter::FlameLabels& labels) {
   std::size_t before = 0;
-  auto tree = exporter::build_flame(exporter::flame_samples(a, m, opt.all_frames, res, !opt.all_frames), labels,
-                                    opt.max_nodes, &before);
+  auto samples = exporter::flame_samples(a, m, opt.all_frames, res, !opt.all_frames);
+  if (by_category) samples = split_by_category(std::move(samples), m, *by_category);
+  auto tree = exporter::build_flame(samples, labels, opt.max_nodes, &before);
   // Names and files through one string table: deep stacks repeat them on every path.
   json names = json::array(), nodes = json::array();
   std::unordered_map<std::string, std::size_t> idx;
@@ -89,8 +196,13 @@ json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, c
     return it->second;
   };
   name_id("");
-  for (const auto& n : tree.nodes) nodes.push_back({name_id(n.name), name_id(n.file), n.line, n.value, n.parent});
+  for (const auto& n : tree.nodes) {
+    nodes.push_back({name_id(n.name), name_id(n.file), n.line, n.value, n.parent});
+    if (n.by_category.empty()) continue;
+    if (auto own = own_categories(tree, n); !own.is_null()) nodes.back().push_back(std::move(own));
+  }
   return {{"id", exporter::metric_name(m)},
+          {"by_category", by_category != nullptr},
           {"title", title},
           {"unit", m == exporter::FlameMetric::count ? "count" : "bytes"},
           {"total", tree.total()},
@@ -171,8 +283,17 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   json data;
   data["generator"] = "gpuheap " GPUHEAP_VERSION;
   json tr = json::array(), tls = json::array();
-  for (const auto& mp : a.traces) {
+  // One resolver per trace for the flame graphs and both summaries (each stack symbolized
+  // and keyed once), and the summaries' merged site lists computed once for both; the
+  // categories (with their timelines) once for the timelines, flame graphs and summaries.
+  SiteLists sites(a, opt.all_frames);
+  bool any_categories = false;
+  for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
+    const auto& mp = a.traces[ti];
     const auto& in = mp->info;
+    const auto& cats = sites.categories(ti, true);
+    const bool cats_shown = categories_shown(*mp, cats);
+    any_categories = any_categories || cats_shown;
     std::string cmd;
     for (const auto& c : in.command) cmd += (cmd.empty() ? "" : " ") + c;
     tr.push_back({{"path", in.path},
@@ -182,9 +303,14 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
                   {"duration_ns", in.duration_ns()},
                   {"events", in.events}});
     if (in.rank >= 0) tr.back()["rank"] = in.rank;  // only where the trace has one (format v4)
-    for (const auto& d : mp->devices) {
+    for (std::size_t di = 0; di < mp->devices.size(); ++di) {
+      const auto& d = mp->devices[di];
       if (d.device < 0 || d.timeline.points().empty()) continue;  // host memory has no device timeline
       json t = timeline_json(process_label(a, in, d), d.timeline, since_origin(a, in, d.timeline.start()), true);
+      if (cats_shown && di < cats.timelines.size()) {
+        json c = category_series_json(cats.timelines[di], cats.saw_training);
+        if (!c.is_null()) t["categories"] = std::move(c);
+      }
       auto at = [&](std::uint64_t ts) { return secs(since_origin(a, in, ts)); };
       if (d.peak_held > 0)
         t["markers"].push_back({{"t", at(d.peak_held_ts)},
@@ -201,15 +327,18 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   if (a.traces.size() > 1) merged_timelines(a, tls, data);
   data["traces"] = std::move(tr);
   data["timelines"] = std::move(tls);
-  // One resolver per trace for the flame graphs and both summaries (each stack symbolized
-  // and keyed once), and the summaries' merged site lists computed once for both.
-  SiteLists sites(a, opt.all_frames);
   auto& res = sites.resolvers();
   exporter::FlameLabels labels;  // after sites: it keys by their resolvers' frames
-  data["flames"] = {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, res,
-                               labels),
-                    flame_json(a, exporter::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, res, labels),
-                    flame_json(a, exporter::FlameMetric::allocated, "Bytes allocated in total", opt, res, labels)};
+  SiteLists* by_cat = any_categories ? &sites : nullptr;
+  if (any_categories) {
+    json names = json::array();
+    for (std::size_t c = 0; c < kNumCategories; ++c) names.push_back(category_name(static_cast<Category>(c)));
+    data["category_names"] = std::move(names);
+  }
+  data["flames"] =
+      {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, by_cat, res, labels),
+       flame_json(a, exporter::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, by_cat, res, labels),
+       flame_json(a, exporter::FlameMetric::allocated, "Bytes allocated in total", opt, by_cat, res, labels)};
   SummaryOptions sopt;
   sopt.all_frames = opt.all_frames;
   data["summary"] = summary_json(a, sopt, sites);

@@ -24,6 +24,13 @@ Category CategoryReport::site_category(std::uint32_t stack) const {
   return static_cast<Category>(best);
 }
 
+bool CategoryReport::decided_anything() const {
+  if (saw_training) return true;
+  for (const auto& [stack, b] : by_stack)
+    if (b.total() != b.of(Category::unknown)) return true;
+  return false;
+}
+
 namespace {
 
 constexpr std::size_t kMaxMarked = 64;  // moments an allocation can be marked live at (devices + OOMs)
@@ -37,6 +44,7 @@ struct Pass {
     std::uint32_t stack = 0;
     std::uint64_t bytes = 0;
     std::uint64_t marks = 0;           // bit i: live at moment i (moments_)
+    std::uint64_t ord = 0;             // its alloc record's number, from 0
     Category cat = Category::unknown;  // what live_by_cat counts it as
     int dev = 0;
     bool device = false;  // holds device memory (format::holds_device_memory)
@@ -49,6 +57,7 @@ struct Pass {
   std::map<std::uint32_t, bool> autograd;
   std::vector<std::pair<std::uint64_t, std::size_t>> peak_at;  // (alloc record number, device index)
   std::size_t next_oom = 0;
+  std::vector<Category>* finals = nullptr;  // by alloc record number, when timelines are asked for
 
   Pass(const Model& model, const TraitsFn& t) : m(model), traits(t) {
     rep.peaks.resize(m.devices.size());
@@ -106,7 +115,8 @@ struct Pass {
     Classifier::Alloc ca{k, a.ts, ag != autograd.end() && ag->second, &t};
     const Category c = cls.on_alloc(ca);
     const bool device = format::holds_device_memory(a.kind);
-    live[k] = Entry{a.stack, a.requested, 0, c, a.device, device};
+    live[k] = Entry{a.stack, a.requested, 0, allocs - 1, c, a.device, device};
+    if (finals) finals->push_back(c);
     if (device) live_device += a.requested, live_by_cat.bytes[static_cast<std::size_t>(c)] += a.requested;
     if (ca.autograd_thread && !cls.backward_caller().empty())
       rep.backward_caller.try_emplace(a.stack, cls.backward_caller());
@@ -119,6 +129,7 @@ struct Pass {
   }
 
   void account(const Entry& e, Category c) {
+    if (finals) (*finals)[e.ord] = c;
     rep.by_stack[e.stack].add(c, e.bytes);
     if (!e.device) return;
     for (std::size_t i = 0; i < moments.size(); ++i) {
@@ -165,6 +176,8 @@ struct Pass {
     for (auto* mo : moments) without_phases(mo->totals);
     for (auto& [k, b] : rep.by_stack) without_phases(b);
     for (auto& [k, b] : rep.leaked_by_stack) without_phases(b);
+    if (finals)
+      for (auto& c : *finals) c = without_phases(c);
     without_phases(rep.leaked);
     decltype(site_acc) merged;
     for (const auto& [key, v] : site_acc) {
@@ -201,8 +214,10 @@ struct Pass {
 
 }  // namespace
 
-CategoryReport categorize(const Model& m, const TraitsFn& traits) {
+CategoryReport categorize(const Model& m, const TraitsFn& traits, bool timelines) {
   Pass p(m, traits);
+  std::vector<Category> finals;
+  if (timelines) p.finals = &finals;
   TraceReader reader(m.info.path);
   format::Record r;
   while (reader.next(r)) {
@@ -218,6 +233,7 @@ CategoryReport categorize(const Model& m, const TraitsFn& traits) {
     }
   }
   p.finish();
+  if (timelines && p.rep.decided_anything()) category_timelines(m, finals, p.rep);
   return std::move(p.rep);
 }
 

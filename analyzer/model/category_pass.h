@@ -66,13 +66,27 @@ struct CategoryReport {
   std::vector<FoundPhase> phases;  // in order
   std::uint32_t steps = 0;
   bool saw_training = false;
+  // Live requested bytes by category over time, index-aligned with Model::devices, each with
+  // one entry per point of that device's timeline (Model's Timeline: the same buckets), taken
+  // at the moment the bucket's requested maximum was reached and counting every allocation
+  // in its final category: the entries of a point sum to its `requested`. Empty unless
+  // categorize() was asked for them (a third read of the trace: category_timeline.cpp).
+  using Live = std::array<std::uint64_t, kNumCategories>;
+  std::vector<std::vector<Live>> timelines;
   // The category of most of a site's requested bytes (unknown for a stack never seen).
   Category site_category(std::uint32_t stack) const;
+  // Whether anything was decided: a phase found from frames, or a stack rule that named an
+  // allocation's category. Else every allocation is unknown, and views show no categories.
+  bool decided_anything() const;
 };
 
 // Frames of one stack id -> its traits (kept by the caller for as long as the call runs).
 using TraitsFn = std::function<const StackTraits&(std::uint32_t stack)>;
-// Reads m.info.path again. Throws as TraceReader does on an unreadable trace.
-CategoryReport categorize(const Model& m, const TraitsFn& traits);
+// Reads m.info.path again (and once more for `timelines`, when decided_anything()). Throws as TraceReader does on an
+// unreadable trace.
+CategoryReport categorize(const Model& m, const TraitsFn& traits, bool timelines = false);
+// rep.timelines from the final category of every allocation (`finals`, by alloc record
+// number from 0): category_timeline.cpp.
+void category_timelines(const Model& m, const std::vector<Category>& finals, CategoryReport& rep);
 
 }  // namespace gpuheap

@@ -122,8 +122,9 @@ class SiteLists {
   const std::vector<SiteRow>& leaks(std::size_t trace);
   const std::vector<SiteRow>& oom_live(std::size_t trace, std::size_t oom);  // its top_live
   // Memory in the user's terms (analyzer/model/categories.h): the categories of trace
-  // `trace`, computed on first use (a second read of the trace, every stack symbolized).
-  const CategoryReport& categories(std::size_t trace);
+  // `trace`, computed on first use (a second read of the trace, every stack symbolized);
+  // with `timelines`, CategoryReport::timelines too (computed again if they were not).
+  const CategoryReport& categories(std::size_t trace, bool timelines = false);
   // The category rules' view of one stack (its frames as this resolver symbolizes them).
   const StackTraits& traits(std::size_t trace, std::uint32_t stack);
   // The category of most of a site's bytes: what a per-site view (group-by, top) shows.

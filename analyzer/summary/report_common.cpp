@@ -134,6 +134,7 @@ struct SiteLists::Lists {
   std::optional<std::vector<SiteRow>> by_count, temporary, leaks;
   std::unordered_map<std::uint32_t, StackTraits> traits;
   std::optional<CategoryReport> categories;
+  bool category_timelines = false;  // categories has its timelines
 };
 
 SiteLists::SiteLists(const Analysis& a, bool all_frames) : a_(a), all_frames_(all_frames) {
@@ -214,12 +215,15 @@ const StackTraits& SiteLists::traits(std::size_t trace, std::uint32_t stack) {
   return t.emplace(stack, stack_traits(refs)).first->second;
 }
 
-const CategoryReport& SiteLists::categories(std::size_t trace) {
-  auto& slot = lists(trace).categories;
-  if (!slot)
-    slot = categorize(*a_.traces.at(trace),
-                      [&](std::uint32_t stack) -> const StackTraits& { return traits(trace, stack); });
-  return *slot;
+const CategoryReport& SiteLists::categories(std::size_t trace, bool timelines) {
+  auto& l = lists(trace);
+  if (!l.categories || (timelines && !l.category_timelines)) {
+    l.categories = categorize(
+        *a_.traces.at(trace), [&](std::uint32_t stack) -> const StackTraits& { return traits(trace, stack); },
+        timelines);
+    l.category_timelines = timelines;
+  }
+  return *l.categories;
 }
 
 std::vector<SiteRow> SiteLists::shown_leaks(std::size_t trace, bool include_library) {

@@ -1,6 +1,9 @@
 // Synthetic trace generator for benchmarks and large-input tests: a pooled workload with a
 // realistic shape (segments reused, ~half the blocks live, several threads and stacks).
-//   gpuheap_gen_trace OUT EVENTS [--zstd] [--no-end] [--seed N]
+// --training: the stacks end in PyTorch's Python frames and time runs as training steps
+// (model construction, then forward, backward and optimizer step in turn), so that the
+// categories (docs/categories.md) find phases: a large input for the report's category views.
+//   gpuheap_gen_trace OUT EVENTS [--zstd] [--no-end] [--seed N] [--training]
 #include <zstd.h>
 
 #include <cstdio>
@@ -42,19 +45,44 @@ struct Out {
   }
 };
 
+// The stacks, 16 native frames each. --training: each ends in PyTorch's Python frames, the
+// phase they say (construction, forward, backward, optimizer step) picked by id % 4.
+void put_stacks(Out& out, std::uint64_t& records, std::uint32_t count, bool training) {
+  unsigned char b[4096];
+  auto emit = [&](std::size_t n) { out.put(b, n), ++records; };
+  struct Code {
+    const char *file, *name;
+  };
+  const Code codes[] = {{"/venv/torch/nn/modules/module.py", "Module._apply"},
+                        {"/venv/torch/nn/modules/module.py", "Module._call_impl"},
+                        {"/venv/torch/_tensor.py", "Tensor.backward"},
+                        {"/venv/torch/optim/adamw.py", "_multi_tensor_adamw"},
+                        {"/job/train.py", "main"}};
+  if (training)
+    for (std::uint32_t c = 0; c < 5; ++c)
+      emit(encode(b, sizeof b, PyCodeRecord{c + 1, 3, 12, 100, codes[c].file, codes[c].name, ""}));
+  for (std::uint32_t id = 1; id <= count; ++id) {
+    std::uint64_t ips[18];
+    for (int d = 0; d < 16; ++d) ips[d] = 0x400000 + ((id * 7919 + d * 104729) % 0x3FFFFF);
+    if (training) ips[16] = py_frame(1 + id % 4, kPyNoLasti), ips[17] = py_frame(5, kPyNoLasti);
+    emit(encode_stack(b, sizeof b, id, ips, training ? 18 : 16));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s OUT EVENTS [--zstd] [--no-end] [--seed N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUT EVENTS [--zstd] [--no-end] [--seed N] [--training]\n", argv[0]);
     return 2;
   }
   std::uint64_t events = std::strtoull(argv[2], nullptr, 10);
-  bool zstd = false, no_end = false;
+  bool zstd = false, no_end = false, training = false;
   unsigned seed = 1;
   for (int i = 3; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--zstd")) zstd = true;
     else if (!std::strcmp(argv[i], "--no-end")) no_end = true;
+    else if (!std::strcmp(argv[i], "--training")) training = true;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = static_cast<unsigned>(std::atoi(argv[++i]));
   }
   Out out;
@@ -73,11 +101,15 @@ int main(int argc, char** argv) {
   emit(encode(b, sizeof b, ModuleRecord{0x400000, 0x400000, 0x800000, "/usr/bin/gen", ""}));
   constexpr std::uint32_t kStacks = 2000, kThreads = 4;
   std::mt19937_64 rng(seed);
-  for (std::uint32_t id = 1; id <= kStacks; ++id) {
-    std::uint64_t ips[16];
-    for (int d = 0; d < 16; ++d) ips[d] = 0x400000 + ((id * 7919 + d * 104729) % 0x3FFFFF);
-    emit(encode_stack(b, sizeof b, id, ips, 16));
-  }
+  put_stacks(out, records, kStacks, training);
+  // --training: construction for the first 1% of the events, then steps of 20000 events:
+  // 45% forward, 45% backward, 10% optimizer step.
+  auto pick_stack = [&](std::uint64_t at) {
+    if (!training) return 1 + static_cast<std::uint32_t>(rng() % kStacks);
+    const std::uint64_t pos = at % 20000;
+    const std::uint32_t phase = at < events / 100 ? 0 : pos < 9000 ? 1 : pos < 18000 ? 2 : 3;
+    return static_cast<std::uint32_t>(rng() % (kStacks / 4)) * 4 + (phase == 0 ? 4 : phase);  // id % 4 == phase
+  };
   for (std::uint32_t t = 0; t < kThreads; ++t) emit(encode(b, sizeof b, ThreadRecord{100 + t, "worker"}));
 
   // 1024 small-pool segments of 2 MiB, 64 slots of 32 KiB each.
@@ -109,7 +141,7 @@ int main(int argc, char** argv) {
       AllocRecord a;
       a.ts = ts, a.tid = tid, a.device = 0, a.kind = AllocKind::device_pooled, a.flags = kFlagSmallPool;
       a.ptr = kSegBase + seg * kSeg + (slot % kSlotsPer) * kSlot, a.requested = req, a.size = size;
-      a.stream = 0, a.stack = 1 + static_cast<std::uint32_t>(rng() % kStacks);
+      a.stream = 0, a.stack = pick_stack(n);
       emit(encode(b, sizeof b, a));
       live_pos[slot] = static_cast<std::uint32_t>(live.size());
       live.push_back(slot);

@@ -404,6 +404,62 @@ TEST(CategorySummary, PeakByCategoryAndLeaksWithoutLibraries) {
   EXPECT_EQ(doc["peak_consumers"].is_null(), false);
 }
 
+// The report's timeline by category (CategoryReport::timelines): at every point of the
+// device's timeline the categories add up to its requested bytes, each allocation in its final
+// category (the gradient made on the autograd thread reads gradient from the start, not the
+// temporary a streaming reader would call it until its phase ends), and the point of the
+// peak reads what the peak's categories read.
+// With 4 buckets for the 12 records, a bucket's point is the moment of its maximum, not its
+// last record.
+class CategoryTimeline : public ::testing::TestWithParam<std::size_t> {};
+INSTANTIATE_TEST_SUITE_P(Buckets, CategoryTimeline, ::testing::Values(std::size_t{2048}, std::size_t{4}));
+
+TEST_P(CategoryTimeline, SumsToRequestedInFinalCategories) {
+  auto a = analyze_one(training_trace(), "categories-timeline.gh", GetParam());
+  SiteLists sites(a, false);
+  const auto& rep = sites.categories(0, true);
+  const Model& m = *a.traces[0];
+  ASSERT_EQ(rep.timelines.size(), m.devices.size());
+  const auto pts = m.devices[0].timeline.points();
+  const auto& tl = rep.timelines[0];
+  ASSERT_EQ(tl.size(), pts.size());
+  ASSERT_GE(pts.size(), GetParam() > 100 ? 8u : 2u);
+  auto of = [](const CategoryReport::Live& x, Category c) { return x[static_cast<std::size_t>(c)]; };
+  std::size_t peak = pts.size();
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    std::uint64_t sum = 0;
+    for (auto v : tl[i]) sum += v;
+    EXPECT_EQ(sum, static_cast<std::uint64_t>(pts[i].requested)) << "point " << i;
+    if (pts[i].requested == static_cast<std::int64_t>(19 * MiB + 4)) peak = i;
+  }
+  ASSERT_LT(peak, pts.size());
+  for (std::size_t c = 0; c < kNumCategories; ++c)
+    EXPECT_EQ(tl[peak][c], rep.peaks[0].totals.bytes[c]) << category_name(static_cast<Category>(c));
+  EXPECT_EQ(of(tl[peak], Category::gradient), 4 * MiB);
+  EXPECT_EQ(of(tl[peak], Category::activation), 8 * MiB);
+  EXPECT_EQ(of(tl[peak], Category::temporary), 2 * MiB + 4);
+  const auto& last = tl.back();
+  EXPECT_EQ(of(last, Category::parameter), 4 * MiB);
+  EXPECT_EQ(of(last, Category::optimizer_state), 8 * MiB);
+  EXPECT_EQ(of(last, Category::library), 1 * MiB);
+  EXPECT_EQ(of(last, Category::activation), 0u);
+  // The activation is one from its first point on, before backward decided it.
+  for (std::size_t i = 0; i < pts.size(); ++i)
+    if (pts[i].requested == static_cast<std::int64_t>(12 * MiB)) EXPECT_EQ(of(tl[i], Category::activation), 8 * MiB);
+
+  // Without a phase or a stack rule deciding anything there is nothing to draw: no timelines
+  // (and no third read of the trace).
+  TraceBuilder b;
+  b.stack(1, {0x401000});
+  b.segment(0x7f0000000000ull, 8 * MiB, false);
+  b.alloc(0x7f0000000000ull, 1 * MiB, 1 * MiB, 1);
+  b.end();
+  auto plain = analyze_one(b, "categories-none.gh");
+  SiteLists ps(plain, false);
+  EXPECT_FALSE(ps.categories(0, true).decided_anything());
+  EXPECT_TRUE(ps.categories(0, true).timelines.empty());
+}
+
 // Gradients: freed by the zero_grad after the step that used them, over accumulating
 // backwards; one alive across a second step is not told apart from a lazily made workspace.
 TEST(CategoryClassifier, GradientsLiveUntilTheStepAfterTheirBackward) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -146,6 +147,13 @@ TEST(ReportHtml, HostileNamesStayText) {
       << "the phase names are listed as text";
   EXPECT_NE(dom.out.find("1 phase spans"), std::string::npos) << dom.out.substr(0, 3000);
   EXPECT_EQ(data["timelines"][0]["spans"][0]["label"], kHostilePhase);
+  // No phase found and no stack rule decided anything: no categories drawn (docs/categories.md),
+  // not one area of unknown.
+  EXPECT_FALSE(data["timelines"][0].contains("categories"));
+  EXPECT_FALSE(data.contains("category_names"));
+  EXPECT_EQ(data["flames"][0]["by_category"], false);
+  EXPECT_EQ(dom.out.find("<select class=\"flame-category\""), std::string::npos);
+  EXPECT_NE(dom.out.find(", 0 category areas"), std::string::npos);
   bool mark = false;
   for (const auto& m : data["timelines"][0]["markers"])
     mark = mark || (m["kind"] == "phase" && m["label"] == "<u>mark</u>");
@@ -178,6 +186,87 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
   auto img = slurp(png);
   ASSERT_GT(img.size(), 20000u) << "no (or an empty) screenshot at " << png;
   EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+// The timeline stacked by category and the flame graphs' category filter (docs/categories.md)
+// on the shipped H100 GPT trace: at every point the categories add up to the requested line,
+// and at the peak (the first point of the highest requested value: the same moment) each
+// reads what `summary --json` says at the peak; so does the peak flame graph's root.
+TEST(ReportHtml, TimelineAndFlameGraphByCategory) {
+  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  std::string html = out_dir() + "/report-h100-categories.html";
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto s = run(std::string("{ ") + GPUHEAP_CLI + " summary -q --json " + trace + " 2>/dev/null; }");
+  ASSERT_EQ(s.code, 0) << s.out.substr(0, 2000);
+  const auto at_peak = nlohmann::json::parse(s.out)["categories"]["at_peak"][0]["totals"];
+  auto data = page_data(slurp(html));
+  const auto& tl = data["timelines"][0];
+  ASSERT_TRUE(tl.contains("categories")) << tl.dump().substr(0, 2000);
+  const auto& names = tl["categories"]["names"];
+  const auto& series = tl["categories"]["bytes"];
+  ASSERT_EQ(names.size(), series.size());
+  for (const char* c : {"parameter", "gradient", "optimizer_state", "activation", "library"})
+    EXPECT_NE(std::find(names.begin(), names.end(), c), names.end()) << c << " in " << names.dump();
+  const auto& req = tl["requested"];
+  std::size_t peak = 0;
+  for (std::size_t i = 0; i < req.size(); ++i) {
+    std::uint64_t sum = 0;
+    for (const auto& v : series) sum += v[i].get<std::uint64_t>();
+    ASSERT_EQ(sum, req[i].get<std::uint64_t>()) << "point " << i;
+    if (req[i].get<std::uint64_t>() > req[peak].get<std::uint64_t>()) peak = i;
+  }
+  std::uint64_t peak_total = 0;
+  for (const auto& [name, v] : at_peak.items()) {
+    peak_total += v["bytes"].get<std::uint64_t>();
+    auto it = std::find(names.begin(), names.end(), name);
+    const std::uint64_t drawn = it == names.end() ? 0 : series[it - names.begin()][peak].get<std::uint64_t>();
+    EXPECT_EQ(drawn, v["bytes"].get<std::uint64_t>()) << name;
+  }
+  EXPECT_EQ(peak_total, req[peak].get<std::uint64_t>());
+  EXPECT_GT(at_peak["parameter"]["bytes"].get<std::uint64_t>(), 0u);
+  // The peak flame graph by category: each frame's own bytes (its value less its children's),
+  // of the category it names (an index of category_names) or as [category, bytes, ...],
+  // summed over the graph.
+  const auto& cat_names = data["category_names"];
+  const auto& flame = data["flames"][0];
+  ASSERT_EQ(flame["id"], "peak");
+  ASSERT_EQ(flame["by_category"], true);
+  const auto& nodes = flame["nodes"];
+  std::vector<std::uint64_t> own(nodes.size()), by_cat(cat_names.size(), 0);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    own[i] += nodes[i][3].get<std::uint64_t>();
+    if (i) own[nodes[i][4].get<std::size_t>()] -= nodes[i][3].get<std::uint64_t>();
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].size() < 6) continue;
+    const auto& c = nodes[i][5];
+    if (c.is_number()) {
+      by_cat.at(c.get<std::size_t>()) += own[i];
+      continue;
+    }
+    std::uint64_t sum = 0;
+    for (std::size_t q = 0; q + 1 < c.size(); q += 2)
+      by_cat.at(c[q].get<std::size_t>()) += c[q + 1].get<std::uint64_t>(), sum += c[q + 1].get<std::uint64_t>();
+    EXPECT_EQ(sum, own[i]) << nodes[i].dump();
+  }
+  for (std::size_t k = 0; k < cat_names.size(); ++k)
+    EXPECT_EQ(by_cat[k], at_peak[cat_names[k].get<std::string>()]["bytes"].get<std::uint64_t>()) << cat_names[k];
+  // The page: a legend entry per area, a filter on each flame graph, and (#selftest) the filter
+  // narrows the graph to one category and "all categories" restores it.
+  auto dom = browse(html, "--dump-dom");
+  ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
+  expect_rendered(dom.out);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom.out, m, std::regex("(\\d+) category areas"))) << dom.out.substr(0, 3000);
+  EXPECT_EQ(std::stoul(m[1]), names.size());
+  EXPECT_NE(dom.out.find("<select class=\"flame-category\">"), std::string::npos);
+  EXPECT_NE(dom.out.find(">parameter ("), std::string::npos);
+  auto self = browse(html + "#selftest", "--dump-dom");
+  ASSERT_EQ(self.code, 0) << self.out.substr(0, 2000);
+  std::smatch st;
+  ASSERT_TRUE(std::regex_search(self.out, st, std::regex("data-selftest=\"([^\"]*)\""))) << self.out.substr(0, 2000);
+  EXPECT_EQ(st[1], "ok");
 }
 
 // The site column names a C++ site as summary's default view does (template arguments

@@ -53,7 +53,7 @@
   function hideTip() { tip.style.display = 'none'; }
 
   var D = JSON.parse(document.getElementById('gpuheap-data').textContent);
-  var drawn = { series: 0, rects: 0, markers: 0, spans: 0 };
+  var drawn = { series: 0, rects: 0, markers: 0, spans: 0, areas: 0 };
   // uPlot draws asynchronously: the status is written once every chart has drawn (and the
   // rest of the page was built), so "ok" means the timelines are on screen.
   var pendingCharts = D.timelines.length, built = false;
@@ -68,7 +68,7 @@
     // visible status line goes away once the page is built.
     document.body.setAttribute('data-drawn', D.timelines.length + ' timelines, ' + drawn.series + ' series, ' +
       drawn.markers + ' markers, ' + D.flames.length + ' flame graphs, ' + drawn.rects + ' frames drawn, ' +
-      drawn.spans + ' phase spans');
+      drawn.spans + ' phase spans, ' + drawn.areas + ' category areas');
     statusEl.textContent = '';
     statusEl.hidden = true;
   }
@@ -83,6 +83,10 @@
 
   // ---- timelines ----
   var COLORS = { requested: '#1f77b4', allocated: '#2ca02c', active: '#ff7f0e', reserved: '#d62728' };
+  // Opaque pastels: each area paints over the ones above it, and the lines stay readable on them.
+  var CATEGORY_COLORS = { parameter: '#aec7e8', gradient: '#ffbb78', optimizer_state: '#98df8a',
+    activation: '#ff9896', temporary: '#c5b0d5', library: '#c49c94', framework_cache: '#f7b6d2',
+    other: '#c7c7c7', unknown: '#e8e8e8' };
   var MARK = { peak: '#8250df', oom: '#cf222e', phase: '#0969da' };
   var SPAN = ['rgba(9,105,218,0.08)', 'rgba(26,127,55,0.10)', 'rgba(154,103,0,0.10)'];
   function timeline(tl, parent) {
@@ -91,6 +95,7 @@
     parent.appendChild(box);
     var series = [{ label: 'time', value: function (u, v) { return seconds(v); } }];
     var data = [tl.t];
+    categoryAreas(tl, series, data);
     ['requested', 'allocated', 'active', 'reserved'].forEach(function (k) {
       if (!tl[k]) return;
       series.push({ label: k, stroke: COLORS[k], width: 1.5,
@@ -155,7 +160,35 @@
     }
     box.appendChild(el('div', 'hint', 'Drag to zoom into a time range, double-click to zoom out. Values are the ' +
       'maximum of each ' + seconds(tl.bucket_s) + ' bucket (' + tl.t.length + ' points; peaks are exact).'));
+    if (tl.categories) {
+      box.appendChild(el('div', 'hint categories', 'Areas: the requested bytes by category at each point (' +
+        tl.categories.names.join(', ') + '), every allocation in its final category (docs/categories.md); ' +
+        'they add up to the requested line.'));
+    }
     return u;
+  }
+  // Live requested bytes by category (docs/categories.md), stacked under the lines: each area
+  // is drawn as the sum of its category and those below it, topmost first so that the lower
+  // ones paint over it; the legend and the cursor read each category's own bytes. At every
+  // point they sum to `requested` (the moment of that bucket's maximum).
+  function categoryAreas(tl, series, data) {
+    var c = tl.categories;
+    if (!c) return;
+    var sums = [], acc = tl.t.map(function () { return 0; });
+    c.bytes.forEach(function (v) {
+      acc = acc.map(function (a, i) { return a + v[i]; });
+      sums.push(acc);
+    });
+    for (var k = c.names.length - 1; k >= 0; k--) {
+      var raw = c.bytes[k], col = CATEGORY_COLORS[c.names[k]] || '#8c8c8c';
+      series.push({ label: c.names[k], stroke: col, width: 0.5, fill: col,
+        paths: uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
+        value: (function (raw) {
+          return function (u, v, si, i) { return i === null || i === undefined ? '-' : bytes(raw[i]); };
+        })(raw) });
+      data.push(sums[k]);
+      drawn.areas++;
+    }
   }
   var tlBox = document.getElementById('timelines');
   if (!D.timelines.length) tlBox.appendChild(el('p', null, 'No device memory events in the trace.'));
@@ -169,10 +202,11 @@
     return h;
   }
   function Flame(f, parent) {
-    var n = f.nodes.length, name = [], file = [], line = [], value = [], par = [], kids = [], depth = [];
+    var n = f.nodes.length, name = [], file = [], line = [], value = [], par = [], kids = [], depth = [], cat = [];
     for (var i = 0; i < n; i++) {
       var r = f.nodes[i];
       name.push(f.names[r[0]]); file.push(f.names[r[1]]); line.push(r[2]); value.push(r[3]); par.push(r[4]);
+      cat.push(r[5]);
       kids.push([]);
       depth.push(i === 0 ? 0 : depth[r[4]] + 1);
       if (i) kids[r[4]].push(i);
@@ -185,6 +219,24 @@
     input.placeholder = 'search function / file';
     var found = el('span', 'hint');
     var crumbs = el('span');
+    // The category filter: a node's bytes of category k are its own (cat[i], see
+    // report_html.cpp own_categories) and its children's, summed up from the leaves (a child
+    // always comes after its parent).
+    var all = value, own = value.slice();
+    for (var j = 1; j < n; j++) own[par[j]] -= value[j];
+    function inCategory(k) {
+      var v = [];
+      for (var i = 0; i < n; i++) v.push(0);
+      for (i = n - 1; i >= 0; i--) {
+        var c = cat[i];
+        if (typeof c === 'number') { if (c === k) v[i] += own[i]; }
+        else if (c) for (var q = 0; q < c.length; q += 2) if (c[q] === k) v[i] += c[q + 1];
+        if (i) v[par[i]] += v[i];
+      }
+      return v;
+    }
+    var select = f.by_category ? categorySelect(f, inCategory) : null;
+    if (select) bar.appendChild(select);
     bar.appendChild(input); bar.appendChild(found); bar.appendChild(crumbs);
     parent.appendChild(bar);
     var box = el('div', 'flame-box');
@@ -200,7 +252,7 @@
       while (st.length) {
         var p = st.pop();
         if (p[1] > d) d = p[1];
-        kids[p[0]].forEach(function (c) { st.push([c, p[1] + 1]); });
+        kids[p[0]].forEach(function (c) { if (value[c]) st.push([c, p[1] + 1]); });
       }
       return d;
     }
@@ -241,7 +293,7 @@
         });
       }
       drawn.rects += rects.length;
-      found.textContent = query ? 'matched ' + fmt(matched) + ' (' + (100 * matched / (f.total || 1)).toFixed(1) + '% of all)' : '';
+      found.textContent = query ? 'matched ' + fmt(matched) + ' (' + (100 * matched / (value[0] || 1)).toFixed(1) + '% of all)' : '';
       while (crumbs.firstChild) crumbs.removeChild(crumbs.firstChild);
       var path = [];
       for (var a = root; ; a = par[a]) { path.unshift(a); if (a === 0) break; }
@@ -263,7 +315,7 @@
       var i = hit(ev);
       if (i < 0) return hideTip();
       showTip(ev, name[i] + (file[i] ? '\n' + file[i] + (line[i] ? ':' + line[i] : '') : '') + '\n' + fmt(value[i]) +
-        ' (' + (100 * value[i] / (f.total || 1)).toFixed(2) + '% of all, ' +
+        ' (' + (100 * value[i] / (value[0] || 1)).toFixed(2) + '% of all, ' +
         (100 * value[i] / (value[root] || 1)).toFixed(2) + '% of the zoomed frame)');
     });
     canvas.addEventListener('mouseleave', hideTip);
@@ -274,10 +326,35 @@
       draw();
     });
     input.addEventListener('input', function () { query = input.value.trim().toLowerCase(); draw(); });
+    // The category filter: each node's value in that category (docs/categories.md), the
+    // frames without any left out; the zoom starts again from the top.
+    if (select) select.addEventListener('change', function () {
+      value = select.value === '' ? all : inCategory(Number(select.value));
+      root = 0;
+      draw();
+    });
     window.addEventListener('resize', draw);
     draw();
     return { canvas: canvas, input: input, found: found, rects: function () { return rects; },
-             root: function () { return root; }, name: name };
+             root: function () { return root; }, name: name, select: select,
+             total: function () { return value[0]; } };
+  }
+  // A flame graph's category filter: every category with bytes in it (inCategory(k)[0]: the
+  // root's bytes of category k, an index of D.category_names).
+  function categorySelect(f, inCategory) {
+    if (!D.category_names) return null;
+    var select = el('select', 'flame-category');
+    var opt = el('option', null, 'all categories');
+    opt.value = '';
+    select.appendChild(opt);
+    D.category_names.forEach(function (nm, k) {
+      var v = inCategory(k)[0];
+      if (!v) return;
+      var o = el('option', null, nm + ' (' + (f.unit === 'bytes' ? bytes(v) : v) + ')');
+      o.value = String(k);
+      select.appendChild(o);
+    });
+    return select;
   }
   var flBox = document.getElementById('flames');
   var flames = [];
@@ -446,6 +523,16 @@
       if (fl.found.textContent.indexOf('matched') !== 0) why.push('flame ' + k + ': search found nothing');
       fl.input.value = '';
       fl.input.dispatchEvent(new Event('input'));
+      // The category filter: one category of several shows less than all, and "all" all again.
+      if (fl.select && fl.select.options.length > 2) {
+        var whole = fl.total();
+        fl.select.value = fl.select.options[1].value;
+        fl.select.dispatchEvent(new Event('change'));
+        if (!(fl.total() > 0 && fl.total() < whole)) why.push('flame ' + k + ': the category filter did not apply');
+        fl.select.value = '';
+        fl.select.dispatchEvent(new Event('change'));
+        if (fl.total() !== whole) why.push('flame ' + k + ': "all categories" did not restore the graph');
+      }
     });
     var asked = charts.map(function (u) {
       var t = u.data[0];
