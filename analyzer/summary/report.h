@@ -164,6 +164,9 @@ struct DiffRow {
 // Rows whose bytes or counts changed, largest change first, then the sites that only moved
 // (changed() false), which the text and JSON count but do not list.
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames);
+// The same with the callers' resolvers (of a and b), whose symbolized stacks other views
+// of the two traces share (diff's categories).
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, StackResolver& ra, StackResolver& rb);
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b);
 
 }  // namespace gpuheap
