@@ -18,6 +18,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/live/discover.h"
 #include "analyzer/live/follow.h"
+#include "analyzer/live/live_categories.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -30,20 +31,28 @@ namespace {
 constexpr double kListGraceS = 5.0;
 }  // namespace
 
-const char* group_name(Group g) { return g == Group::line ? "line" : "function"; }
+const char* group_name(Group g) { return g == Group::line ? "line" : g == Group::function ? "function" : "category"; }
 const char* sort_name(Sort s) { return s == Sort::bytes ? "bytes" : s == Sort::growth ? "growth" : "count"; }
 
 std::vector<SiteNow> group_sites(const std::vector<SiteNow>& sites, Group g, Sort s, std::size_t top) {
   std::map<std::string, SiteNow> by;
+  std::map<std::string, std::map<std::string, std::uint64_t>> cats;  // key -> category -> live bytes
   for (const auto& x : sites) {
-    const std::string& key = g == Group::line ? x.line : x.function;
+    const std::string& key = g == Group::line ? x.line : g == Group::function ? x.function : x.category;
+    cats[key][x.category] += x.bytes;
     auto [it, fresh] = by.try_emplace(key, x);
     if (fresh) continue;
     it->second.bytes += x.bytes, it->second.count += x.count, it->second.growth += x.growth;
   }
   std::vector<SiteNow> out;
-  for (auto& [k, v] : by)
-    if (v.bytes > 0 || v.growth != 0) out.push_back(std::move(v));
+  for (auto& [k, v] : by) {
+    if (v.bytes == 0 && v.growth == 0) continue;
+    // The merged row's category: that of most of its live bytes (ties: the first by name).
+    std::uint64_t most = 0;
+    for (const auto& [c, b] : cats[k])
+      if (b > most) most = b, v.category = c;
+    out.push_back(std::move(v));
+  }
   auto value = [s](const SiteNow& x) -> std::int64_t {
     return s == Sort::bytes    ? static_cast<std::int64_t>(x.bytes)
            : s == Sort::growth ? x.growth
@@ -63,6 +72,8 @@ struct Followed {
   std::unique_ptr<StackResolver> res;
   std::size_t res_modules = 0;
   std::unordered_map<std::uint32_t, std::pair<std::string, std::string>> labels;
+  std::unordered_map<std::uint32_t, StackTraits> traits;  // kept across resolvers: a stack's frames stay
+  std::unique_ptr<LiveCategories> cats;
   std::vector<std::int64_t> base;
   bool step_based = false;
   struct StepStart {
@@ -73,7 +84,9 @@ struct Followed {
 
   bool ended() const { return !error.empty() || (f && f->ended()); }
   void on_step_start();
+  StackResolver& resolver();
   const std::pair<std::string, std::string>& label(std::uint32_t stack);
+  const StackTraits& traits_of(std::uint32_t stack);
   ProcessNow now();
 };
 
@@ -91,7 +104,7 @@ void Followed::on_step_start() {
   if (step_starts.size() > Job::kSteps) step_starts.pop_front();
 }
 
-const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) {
+StackResolver& Followed::resolver() {
   const Model& m = f->model();
   // Modules loaded since (dlopen) are symbolized only by a resolver that knows them.
   if (!res || res_modules != m.modules.size()) {
@@ -99,10 +112,26 @@ const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) 
     res_modules = m.modules.size();
     labels.clear();
   }
+  return *res;
+}
+
+const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) {
+  StackResolver& r = resolver();
   auto it = labels.find(stack);
   if (it != labels.end()) return it->second;
-  const auto& frames = res->frames(stack);
+  const auto& frames = r.frames(stack);
   return labels.emplace(stack, std::make_pair(site_label_text(frames, true), site_label(frames))).first->second;
+}
+
+// The category rules' view of one stack, as SiteLists::traits gives it to the summary.
+const StackTraits& Followed::traits_of(std::uint32_t stack) {
+  auto it = traits.find(stack);
+  if (it != traits.end()) return it->second;
+  const auto& frames = resolver().frames(stack);
+  std::vector<FrameRef> refs;
+  refs.reserve(frames.size());
+  for (const auto& fr : frames) refs.push_back({fr.function, fr.file, fr.module, fr.line, fr.module == "python"});
+  return traits.emplace(stack, stack_traits(refs)).first->second;
 }
 
 ProcessNow Followed::now() {
@@ -115,6 +144,8 @@ ProcessNow Followed::now() {
   p.phase = f->steps().now;
   std::tie(p.step_name, p.step) = f->steps().step();
   p.growth_since = step_based ? "step" : "refresh";
+  p.categories_are = f->finished() ? "final" : "provisional";
+  p.training_found = cats && cats->saw_training();
   for (const auto& d : m.devices) {
     if (d.device < 0) continue;  // pinned host memory (summary's "host")
     DeviceNow x;
@@ -122,6 +153,10 @@ ProcessNow Followed::now() {
     x.requested = d.stat[kRequestedBytes][kAllPools], x.allocated = d.stat[kAllocatedBytes][kAllPools];
     x.reserved = d.stat[kReservedBytes][kAllPools];
     x.ooms = d.num_ooms, x.retries = d.num_alloc_retries;
+    if (cats) {
+      auto c = cats->devices().find(d.device);
+      if (c != cats->devices().end()) x.categories = c->second;
+    }
     // A device missing from a step's start was not seen yet then: nothing allocated on it.
     for (const auto& s : step_starts) {
       auto it = std::find_if(s.requested.begin(), s.requested.end(),
@@ -136,9 +171,11 @@ ProcessNow Followed::now() {
     const std::int64_t growth = s.live_bytes - base[i];
     if (s.live_count <= 0 && growth == 0) continue;
     const auto& [line, function] = label(static_cast<std::uint32_t>(i));
+    const Category cat = cats ? cats->site_category(static_cast<std::uint32_t>(i)) : Category::unknown;
     p.sites.push_back({static_cast<std::uint32_t>(i), line, function,
                        static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_bytes, 0)),
-                       static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_count, 0)), growth});
+                       static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_count, 0)), growth,
+                       category_name(cat)});
   }
   if (!step_based)
     for (std::size_t i = 0; i < m.sites.size(); ++i) base[i] = m.sites[i].live_bytes;
@@ -195,6 +232,9 @@ void Job::Impl::poll(Followed& t) {
       }
       Followed* self = &t;
       t.f->on_step_start([self] { self->on_step_start(); });
+      t.cats = std::make_unique<LiveCategories>(
+          [self](std::uint32_t stack) -> const StackTraits& { return self->traits_of(stack); });
+      t.f->on_record([self](const format::Record& r) { self->cats->feed(r); });
     }
     // The pid is looked at before the read: a process gone by then wrote all it will, and
     // this read takes it; one that dies after it is caught by the next refresh.
@@ -208,7 +248,10 @@ void Job::Impl::poll(Followed& t) {
                       "whole record",
                       info.pid, t.path));
     }
-    if (t.f->ended()) t.f->finish();
+    if (t.f->ended()) {
+      t.f->finish();
+      t.cats->finish();
+    }
   } catch (const std::exception& e) {
     t.error = e.what();
     note(fmt::format("{} (not followed further)", e.what()));
