@@ -567,3 +567,15 @@ TEST(CategoryCheck, BaselineNamesTheCategoryThatGrew) {
             std::string::npos)
       << r.violations[0];
 }
+
+// A phase that never ends (no training found, followed live for hours) keeps only what is
+// live: the classifier's memory does not grow with the allocations made.
+TEST(CategoryClassifier, StaysBoundedInAPhaseThatNeverEnds) {
+  Drive d;
+  const auto kept = d.alloc(kPlain);
+  for (int i = 0; i < 100000; ++i) d.free(d.alloc(kPlain));
+  EXPECT_LT(d.cls.tracked(), 10000u);
+  EXPECT_EQ(d.cls.category(kept), Category::unknown);
+  d.alloc(kForward);  // training starts: the one still live is decided as before
+  EXPECT_EQ(d.finals[kept], Category::other);
+}
