@@ -74,6 +74,9 @@ struct Followed {
   std::unordered_map<std::uint32_t, std::pair<std::string, std::string>> labels;
   std::unordered_map<std::uint32_t, StackTraits> traits;  // kept across resolvers: a stack's frames stay
   std::unique_ptr<LiveCategories> cats;
+  // Once ended: the summary's categories of the finished trace (a second read, with the
+  // symbols the finishing step stored at its end, which the live read saw too late).
+  std::unique_ptr<CategoryReport> final_cats;
   std::vector<std::int64_t> base;
   bool step_based = false;
   struct StepStart {
@@ -84,6 +87,7 @@ struct Followed {
 
   bool ended() const { return !error.empty() || (f && f->ended()); }
   void on_step_start();
+  void finish_categories();
   StackResolver& resolver();
   const std::pair<std::string, std::string>& label(std::uint32_t stack);
   const StackTraits& traits_of(std::uint32_t stack);
@@ -134,6 +138,38 @@ const StackTraits& Followed::traits_of(std::uint32_t stack) {
   return traits.emplace(stack, stack_traits(refs)).first->second;
 }
 
+void Followed::finish_categories() {
+  cats->finish();
+  const Model& m = f->model();
+  StackResolver fresh(m, false);
+  std::unordered_map<std::uint32_t, StackTraits> tr;
+  try {
+    final_cats = std::make_unique<CategoryReport>(categorize(m, [&](std::uint32_t stack) -> const StackTraits& {
+      auto it = tr.find(stack);
+      if (it != tr.end()) return it->second;
+      std::vector<FrameRef> refs;
+      for (const auto& fr : fresh.frames(stack))
+        refs.push_back({fr.function, fr.file, fr.module, fr.line, fr.module == "python"});
+      return tr.emplace(stack, stack_traits(refs)).first->second;
+    }));
+  } catch (const std::exception&) {
+    // The file moved on meanwhile (`gpuheap run` compresses it to TRACE.zst): the live
+    // classification, finished, stands.
+  }
+}
+
+namespace {
+// The category of most of a stack's bytes live at the end (unknown when none).
+Category leaked_category(const CategoryReport& r, std::uint32_t stack) {
+  auto it = r.leaked_by_stack.find(stack);
+  if (it == r.leaked_by_stack.end()) return Category::unknown;
+  std::size_t best = static_cast<std::size_t>(Category::unknown);
+  for (std::size_t i = 0; i < kNumCategories; ++i)
+    if (it->second.bytes[i] > it->second.bytes[best] || (it->second.count[i] && !it->second.count[best])) best = i;
+  return static_cast<Category>(best);
+}
+}  // namespace
+
 ProcessNow Followed::now() {
   ProcessNow p;
   p.trace = path;
@@ -145,7 +181,7 @@ ProcessNow Followed::now() {
   std::tie(p.step_name, p.step) = f->steps().step();
   p.growth_since = step_based ? "step" : "refresh";
   p.categories_are = f->finished() ? "final" : "provisional";
-  p.training_found = cats && cats->saw_training();
+  p.training_found = final_cats ? final_cats->saw_training : cats && cats->saw_training();
   for (const auto& d : m.devices) {
     if (d.device < 0) continue;  // pinned host memory (summary's "host")
     DeviceNow x;
@@ -153,7 +189,10 @@ ProcessNow Followed::now() {
     x.requested = d.stat[kRequestedBytes][kAllPools], x.allocated = d.stat[kAllocatedBytes][kAllPools];
     x.reserved = d.stat[kReservedBytes][kAllPools];
     x.ooms = d.num_ooms, x.retries = d.num_alloc_retries;
-    if (cats) {
+    if (final_cats) {
+      auto c = final_cats->leaked_by_device.find(d.device);
+      if (c != final_cats->leaked_by_device.end()) x.categories = c->second;
+    } else if (cats) {
       auto c = cats->devices().find(d.device);
       if (c != cats->devices().end()) x.categories = c->second;
     }
@@ -171,7 +210,10 @@ ProcessNow Followed::now() {
     const std::int64_t growth = s.live_bytes - base[i];
     if (s.live_count <= 0 && growth == 0) continue;
     const auto& [line, function] = label(static_cast<std::uint32_t>(i));
-    const Category cat = cats ? cats->site_category(static_cast<std::uint32_t>(i)) : Category::unknown;
+    const auto id = static_cast<std::uint32_t>(i);
+    const Category cat = final_cats ? leaked_category(*final_cats, id)
+                         : cats     ? cats->site_category(id)
+                                    : Category::unknown;
     p.sites.push_back({static_cast<std::uint32_t>(i), line, function,
                        static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_bytes, 0)),
                        static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_count, 0)), growth,
@@ -250,7 +292,7 @@ void Job::Impl::poll(Followed& t) {
     }
     if (t.f->ended()) {
       t.f->finish();
-      t.cats->finish();
+      t.finish_categories();
     }
   } catch (const std::exception& e) {
     t.error = e.what();

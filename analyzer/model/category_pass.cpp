@@ -216,6 +216,7 @@ struct Pass {
     for (auto& [k, b] : rep.by_stack) without_phases(b);
     for (auto& [k, b] : rep.leaked_by_stack) without_phases(b);
     without_phases(rep.leaked);
+    for (auto& [dev, b] : rep.leaked_by_device) without_phases(b);
     decltype(site_acc) merged;
     for (const auto& [key, v] : site_acc) {
       auto& m2 = merged[{std::get<0>(key), without_phases(std::get<1>(key)), std::get<2>(key)}];
@@ -230,7 +231,7 @@ struct Pass {
       const Category c = cls.on_free(k);
       account(e, c);
       rep.leaked_by_stack[e.stack].add(c, e.bytes);
-      if (e.device) rep.leaked.add(c, e.bytes);
+      if (e.device) rep.leaked.add(c, e.bytes), rep.leaked_by_device[e.dev].add(c, e.bytes);
     }
     if (!cls.saw_training()) remap_without_phases();
     for (auto& [key, v] : site_acc) {

@@ -64,6 +64,7 @@ struct CategoryReport {
   // (nothing live) for an OOM before any step.
   std::vector<CategoryMoment> ooms, oom_since;
   CategoryBytes leaked;                                              // live at the end (device memory)
+  std::map<int, CategoryBytes> leaked_by_device;                     // the same per device
   std::unordered_map<std::uint32_t, CategoryBytes> by_stack;         // every allocation, whole trace
   std::unordered_map<std::uint32_t, CategoryBytes> leaked_by_stack;  // live at the end
   std::unordered_map<std::uint32_t, std::string>

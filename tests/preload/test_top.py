@@ -15,7 +15,8 @@ tmux:     the interactive view in a tmux pane: the current figure and the top si
           screen, keys sort, group and quit. Exits 77 (ctest SKIP_RETURN_CODE) without tmux.
 categories: a job shaped like a PyTorch one (py/torch_shaped.py) followed with --json: the
           live bytes by category, provisional while it runs, final in the last line, where
-          parameter and optimizer_state equal `summary --json`'s categories live at the end.
+          parameter and optimizer_state equal `summary --json`'s categories live at the end;
+          the same on the shipped GPT trace (symbols stored at its end).
 """
 import json
 import os
@@ -314,7 +315,21 @@ def case_categories(e):
     cats = {s["category"] for s in last["top_sites"]}
     if not {"parameter", "optimizer_state"} <= cats:
         fail(f"final top sites' categories {cats}")
-    print(f"categories: {len(snaps)} lines, optimizer_state seen {sorted(set(states))}, final = summary's {got}")
+    # A trace whose symbols come at its end (stored by `gpuheap run`'s finishing step, as in
+    # the shipped GPT trace): the live read classifies before they arrive; the last line is
+    # still the summary's (the ended trace is classified again, with them).
+    gpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "traces",
+                       "h100-gpt-train.trace.zst")
+    rc, lines, err, _ = e.top("--once", "--json", gpt)
+    r = subprocess.run([e.gpuheap, "summary", "-q", "--json", gpt], env=e.env, capture_output=True, text=True)
+    if rc != 0 or r.returncode != 0:
+        fail(f"top --once {rc} / summary {r.returncode} on {gpt}: {err} {r.stderr}")
+    p = json.loads(lines[-1])["processes"][0]
+    got_gpt, want_gpt = device0(p)["categories"], json.loads(r.stdout)["categories"]["leaked"]
+    if p["categories_are"] != "final" or got_gpt != want_gpt or got_gpt["library"]["bytes"] == 0:
+        fail(f"GPT trace: top's final categories {got_gpt} != summary's live at the end {want_gpt}")
+    print(f"categories: {len(snaps)} lines, optimizer_state seen {sorted(set(states))}, final = summary's {got}; "
+          f"GPT trace final = summary's")
 
 
 def main():
