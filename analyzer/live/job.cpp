@@ -141,6 +141,9 @@ const StackTraits& Followed::traits_of(std::uint32_t stack) {
 void Followed::finish_categories() {
   cats->finish();
   const Model& m = f->model();
+  // Without frames stored in the trace the live read named every stack as a second read
+  // would (a stack's modules and Python code come before it): nothing to redo.
+  if (m.symbols.frames.empty()) return;
   StackResolver fresh(m, false);
   std::unordered_map<std::uint32_t, StackTraits> tr;
   try {
