@@ -1,5 +1,5 @@
-// `gpuheap diff A B`: per-device totals and per-site differences; with --fail-on, a CI gate
-// (analyzer/summary/diff.h).
+// `gpuheap diff A B`: per-device totals, bytes by category and per-site differences; with
+// --fail-on, a CI gate (analyzer/summary/diff.h).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -61,19 +61,23 @@ int run_diff(DiffCliOptions o) {
     if (m && std::find(gate.fail_on.begin(), gate.fail_on.end(), *m) == gate.fail_on.end()) gate.fail_on.push_back(*m);
   }
   if (auto slack = size_opt(o.tolerance_bytes)) gate.tolerance_bytes = *slack;
-  auto rows = diff_sites(ma, mb, o.all_frames);
+  // One resolver per trace for the sites and the categories: each stack symbolized once.
+  SiteLists sa(a, o.all_frames), sb(b, o.all_frames);
+  auto rows = diff_sites(ma, mb, sa.res(0), sb.res(0));
   auto devs = diff_devices(ma, mb);
+  auto cats = diff_categories(ma, sa.categories(0), mb, sb.categories(0));
   auto verdict = diff_verdict(ma, mb, devs, gate);
   auto lines = verdict_lines(verdict, gate);
   auto top = static_cast<std::size_t>(o.top);
   if (o.json) {
-    std::cout << diff_json(devs, rows, top, ma, mb, verdict, gate)
-                     .dump(1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
+    auto doc = diff_json(devs, rows, top, ma, mb, verdict, gate);
+    doc["categories"] = diff_categories_json(cats);
+    std::cout << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     // stdout holds only the document; the gate's lines go to the CI log.
     for (const auto& l : lines) std::fprintf(stderr, "gpuheap diff: %s\n", l.c_str());
   } else {
     std::cout << diff_totals_text(devs, ma, mb);
+    std::cout << diff_categories_text(cats);
     std::cout << diff_text(rows, top, ma, mb);
     for (const auto& l : lines) std::cout << "gpuheap diff: " << l << "\n";
   }

@@ -69,8 +69,7 @@ TraceFollower::TraceFollower(const std::string& path) : path_(path), model_(std:
     ssize_t got = ::pread(fd_, head, sizeof head, 0);
     if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
     if (got >= 4 && std::memcmp(head, kZstdMagic, 4) == 0) {
-      compressed_ = true;
-      read_compressed();
+      compressed_ = true;  // read by the first poll()
       return;
     }
     std::uint16_t version = 0;
@@ -103,6 +102,7 @@ void TraceFollower::read_compressed() {
   format::Record r;
   while (rd.next(r)) {
     if (r.type == format::RecordType::phase && steps_.on_phase(r.phase) && step_cb_) step_cb_();
+    if (record_cb_) record_cb_(r);
     model_->feed(r);
   }
   records_ = rd.records();
@@ -126,6 +126,7 @@ std::size_t TraceFollower::decode(const unsigned char* p, std::size_t n) {
     if (records_ == 0 && r.type != format::RecordType::process)
       throw NotATraceError(fmt::format("{}: not a gpuheap trace: its first record is not a process record", path_));
     if (r.type == format::RecordType::phase && steps_.on_phase(r.phase) && step_cb_) step_cb_();
+    if (record_cb_) record_cb_(r);
     model_->feed(r);
     ++records_;
     pos += used;
@@ -136,6 +137,10 @@ std::size_t TraceFollower::decode(const unsigned char* p, std::size_t n) {
 
 std::uint64_t TraceFollower::poll() {
   if (fd_ < 0 || ended()) return 0;
+  if (compressed_) {
+    read_compressed();
+    return read_;
+  }
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw InputError(fmt::format("{}: cannot stat: {}", path_, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(st.st_size);

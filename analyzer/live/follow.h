@@ -9,7 +9,8 @@
 // where the written data ends *for now*: the reader stops there, keeps its offset, and
 // looks again at the next poll (never taking the zeros for records). An incomplete frame
 // (the file cut at a window end) is likewise waited for. The `end` record closes the trace.
-// A zstd-compressed trace (`gpuheap run` compresses a finished one) is read whole, once.
+// A zstd-compressed trace (`gpuheap run` compresses a finished one) is read whole, once, by
+// the first poll() (after the callbacks are set).
 #pragma once
 
 #include <sys/types.h>
@@ -73,6 +74,8 @@ class TraceFollower {
   // Called with each phase record that starts a top-level range or mark, before it is fed
   // (Job: the live bytes per site at the start of a step).
   void on_step_start(std::function<void()> f) { step_cb_ = std::move(f); }
+  // Called with every record, before it is fed (Job: the live categories).
+  void on_record(std::function<void(const format::Record&)> f) { record_cb_ = std::move(f); }
 
  private:
   std::size_t decode(const unsigned char* p, std::size_t n);  // whole frames fed; bytes used
@@ -88,6 +91,7 @@ class TraceFollower {
   std::unique_ptr<Model> model_;
   StepTracker steps_;
   std::function<void()> step_cb_;
+  std::function<void(const format::Record&)> record_cb_;
 };
 
 }  // namespace gpuheap::live

@@ -18,6 +18,7 @@
 #include "analyzer/base/error.h"
 #include "analyzer/live/discover.h"
 #include "analyzer/live/follow.h"
+#include "analyzer/live/live_categories.h"
 #include "analyzer/summary/report.h"
 #include "analyzer/symbolize/labels.h"
 
@@ -30,20 +31,28 @@ namespace {
 constexpr double kListGraceS = 5.0;
 }  // namespace
 
-const char* group_name(Group g) { return g == Group::line ? "line" : "function"; }
+const char* group_name(Group g) { return g == Group::line ? "line" : g == Group::function ? "function" : "category"; }
 const char* sort_name(Sort s) { return s == Sort::bytes ? "bytes" : s == Sort::growth ? "growth" : "count"; }
 
 std::vector<SiteNow> group_sites(const std::vector<SiteNow>& sites, Group g, Sort s, std::size_t top) {
   std::map<std::string, SiteNow> by;
+  std::map<std::string, std::map<std::string, std::uint64_t>> cats;  // key -> category -> live bytes
   for (const auto& x : sites) {
-    const std::string& key = g == Group::line ? x.line : x.function;
+    const std::string& key = g == Group::line ? x.line : g == Group::function ? x.function : x.category;
+    cats[key][x.category] += x.bytes;
     auto [it, fresh] = by.try_emplace(key, x);
     if (fresh) continue;
     it->second.bytes += x.bytes, it->second.count += x.count, it->second.growth += x.growth;
   }
   std::vector<SiteNow> out;
-  for (auto& [k, v] : by)
-    if (v.bytes > 0 || v.growth != 0) out.push_back(std::move(v));
+  for (auto& [k, v] : by) {
+    if (v.bytes == 0 && v.growth == 0) continue;
+    // The merged row's category: that of most of its live bytes (ties: the first by name).
+    std::uint64_t most = 0;
+    for (const auto& [c, b] : cats[k])
+      if (b > most) most = b, v.category = c;
+    out.push_back(std::move(v));
+  }
   auto value = [s](const SiteNow& x) -> std::int64_t {
     return s == Sort::bytes    ? static_cast<std::int64_t>(x.bytes)
            : s == Sort::growth ? x.growth
@@ -63,6 +72,11 @@ struct Followed {
   std::unique_ptr<StackResolver> res;
   std::size_t res_modules = 0;
   std::unordered_map<std::uint32_t, std::pair<std::string, std::string>> labels;
+  std::unordered_map<std::uint32_t, StackTraits> traits;  // kept across resolvers: a stack's frames stay
+  std::unique_ptr<LiveCategories> cats;
+  // Once ended: the summary's categories of the finished trace (a second read, with the
+  // symbols the finishing step stored at its end, which the live read saw too late).
+  std::unique_ptr<CategoryReport> final_cats;
   std::vector<std::int64_t> base;
   bool step_based = false;
   struct StepStart {
@@ -73,7 +87,10 @@ struct Followed {
 
   bool ended() const { return !error.empty() || (f && f->ended()); }
   void on_step_start();
+  void finish_categories();
+  StackResolver& resolver();
   const std::pair<std::string, std::string>& label(std::uint32_t stack);
+  const StackTraits& traits_of(std::uint32_t stack);
   ProcessNow now();
 };
 
@@ -91,7 +108,7 @@ void Followed::on_step_start() {
   if (step_starts.size() > Job::kSteps) step_starts.pop_front();
 }
 
-const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) {
+StackResolver& Followed::resolver() {
   const Model& m = f->model();
   // Modules loaded since (dlopen) are symbolized only by a resolver that knows them.
   if (!res || res_modules != m.modules.size()) {
@@ -99,11 +116,62 @@ const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) 
     res_modules = m.modules.size();
     labels.clear();
   }
+  return *res;
+}
+
+const std::pair<std::string, std::string>& Followed::label(std::uint32_t stack) {
+  StackResolver& r = resolver();
   auto it = labels.find(stack);
   if (it != labels.end()) return it->second;
-  const auto& frames = res->frames(stack);
+  const auto& frames = r.frames(stack);
   return labels.emplace(stack, std::make_pair(site_label_text(frames, true), site_label(frames))).first->second;
 }
+
+// The category rules' view of one stack, as SiteLists::traits gives it to the summary.
+const StackTraits& Followed::traits_of(std::uint32_t stack) {
+  auto it = traits.find(stack);
+  if (it != traits.end()) return it->second;
+  const auto& frames = resolver().frames(stack);
+  std::vector<FrameRef> refs;
+  refs.reserve(frames.size());
+  for (const auto& fr : frames) refs.push_back({fr.function, fr.file, fr.module, fr.line, fr.module == "python"});
+  return traits.emplace(stack, stack_traits(refs)).first->second;
+}
+
+void Followed::finish_categories() {
+  cats->finish();
+  const Model& m = f->model();
+  // Without frames stored in the trace the live read named every stack as a second read
+  // would (a stack's modules and Python code come before it): nothing to redo.
+  if (m.symbols.frames.empty()) return;
+  StackResolver fresh(m, false);
+  std::unordered_map<std::uint32_t, StackTraits> tr;
+  try {
+    final_cats = std::make_unique<CategoryReport>(categorize(m, [&](std::uint32_t stack) -> const StackTraits& {
+      auto it = tr.find(stack);
+      if (it != tr.end()) return it->second;
+      std::vector<FrameRef> refs;
+      for (const auto& fr : fresh.frames(stack))
+        refs.push_back({fr.function, fr.file, fr.module, fr.line, fr.module == "python"});
+      return tr.emplace(stack, stack_traits(refs)).first->second;
+    }));
+  } catch (const std::exception&) {
+    // The file moved on meanwhile (`gpuheap run` compresses it to TRACE.zst): the live
+    // classification, finished, stands.
+  }
+}
+
+namespace {
+// The category of most of a stack's bytes live at the end (unknown when none).
+Category leaked_category(const CategoryReport& r, std::uint32_t stack) {
+  auto it = r.leaked_by_stack.find(stack);
+  if (it == r.leaked_by_stack.end()) return Category::unknown;
+  std::size_t best = static_cast<std::size_t>(Category::unknown);
+  for (std::size_t i = 0; i < kNumCategories; ++i)
+    if (it->second.bytes[i] > it->second.bytes[best] || (it->second.count[i] && !it->second.count[best])) best = i;
+  return static_cast<Category>(best);
+}
+}  // namespace
 
 ProcessNow Followed::now() {
   ProcessNow p;
@@ -115,6 +183,8 @@ ProcessNow Followed::now() {
   p.phase = f->steps().now;
   std::tie(p.step_name, p.step) = f->steps().step();
   p.growth_since = step_based ? "step" : "refresh";
+  p.categories_are = f->finished() ? "final" : "provisional";
+  p.training_found = final_cats ? final_cats->saw_training : cats && cats->saw_training();
   for (const auto& d : m.devices) {
     if (d.device < 0) continue;  // pinned host memory (summary's "host")
     DeviceNow x;
@@ -122,6 +192,13 @@ ProcessNow Followed::now() {
     x.requested = d.stat[kRequestedBytes][kAllPools], x.allocated = d.stat[kAllocatedBytes][kAllPools];
     x.reserved = d.stat[kReservedBytes][kAllPools];
     x.ooms = d.num_ooms, x.retries = d.num_alloc_retries;
+    if (final_cats) {
+      auto c = final_cats->leaked_by_device.find(d.device);
+      if (c != final_cats->leaked_by_device.end()) x.categories = c->second;
+    } else if (cats) {
+      auto c = cats->devices().find(d.device);
+      if (c != cats->devices().end()) x.categories = c->second;
+    }
     // A device missing from a step's start was not seen yet then: nothing allocated on it.
     for (const auto& s : step_starts) {
       auto it = std::find_if(s.requested.begin(), s.requested.end(),
@@ -136,9 +213,14 @@ ProcessNow Followed::now() {
     const std::int64_t growth = s.live_bytes - base[i];
     if (s.live_count <= 0 && growth == 0) continue;
     const auto& [line, function] = label(static_cast<std::uint32_t>(i));
+    const auto id = static_cast<std::uint32_t>(i);
+    const Category cat = final_cats ? leaked_category(*final_cats, id)
+                         : cats     ? cats->site_category(id)
+                                    : Category::unknown;
     p.sites.push_back({static_cast<std::uint32_t>(i), line, function,
                        static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_bytes, 0)),
-                       static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_count, 0)), growth});
+                       static_cast<std::uint64_t>(std::max<std::int64_t>(s.live_count, 0)), growth,
+                       category_name(cat)});
   }
   if (!step_based)
     for (std::size_t i = 0; i < m.sites.size(); ++i) base[i] = m.sites[i].live_bytes;
@@ -195,6 +277,9 @@ void Job::Impl::poll(Followed& t) {
       }
       Followed* self = &t;
       t.f->on_step_start([self] { self->on_step_start(); });
+      t.cats = std::make_unique<LiveCategories>(
+          [self](std::uint32_t stack) -> const StackTraits& { return self->traits_of(stack); });
+      t.f->on_record([self](const format::Record& r) { self->cats->feed(r); });
     }
     // The pid is looked at before the read: a process gone by then wrote all it will, and
     // this read takes it; one that dies after it is caught by the next refresh.
@@ -208,7 +293,10 @@ void Job::Impl::poll(Followed& t) {
                       "whole record",
                       info.pid, t.path));
     }
-    if (t.f->ended()) t.f->finish();
+    if (t.f->ended()) {
+      t.f->finish();
+      t.finish_categories();
+    }
   } catch (const std::exception& e) {
     t.error = e.what();
     note(fmt::format("{} (not followed further)", e.what()));

@@ -23,21 +23,23 @@
 #include <string>
 #include <vector>
 
+#include "analyzer/model/category_pass.h"
 #include "analyzer/model/stats.h"
 
 namespace gpuheap::live {
 
-// A live site: one stack's allocations live now. `line` and `function` are the two group
-// keys (labels.h: "Block.forward (model.py:43)", "Block.forward"); a category key (branch
-// `categories`) goes beside them, as a field here and a case of Group.
+// A live site: one stack's allocations live now. `line`, `function` and `category` are the
+// group keys (labels.h: "Block.forward (model.py:43)", "Block.forward"; the category of most
+// of its live bytes as known now: live_categories.h).
 struct SiteNow {
   std::uint32_t stack = 0;
   std::string line, function;
   std::uint64_t bytes = 0, count = 0;  // requested bytes live now, allocations live now
   std::int64_t growth = 0;             // bytes now - bytes at the start of the step (or last refresh)
+  std::string category;
 };
 
-enum class Group { line, function };
+enum class Group { line, function, category };
 enum class Sort { bytes, growth, count };
 const char* group_name(Group g);
 const char* sort_name(Sort s);
@@ -54,6 +56,7 @@ struct DeviceNow {
   // Requested bytes at the start of each of the last kSteps steps (oldest first), with the
   // step's number: a completed step's growth is the next start's bytes minus its own.
   std::vector<std::pair<std::uint64_t, std::int64_t>> step_starts;
+  CategoryBytes categories;  // requested bytes live now by category (live_categories.h)
 };
 
 struct ProcessNow {
@@ -67,6 +70,11 @@ struct ProcessNow {
   std::string growth_since;        // "step" (the start of the current step) or "refresh"
   std::vector<DeviceNow> devices;  // GPUs, in the order first seen (by index once ended)
   std::vector<SiteNow> sites;      // every site with live bytes or growth, unsorted
+  // The categories: "provisional" while the trace is written (a category becomes final when
+  // its allocation is freed or its phase ends), "final" once it ended; training_found: a
+  // forward, backward or optimizer step was found (else only the stack rules decide).
+  std::string categories_are = "provisional";
+  bool training_found = false;
   std::uint64_t records = 0, bytes_read = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "analyzer/base/units.h"
+#include "analyzer/summary/report.h"  // category_totals_json
 
 namespace gpuheap::live {
 
@@ -42,19 +43,35 @@ nlohmann::json process_json(const ProcessNow& p, std::size_t top) {
                     {"reserved_bytes", stat_json(d.reserved)},
                     {"num_ooms", d.ooms},
                     {"num_alloc_retries", d.retries},
-                    {"steps", steps_json(d)}});
+                    {"steps", steps_json(d)},
+                    {"categories", category_totals_json(d.categories)}});
   nlohmann::json sites = nlohmann::json::array();
   for (const auto& s : group_sites(p.sites, Group::line, Sort::bytes, top))
-    sites.push_back(
-        {{"label", s.line}, {"function", s.function}, {"bytes", s.bytes}, {"count", s.count}, {"growth", s.growth}});
+    sites.push_back({{"label", s.line},
+                     {"function", s.function},
+                     {"category", s.category},
+                     {"bytes", s.bytes},
+                     {"count", s.count},
+                     {"growth", s.growth}});
   nlohmann::json j = {{"pid", p.pid},        {"host", p.host},  {"trace", p.trace},   {"state", p.state},
                       {"phase", p.phase},    {"devices", devs}, {"top_sites", sites}, {"growth_since", p.growth_since},
                       {"records", p.records}};
   j["step"] = p.step_name.empty() ? nlohmann::json(nullptr) : nlohmann::json{{"name", p.step_name}, {"number", p.step}};
+  j["categories_are"] = p.categories_are;
+  j["training_found"] = p.training_found;
   return j;
 }
 
 }  // namespace
+
+std::string categories_line(const CategoryBytes& c) {
+  std::string out;
+  for (std::size_t i = 0; i < kNumCategories; ++i)
+    if (c.count[i])
+      out += fmt::format("{}{} {}", out.empty() ? "" : ", ", category_name(static_cast<Category>(i)),
+                         human_bytes(c.bytes[i]));
+  return out;
+}
 
 nlohmann::json snapshot_json(const Snapshot& s, std::size_t top, bool final_line) {
   nlohmann::json procs = nlohmann::json::array();
@@ -83,6 +100,10 @@ std::string snapshot_text(const Snapshot& s, std::size_t top) {
           s.elapsed_s, p.pid, p.state, d.device, human_bytes(d.requested.current), human_bytes(d.requested.peak),
           human_bytes(d.allocated.current), human_bytes(d.allocated.peak), human_bytes(d.reserved.current),
           human_bytes(d.reserved.peak), d.ooms, d.retries, step, phase);
+    for (const auto& d : p.devices)
+      if (d.categories.total())
+        out += fmt::format("  device {} by category ({}): {}\n", d.device, p.categories_are,
+                           categories_line(d.categories));
     for (const auto& x : group_sites(p.sites, Group::line, Sort::bytes, top))
       out += fmt::format("  {:>10} x{:<5} {:>11}  {}\n", human_bytes(x.bytes), x.count,
                          (x.growth < 0 ? "-" : "+") + human_bytes(static_cast<std::uint64_t>(std::abs(x.growth))),

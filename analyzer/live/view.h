@@ -27,6 +27,8 @@ struct ViewOptions {
 nlohmann::json snapshot_json(const Snapshot& s, std::size_t top, bool final_line);
 // The text lines of one refresh (no terminal, or --once without --json).
 std::string snapshot_text(const Snapshot& s, std::size_t top);
+// "parameter 4.00 MiB, activation 8.00 MiB" (the categories with live allocations).
+std::string categories_line(const CategoryBytes& c);
 
 // Runs the view until the job ends (JSON and text: a last refresh, then "process ended" on
 // stderr) or, interactively, until `q`. The exit status.

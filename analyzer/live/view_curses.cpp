@@ -1,7 +1,7 @@
 // The interactive view of `gpuheap top` (ncurses): per device current and peak with a
-// sparkline of the refreshes, the step and phase now running, the top live sites. Keys: p
-// pause, s sort (bytes, growth, count), d device, r process (rank), g group (line,
-// function), q quit.
+// sparkline of the refreshes, the step and phase now running, the live bytes by category, the
+// top live sites. Keys: p pause, s sort (bytes, growth, count), d device, r process (rank), g
+// group (line, function, category), q quit.
 #include <curses.h>
 #include <langinfo.h>
 
@@ -36,7 +36,7 @@ struct Sample {
 struct ViewState {
   bool paused = false, utf8 = false;
   Sort sort = Sort::bytes;
-  Group group = Group::line;  // a "category" group (the categories, issue #34) is the next case
+  Group group = Group::line;
   std::size_t proc = 0, dev = 0;
   std::map<std::string, std::deque<Sample>> history;  // "trace#device" -> requested per refresh
 };
@@ -111,6 +111,8 @@ int draw_device(ViewState& v, const ProcessNow& p, double now, int y) {
     if (st == &d.allocated) line += fmt::format("   {:^{}}", "^ requested, last 5 min", spark);
     put(y++, line);
   }
+  const std::string cats = categories_line(d.categories);
+  put(y++, fmt::format("  by category ({}): {}", p.categories_are, cats.empty() ? "-" : cats));
   return y;
 }
 
@@ -138,7 +140,9 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
     const int rows = std::max(1, LINES - y - 2 - static_cast<int>(std::min<std::size_t>(s.notes.size(), 3)));
     for (const auto& x : group_sites(p.sites, v.group, v.sort, static_cast<std::size_t>(rows)))
       put(y++, fmt::format("{:>11} {:>7} {:>12}  {}", human_bytes(x.bytes), x.count, signed_bytes(x.growth),
-                           v.group == Group::line ? x.line : x.function));
+                           v.group == Group::line       ? x.line
+                           : v.group == Group::function ? x.function
+                                                        : x.category));
   }
   for (std::size_t i = 0; i < s.notes.size() && i < 3; ++i) put(LINES - 2 - static_cast<int>(i), "note: " + s.notes[i]);
   put(LINES - 1, "p pause  s sort  d device  r process  g group  q quit");
@@ -152,7 +156,9 @@ bool on_key(ViewState& v, int ch, const Snapshot& s) {
     case 'Q': return false;
     case 'p': v.paused = !v.paused; break;
     case 's': v.sort = v.sort == Sort::bytes ? Sort::growth : v.sort == Sort::growth ? Sort::count : Sort::bytes; break;
-    case 'g': v.group = v.group == Group::line ? Group::function : Group::line; break;
+    case 'g':
+      v.group = v.group == Group::line ? Group::function : v.group == Group::function ? Group::category : Group::line;
+      break;
     case 'r': v.proc = s.processes.empty() ? 0 : (v.proc + 1) % s.processes.size(), v.dev = 0; break;
     case 'd': {
       const std::size_t n = v.proc < s.processes.size() ? s.processes[v.proc].devices.size() : 0;

@@ -99,6 +99,9 @@ class Classifier {
   std::uint32_t step() const { return step_; }                             // 0 before the first forward, then 1, 2, ...
   bool saw_training() const { return saw_training_; }                      // a forward, backward or step was found
   const std::string& backward_caller() const { return backward_caller_; }  // of the current/last backward
+  // Allocation ids the classifier holds (live ones and those its phase lists still name):
+  // bounded by the live allocations, however long a phase runs.
+  std::size_t tracked() const { return live_.size() + epoch_ids_.size(); }
 
  private:
   // pending: in the phase that made it; saved: a forward's, live when backward began; kept:
@@ -117,6 +120,7 @@ class Classifier {
   void enter(TrainPhase p);
   void close_epoch(TrainPhase next);
   void retire_grads();
+  void compact_epoch();
   void decide(std::uint64_t id, Live& l, Category c);
   Category provisional(const Live& l) const;
 

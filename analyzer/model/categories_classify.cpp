@@ -55,7 +55,21 @@ Category Classifier::on_alloc(const Alloc& a) {
   auto [it, inserted] = live_.insert_or_assign(a.id, l);
   (void)inserted;
   epoch_ids_.push_back(a.id);
+  if (epoch_ids_.size() > 2 * live_.size() + 4096) compact_epoch();
   return provisional(it->second);
+}
+
+// A phase that never ends (a program with no training phase, followed live by `gpuheap top`
+// for hours) must not keep every id it ever allocated: drop those no longer live in this
+// epoch, which close_epoch() would skip anyway. Amortized: each id is dropped at most once
+// and a compaction runs only after the list doubled past the live allocations.
+void Classifier::compact_epoch() {
+  std::size_t keep = 0;
+  for (auto id : epoch_ids_) {
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second.epoch == epoch_ && it->second.state == State::pending) epoch_ids_[keep++] = id;
+  }
+  epoch_ids_.resize(keep);
 }
 
 // The current phase ends: what its allocations left alive is decided by where it goes next.

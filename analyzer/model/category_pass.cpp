@@ -33,7 +33,7 @@ bool CategoryReport::decided_anything() const {
 
 namespace {
 
-constexpr std::size_t kMaxMarked = 64;  // moments an allocation can be marked live at (devices + OOMs)
+constexpr std::size_t kMaxMarked = 64;  // moments an allocation can be marked live at (the devices' peaks)
 
 struct Pass {
   const Model& m;
@@ -58,10 +58,17 @@ struct Pass {
   std::vector<std::pair<std::uint64_t, std::size_t>> peak_at;  // (alloc record number, device index)
   std::size_t next_oom = 0;
   std::vector<Category>* finals = nullptr;  // by alloc record number, when timelines are asked for
+  // Per device with an OOM: the categories as known just before the current step began.
+  std::map<int, CategoryMoment> step_start;
 
   Pass(const Model& model, const TraitsFn& t) : m(model), traits(t) {
     rep.peaks.resize(m.devices.size());
     rep.ooms.resize(m.ooms.size());
+    rep.oom_since.resize(m.ooms.size());
+    for (const auto& o : m.ooms) {
+      auto& mo = step_start[o.rec.device];
+      mo.valid = true, mo.device = o.rec.device, mo.ts = m.info.mono_ns;  // before any step: nothing live
+    }
     for (std::size_t i = 0; i < m.devices.size(); ++i) {
       if (m.devices[i].peak_alloc) peak_at.push_back({m.devices[i].peak_alloc, i});
       rep.peaks[i].device = m.devices[i].device;
@@ -95,6 +102,32 @@ struct Pass {
     }
   }
 
+  // The categories of `device`'s live allocations as known now (provisional where undecided),
+  // with their sites when `sites`: an OOM, or the start of a step to compare one with.
+  void snapshot(CategoryMoment& mo, int device, std::uint64_t ts, bool sites) {
+    mo = CategoryMoment{};
+    mo.valid = true, mo.device = device, mo.ts = ts, mo.phase = cls.phase(), mo.step = cls.step();
+    std::map<std::pair<Category, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> acc;
+    for (const auto& [k, e] : live) {
+      (void)k;
+      if (!e.device || e.dev != device) continue;
+      mo.totals.add(e.cat, e.bytes);
+      if (!sites) continue;
+      auto& a = acc[{e.cat, e.stack}];
+      a.first += e.bytes, a.second++;
+      if (e.cat == Category::library) mo.libraries[library_of_stack(e.stack)] += e.bytes;
+    }
+    for (const auto& [key, v] : acc) mo.sites.push_back({key.second, key.first, v.first, v.second});
+    sort_sites(mo);
+  }
+  static void sort_sites(CategoryMoment& mo) {
+    std::sort(mo.sites.begin(), mo.sites.end(), [](const auto& a, const auto& b) {
+      if (a.cat != b.cat) return a.cat < b.cat;
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      return a.stack < b.stack;
+    });
+  }
+
   void phase_track(std::uint64_t ts) {
     const TrainPhase p = cls.phase();
     if (rep.phases.empty() || rep.phases.back().phase != p || rep.phases.back().step != cls.step()) {
@@ -113,7 +146,12 @@ struct Pass {
     const StackTraits& t = traits(a.stack);
     auto ag = autograd.find(a.tid);
     Classifier::Alloc ca{k, a.ts, ag != autograd.end() && ag->second, &t};
+    const std::uint32_t step_before = cls.step();
     const Category c = cls.on_alloc(ca);
+    // A step began: what was live then (the end of the previous step) is what an OOM in it
+    // is compared with. Taken after the classifier decided what the last phase left.
+    if (cls.step() != step_before)
+      for (auto& [dev, mo] : step_start) snapshot(mo, dev, a.ts, false);
     const bool device = format::holds_device_memory(a.kind);
     live[k] = Entry{a.stack, a.requested, 0, allocs - 1, c, a.device, device};
     if (finals) finals->push_back(c);
@@ -154,8 +192,8 @@ struct Pass {
 
   void on_oom(const format::OomRecord& o) {
     if (next_oom < rep.ooms.size()) {
-      rep.ooms[next_oom].device = o.device;
-      mark(rep.ooms[next_oom], o.device, o.ts);
+      snapshot(rep.ooms[next_oom], o.device, o.ts, true);
+      rep.oom_since[next_oom] = step_start[o.device];
     }
     ++next_oom;
   }
@@ -174,11 +212,24 @@ struct Pass {
   }
   void remap_without_phases() {
     for (auto* mo : moments) without_phases(mo->totals);
+    for (auto* v : {&rep.ooms, &rep.oom_since})
+      for (auto& mo : *v) {
+        without_phases(mo.totals);
+        std::map<std::pair<Category, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> acc;
+        for (const auto& st : mo.sites) {
+          auto& a = acc[{without_phases(st.cat), st.stack}];
+          a.first += st.bytes, a.second += st.count;
+        }
+        mo.sites.clear();
+        for (const auto& [key, v] : acc) mo.sites.push_back({key.second, key.first, v.first, v.second});
+        sort_sites(mo);
+      }
     for (auto& [k, b] : rep.by_stack) without_phases(b);
     for (auto& [k, b] : rep.leaked_by_stack) without_phases(b);
     if (finals)
       for (auto& c : *finals) c = without_phases(c);
     without_phases(rep.leaked);
+    for (auto& [dev, b] : rep.leaked_by_device) without_phases(b);
     decltype(site_acc) merged;
     for (const auto& [key, v] : site_acc) {
       auto& m2 = merged[{std::get<0>(key), without_phases(std::get<1>(key)), std::get<2>(key)}];
@@ -193,20 +244,14 @@ struct Pass {
       const Category c = cls.on_free(k);
       account(e, c);
       rep.leaked_by_stack[e.stack].add(c, e.bytes);
-      if (e.device) rep.leaked.add(c, e.bytes);
+      if (e.device) rep.leaked.add(c, e.bytes), rep.leaked_by_device[e.dev].add(c, e.bytes);
     }
     if (!cls.saw_training()) remap_without_phases();
     for (auto& [key, v] : site_acc) {
       auto& mo = *moments[std::get<0>(key)];
       mo.sites.push_back({std::get<2>(key), std::get<1>(key), v.first, v.second});
     }
-    for (auto* mo : moments) {
-      std::sort(mo->sites.begin(), mo->sites.end(), [](const auto& a, const auto& b) {
-        if (a.cat != b.cat) return a.cat < b.cat;
-        if (a.bytes != b.bytes) return a.bytes > b.bytes;
-        return a.stack < b.stack;
-      });
-    }
+    for (auto* mo : moments) sort_sites(*mo);
     rep.steps = cls.step();
     rep.saw_training = cls.saw_training();
   }

@@ -56,9 +56,15 @@ struct FoundPhase {
 };
 
 struct CategoryReport {
-  std::vector<CategoryMoment> peaks;                                 // index-aligned with Model::devices
-  std::vector<CategoryMoment> ooms;                                  // index-aligned with Model::ooms
+  std::vector<CategoryMoment> peaks;  // index-aligned with Model::devices
+  // index-aligned with Model::ooms: the categories as known at the OOM (final for what was
+  // decided by then, else provisional: forward -> activation, ...; docs/categories.md), and
+  // the same on that device just before the OOM's step began (`oom_since`, no sites): the
+  // end of the previous step; before step 1 for an OOM in step 1; the start of the trace
+  // (nothing live) for an OOM before any step.
+  std::vector<CategoryMoment> ooms, oom_since;
   CategoryBytes leaked;                                              // live at the end (device memory)
+  std::map<int, CategoryBytes> leaked_by_device;                     // the same per device
   std::unordered_map<std::uint32_t, CategoryBytes> by_stack;         // every allocation, whole trace
   std::unordered_map<std::uint32_t, CategoryBytes> leaked_by_stack;  // live at the end
   std::unordered_map<std::uint32_t, std::string>

@@ -212,11 +212,16 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     std::int64_t bvals[] = {base.requested, base.allocated, base.reserved, base.leaked};
     // Name what grew, not what is largest; /1 documents count sites in block bytes, so their
     // sites are not compared with this run's requested bytes.
+    std::unique_ptr<SiteLists> cat_sites;
     auto why = [&](const Item& it) {
       std::string grew;
-      if (doc.value("schema", "") == "gpuheap.summary/2")
+      std::string cat;
+      if (doc.value("schema", "") == "gpuheap.summary/2") {
         grew = grown_sites(a, doc, it.leaked ? -1 : it.dev, opt.all_frames);
-      return grew.empty() ? "top site: " + site(it) : grew;
+        if (!cat_sites) cat_sites = std::make_unique<SiteLists>(a, opt.all_frames);  // one category pass
+        cat = grown_category(*cat_sites, doc, it.leaked ? -1 : it.dev);
+      }
+      return (grew.empty() ? "top site: " + site(it) : grew) + (cat.empty() ? "" : "; " + cat);
     };
     for (int i = 0; i < 4; ++i) {
       const auto& it = items[i];

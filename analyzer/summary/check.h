@@ -61,6 +61,13 @@ void check_categories(const Analysis& a, const CheckOptions& opt, CheckResult& r
 // `device`, or among the leaks for device < 0. "" when no site grew. A site the baseline
 // does not list is new when its list is whole, else its growth is unknown and said so.
 std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, int device, bool all_frames);
+// For the same gate (check_categories.cpp): "category grew most: activation +4.00 MiB (8.00
+// MiB -> 12.0 MiB) at the peak" -- from the baseline's `categories` (at the peak of `device`,
+// or of the leaks for device < 0) to this run's. "" when none grew, or either side has no
+// categories to compare (several traces, a window, a baseline without them). `sites` are
+// of this run's analysis.
+class SiteLists;
+std::string grown_category(SiteLists& sites, const nlohmann::json& baseline, int device);
 // Why a trace is not whole ("no end record: ..."), for the incomplete-trace lines that
 // check and diff --fail-on print.
 std::string incompleteness(const TraceInfo& in);

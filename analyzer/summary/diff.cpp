@@ -87,6 +87,69 @@ std::vector<DeviceDiff> diff_devices(const Model& a, const Model& b) {
   return out;
 }
 
+std::vector<CategoryDiff> diff_categories(const Model& a, const CategoryReport& ca, const Model& b,
+                                          const CategoryReport& cb) {
+  std::map<int, CategoryDiff> by;
+  auto side = [&by](const Model& m, const CategoryReport& r, bool is_a) {
+    for (std::size_t i = 0; i < m.devices.size() && i < r.peaks.size(); ++i) {
+      const auto& mo = r.peaks[i];
+      if (m.devices[i].device < 0 || !mo.valid) continue;  // pinned host memory: not a GPU
+      auto& x = by[m.devices[i].device];
+      x.device = m.devices[i].device;
+      (is_a ? x.in_a : x.in_b) = true;
+      auto& v = is_a ? x.a : x.b;
+      for (std::size_t c = 0; c < kNumCategories; ++c) v[c] = static_cast<std::int64_t>(mo.totals.bytes[c]);
+    }
+  };
+  side(a, ca, true);
+  side(b, cb, false);
+  std::vector<CategoryDiff> out;
+  out.reserve(by.size());
+  for (auto& [dev, x] : by) out.push_back(x);
+  return out;
+}
+
+std::string diff_categories_text(const std::vector<CategoryDiff>& cats) {
+  if (cats.empty()) return {};
+  constexpr auto kUnknown = static_cast<std::size_t>(Category::unknown);
+  bool decided = false;
+  for (const auto& d : cats)
+    for (std::size_t c = 0; c < kNumCategories; ++c) decided |= c != kUnknown && (d.a[c] || d.b[c]);
+  if (!decided)
+    return "By category: every byte is unknown in both traces (no training phase found; docs/categories.md)\n\n";
+  std::string out = "By category at each device's peak (requested bytes live then; docs/categories.md):\n";
+  for (const auto& d : cats) {
+    const char* only = d.in_a && d.in_b ? "" : d.in_a ? " (only in A)" : " (only in B)";
+    out += fmt::format("  {:<18}{:>14}{:>14}{:>14}{:>10}\n", fmt::format("device {}{}", d.device, only), "A", "B",
+                       "delta", "change");
+    for (std::size_t c = 0; c < kNumCategories; ++c) {
+      const auto va = d.a[c], vb = d.b[c];
+      if (!va && !vb) continue;
+      out += fmt::format("    {:<16}{:>14}{:>14}{:>14}{:>10}\n", category_name(static_cast<Category>(c)),
+                         cell(kDiffRequested, va), cell(kDiffRequested, vb), delta_cell(kDiffRequested, vb - va),
+                         pct_text(va, vb));
+    }
+  }
+  out += "\n";
+  return out;
+}
+
+nlohmann::json diff_categories_json(const std::vector<CategoryDiff>& cats) {
+  auto arr = nlohmann::json::array();
+  for (const auto& d : cats) {
+    nlohmann::json at_peak = nlohmann::json::object();
+    for (std::size_t c = 0; c < kNumCategories; ++c) {
+      const auto va = d.a[c], vb = d.b[c];
+      at_peak[category_name(static_cast<Category>(c))] = {{"a", va},
+                                                          {"b", vb},
+                                                          {"delta", vb - va},
+                                                          {"change_pct", pct_json(va, vb)}};
+    }
+    arr.push_back({{"device", d.device}, {"in_a", d.in_a}, {"in_b", d.in_b}, {"at_peak", std::move(at_peak)}});
+  }
+  return arr;
+}
+
 DiffVerdict diff_verdict(const Model& a, const Model& b, const std::vector<DeviceDiff>& devs, const DiffGate& gate) {
   DiffVerdict v;
   v.gated = !gate.fail_on.empty();

@@ -156,6 +156,11 @@ nlohmann::json stack_json(const std::vector<Frame>& frames);
 void categories_text(std::string& out, SiteLists& sites, std::size_t trace, const SummaryOptions& opt);
 nlohmann::json categories_json(SiteLists& sites, std::size_t trace);
 nlohmann::json category_totals_json(const CategoryBytes& b);
+// At OOM `oi` of trace `ti` (report_text's and report_json's OOM entries): the live bytes by
+// category as known then and the categories that grew since its step began (CategoryReport::
+// oom_since). Nothing / null when the categories do not cover it (a window, nothing decided).
+void oom_categories_text(std::string& out, SiteLists& sites, std::size_t ti, std::size_t oi);
+nlohmann::json oom_categories_json(SiteLists& sites, std::size_t ti, std::size_t oi);
 
 // Per-site differences between two traces (first trace of each analysis). Sites are paired
 // by site_match.h: a site whose lines moved is one row.
@@ -174,6 +179,9 @@ struct DiffRow {
 // Rows whose bytes or counts changed, largest change first, then the sites that only moved
 // (changed() false), which the text and JSON count but do not list.
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames);
+// The same with the callers' resolvers (of a and b), whose symbolized stacks other views
+// of the two traces share (diff's categories).
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, StackResolver& ra, StackResolver& rb);
 std::string diff_text(const std::vector<DiffRow>& rows, std::size_t top, const Model& a, const Model& b);
 
 }  // namespace gpuheap

@@ -1,4 +1,6 @@
 // "Memory by category" (docs/categories.md): the summary's section and JSON object.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "analyzer/base/text_safe.h"
@@ -104,7 +106,78 @@ bool nothing_decided(const CategoryMoment& mo, const CategoryReport& rep) {
   return !rep.saw_training && mo.totals.of(Category::unknown) == mo.totals.total();
 }
 
+// Where an OOM's step began, as its comparison line names it (CategoryReport::oom_since).
+std::string since_text(const CategoryMoment& since) {
+  if (since.step == 0) return "since the trace began";
+  if (since.step == 1) return "since training began (before step 1)";
+  return fmt::format("since the end of step {}", since.step - 1);
+}
+const char* since_key(const CategoryMoment& since) {
+  return since.step == 0 ? "trace_start" : since.step == 1 ? "before_step_1" : "end_of_previous_step";
+}
+
+// The categories that grew from `since` to `at`, largest growth first (then category order).
+std::vector<std::pair<Category, std::int64_t>> grown(const CategoryMoment& since, const CategoryMoment& at) {
+  std::vector<std::pair<Category, std::int64_t>> out;
+  for (std::size_t c = 0; c < kNumCategories; ++c) {
+    const auto d = static_cast<std::int64_t>(at.totals.bytes[c]) - static_cast<std::int64_t>(since.totals.bytes[c]);
+    if (d > 0) out.push_back({static_cast<Category>(c), d});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  return out;
+}
+
+// The OOM's moments, or null when the categories do not cover it (a window).
+std::pair<const CategoryMoment*, const CategoryMoment*> oom_moments(SiteLists& sites, std::size_t ti, std::size_t oi) {
+  const Model& m = *sites.analysis().traces[ti];
+  if (!m.window().empty() || m.windowed()) return {nullptr, nullptr};
+  const auto& rep = sites.categories(ti);
+  if (oi >= rep.ooms.size() || !rep.ooms[oi].valid || nothing_decided(rep.ooms[oi], rep)) return {nullptr, nullptr};
+  return {&rep.ooms[oi], &rep.oom_since[oi]};
+}
+
 }  // namespace
+
+void oom_categories_text(std::string& out, SiteLists& sites, std::size_t ti, std::size_t oi) {
+  auto [at, since] = oom_moments(sites, ti, oi);
+  if (!at) return;
+  out += fmt::format("  by category (as known at the OOM{}; docs/categories.md):\n",
+                     moment_phase(*at, sites.categories(ti)));
+  std::string brief;
+  moment_brief(brief, *at);
+  for (std::size_t from = 0; from < brief.size();) {  // indented under the OOM
+    const auto nl = brief.find('\n', from);
+    out += "  " + brief.substr(from, nl - from + 1);
+    from = nl + 1;
+  }
+  const auto g = grown(*since, *at);
+  if (g.empty()) {
+    out += fmt::format("  no category grew {}\n", since_text(*since));
+    return;
+  }
+  const auto c = static_cast<std::size_t>(g[0].first);
+  out += fmt::format("  {} grew most {}: +{} ({} -> {})", category_name(g[0].first), since_text(*since),
+                     human_bytes(static_cast<std::uint64_t>(g[0].second)), human_bytes(since->totals.bytes[c]),
+                     human_bytes(at->totals.bytes[c]));
+  for (std::size_t i = 1; i < g.size() && i < 3; ++i)
+    out += fmt::format("{} {} +{}", i == 1 ? "; then" : ",", category_name(g[i].first),
+                       human_bytes(static_cast<std::uint64_t>(g[i].second)));
+  out += "\n";
+}
+
+nlohmann::json oom_categories_json(SiteLists& sites, std::size_t ti, std::size_t oi) {
+  auto [at, since] = oom_moments(sites, ti, oi);
+  if (!at) return nullptr;
+  const auto g = grown(*since, *at);
+  nlohmann::json grew = nlohmann::json::array();
+  for (const auto& [c, d] : g) grew.push_back({{"category", category_name(c)}, {"bytes", d}});
+  return {{"step", at->step},
+          {"phase", train_phase_name(at->phase)},
+          {"totals", category_totals_json(at->totals)},
+          {"since",
+           {{"reference", since_key(*since)}, {"step", since->step}, {"totals", category_totals_json(since->totals)}}},
+          {"grew", std::move(grew)}};
+}
 
 void categories_text(std::string& out, SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];

@@ -318,6 +318,10 @@ std::vector<SitePair> pair_sides(const std::vector<DiffSide>& a, const std::vect
 
 std::vector<DiffRow> diff_sites(const Model& a, const Model& b, bool all_frames) {
   StackResolver ra(a, all_frames), rb(b, all_frames);
+  return diff_sites(a, b, ra, rb);
+}
+
+std::vector<DiffRow> diff_sites(const Model& a, const Model& b, StackResolver& ra, StackResolver& rb) {
   const auto sa = diff_side(a, ra), sb = diff_side(b, rb);
   std::vector<DiffRow> out;
   for (auto p : pair_sides(sa, sb)) {

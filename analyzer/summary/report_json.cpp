@@ -133,7 +133,8 @@ json ooms_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
                     {"cause", adv.cause},
                     {"suggestion", adv.suggestion},
                     {"fragmentation", frag_json(o.frag, in)},
-                    {"top_live", site_list(sites.oom_live(ti, oi), res, opt)}});
+                    {"top_live", site_list(sites.oom_live(ti, oi), res, opt)},
+                    {"categories", oom_categories_json(sites, ti, oi)}});
     put_stack(ooms.back(), res.frames(r.stack), opt);
   }
   return ooms;

@@ -455,6 +455,7 @@ void ooms_text(std::string& out, SiteLists& sites, std::size_t ti, const Summary
                        human_bytes(adv.reserved_unused));
     out += fmt::format("  {}\n", adv.fit);
     out += fmt::format("  suggestion: {}\n", adv.suggestion);
+    oom_categories_text(out, sites, ti, oi);
     out += "  failing call:\n";
     append_stack(out, res, r.stack, opt);
     if (!o.top_live.empty()) out += "  largest live sites at the OOM:\n";

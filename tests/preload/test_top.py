@@ -3,7 +3,7 @@
 (ctest Top.*). The job is prog_grow (one more allocation of N MiB at step N, inside a
 "step" range).
 
-  test_top.py BUILD_DIR growth|killed|run_live|tmux
+  test_top.py BUILD_DIR growth|killed|run_live|tmux|categories
 
 growth:   top --interval 0.2 --json follows the job: the JSON lines show the growth in order,
           and the last one equals `gpuheap summary --json` of the finished trace.
@@ -13,6 +13,10 @@ run_live: run --live starts the job and the view together; the program's output 
           file, shown at exit; the exit status is the program's; the trace is finished.
 tmux:     the interactive view in a tmux pane: the current figure and the top site on the
           screen, keys sort, group and quit. Exits 77 (ctest SKIP_RETURN_CODE) without tmux.
+categories: a job shaped like a PyTorch one (py/torch_shaped.py) followed with --json: the
+          live bytes by category, provisional while it runs, final in the last line, where
+          parameter and optimizer_state equal `summary --json`'s categories live at the end;
+          the same on the shipped GPT trace (symbols stored at its end).
 """
 import json
 import os
@@ -46,6 +50,14 @@ class Env:
                    LD_PRELOAD=os.path.join(self.build, "libgpuheap.so"),
                    GPUHEAP_OUTPUT=os.path.join(self.dir, "t.%p.trace"), GPUHEAP_QUIET="1")
         return subprocess.Popen([self.prog, *map(str, args)], env=env, stdout=subprocess.PIPE, text=True)
+
+    def start_py(self, script, *args):
+        """A Python script of tests/preload/py under the preload, as start_job runs prog_grow."""
+        env = dict(self.env, LD_LIBRARY_PATH=os.path.join(self.build, "simcuda"),
+                   LD_PRELOAD=os.path.join(self.build, "libgpuheap.so"),
+                   GPUHEAP_OUTPUT=os.path.join(self.dir, "t.%p.trace"), GPUHEAP_QUIET="1")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", script)
+        return subprocess.Popen([sys.executable, path, *map(str, args)], env=env, stdout=subprocess.PIPE, text=True)
 
     def top(self, *args, timeout=60):
         """gpuheap top ARGS to the end: (return code, stdout lines, stderr, seconds)."""
@@ -245,6 +257,13 @@ def case_tmux(e):
         wait_screen(tmux, target, ["sorted by growth"])
         subprocess.run(tmux + ["send-keys", "-t", target, "g"], check=True)
         wait_screen(tmux, target, ["by function", "main"])
+        # A third grouping, by category: prog_grow has no training phase, so its memory is
+        # `unknown` (docs/categories.md), under the device's rows as in the site list.
+        subprocess.run(tmux + ["send-keys", "-t", target, "g"], check=True)
+        screen = wait_screen(tmux, target, ["SITE (by category", "by category (provisional): unknown 15.0 MiB"])
+        sites = screen.split("SITE", 1)[1].splitlines()[1:]
+        if not sites or "15.0 MiB" not in sites[0] or not sites[0].rstrip().endswith("unknown"):
+            fail(f"grouped by category, the top row is not unknown with 15.0 MiB:\n{screen}")
         subprocess.run(tmux + ["send-keys", "-t", target, "q"], check=True)
         end = time.monotonic() + 10
         while subprocess.run(tmux + ["has-session", "-t", target], capture_output=True).returncode == 0:
@@ -255,7 +274,62 @@ def case_tmux(e):
         subprocess.run(tmux + ["kill-server"], capture_output=True)
         job.kill()
         job.wait()
-    print("tmux: current figure and top site on screen; s sorted by growth, g grouped by function, q quit")
+    print("tmux: current figure and top site on screen; s sorted by growth, g grouped by function, then by "
+          "category, q quit")
+
+
+def case_categories(e):
+    steps = 5
+    job = e.start_py("torch_shaped.py", "train", steps, 0.3)
+    rc, lines, err, _ = e.top("--interval", 0.2, "--json", e.dir)
+    job.stdout.read()
+    if job.wait() != 0:
+        fail(f"the job exited {job.returncode}")
+    if rc != 0 or "process ended" not in err:
+        fail(f"top exited {rc}, stderr {err!r}")
+    snaps = [json.loads(x) for x in lines]
+    live = [j["processes"][0] for j in snaps[:-1] if j["processes"] and j["processes"][0]["devices"]]
+    if not live or any(p["categories_are"] != "provisional" for p in live if p["state"] == "running"):
+        fail(f"no running line, or one whose categories are not provisional: {[p['categories_are'] for p in live]}")
+    # While it runs: the optimizer state appears on the first step (2 x 4 x 1 MiB) and stays; a
+    # refresh may fall between a step's 1 MiB temporary and its free (provisionally state).
+    states = [device0(p)["categories"]["optimizer_state"]["bytes"] for p in live + [snaps[-1]["processes"][0]]]
+    if 8 * MIB not in states or any(b not in (8 * MIB, 9 * MIB) for b in states[states.index(8 * MIB):]):
+        fail(f"optimizer_state over the run: {states}")
+    if not any(b >= 8 * MIB for b in states[:-1]):
+        fail(f"the optimizer state never showed while the job ran: {states}")
+    last = snaps[-1]["processes"][0]
+    if last["categories_are"] != "final" or not last["training_found"]:
+        fail(f"last line: categories {last['categories_are']}, training found {last['training_found']}")
+    r = subprocess.run([e.gpuheap, "summary", "--json", e.traces()[0]], env=e.env, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"summary failed: {r.stderr}")
+    want = json.loads(r.stdout)["categories"]["leaked"]
+    got = device0(last)["categories"]
+    for cat, size in (("parameter", 4 * MIB), ("optimizer_state", 8 * MIB)):
+        if got[cat] != want[cat] or got[cat]["bytes"] != size:
+            fail(f"final {cat} {got[cat]} != summary's live at the end {want[cat]} (expected {size} B)")
+    # Every category the summary decided for what is live at the end is the final line's.
+    if got != want:
+        fail(f"final categories {got} != summary's live at the end {want}")
+    cats = {s["category"] for s in last["top_sites"]}
+    if not {"parameter", "optimizer_state"} <= cats:
+        fail(f"final top sites' categories {cats}")
+    # A trace whose symbols come at its end (stored by `gpuheap run`'s finishing step, as in
+    # the shipped GPT trace): the live read classifies before they arrive; the last line is
+    # still the summary's (the ended trace is classified again, with them).
+    gpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "traces",
+                       "h100-gpt-train.trace.zst")
+    rc, lines, err, _ = e.top("--once", "--json", gpt)
+    r = subprocess.run([e.gpuheap, "summary", "-q", "--json", gpt], env=e.env, capture_output=True, text=True)
+    if rc != 0 or r.returncode != 0:
+        fail(f"top --once {rc} / summary {r.returncode} on {gpt}: {err} {r.stderr}")
+    p = json.loads(lines[-1])["processes"][0]
+    got_gpt, want_gpt = device0(p)["categories"], json.loads(r.stdout)["categories"]["leaked"]
+    if p["categories_are"] != "final" or got_gpt != want_gpt or got_gpt["library"]["bytes"] == 0:
+        fail(f"GPT trace: top's final categories {got_gpt} != summary's live at the end {want_gpt}")
+    print(f"categories: {len(snaps)} lines, optimizer_state seen {sorted(set(states))}, final = summary's {got}; "
+          f"GPT trace final = summary's")
 
 
 def main():
@@ -264,7 +338,8 @@ def main():
         return 2
     e = Env(sys.argv[1])
     try:
-        {"growth": case_growth, "killed": case_killed, "run_live": case_run_live, "tmux": case_tmux}[sys.argv[2]](e)
+        {"growth": case_growth, "killed": case_killed, "run_live": case_run_live, "tmux": case_tmux,
+         "categories": case_categories}[sys.argv[2]](e)
     finally:
         shutil.rmtree(e.dir, ignore_errors=True)
     return 0

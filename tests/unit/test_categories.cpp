@@ -264,8 +264,9 @@ TEST(CategoryClassifier, ForwardWithoutBackwardIsNotActivation) {
 namespace {
 
 // A trace of one training step, with the frames the rules read stored in it: Python code
-// objects and symbolized native frames (as `gpuheap symbolize` writes them).
-TraceBuilder training_trace() {
+// objects and symbolized native frames (as `gpuheap symbolize` writes them). `activation`:
+// the bytes the forward saves for backward (at most 16 MiB).
+TraceBuilder training_trace(std::uint64_t activation = 8 * MiB) {
   TraceBuilder b;
   b.put(format::ThreadRecord{1, "python3"});
   b.put(format::ThreadRecord{2, "pt_autograd_0"});
@@ -304,13 +305,13 @@ TraceBuilder training_trace() {
   const std::uint64_t base = 0x7f0000000000ull;
   b.segment(base, 64 * MiB, false);
   b.alloc(base, 4 * MiB, 4 * MiB, 1);                                             // parameter
-  b.alloc(base + 4 * MiB, 8 * MiB, 8 * MiB, 2);                                   // activation
+  b.alloc(base + 32 * MiB, activation, activation, 2);                            // activation
   b.alloc(base + 12 * MiB, 1 * MiB, 1 * MiB, 3);                                  // library
   b.alloc(base + 13 * MiB, 4, 512, 4);                                            // temporary (seed)
   b.alloc(base + 14 * MiB, 4 * MiB, 4 * MiB, 5, AllocKind::device_pooled, 0, 2);  // gradient
   b.alloc(base + 18 * MiB, 2 * MiB, 2 * MiB, 5, AllocKind::device_pooled, 0, 2);  // temporary: the peak
   b.free(base + 18 * MiB, AllocKind::device_pooled, 2);
-  b.free(base + 4 * MiB, AllocKind::device_pooled, 2);
+  b.free(base + 32 * MiB, AllocKind::device_pooled, 2);
   b.free(base + 13 * MiB);
   b.alloc(base + 20 * MiB, 8 * MiB, 8 * MiB, 6);  // optimizer state
   b.end();
@@ -562,4 +563,75 @@ TEST(CategoryCheck, MaxCategoryAtThePeak) {
   const auto ok = run(std::string(GPUHEAP_CLI) + " check -q --max-category library=1MiB " + TraceBuilder::dir() +
                       "/categories_check.gh");
   EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+// diff by category: bytes of each category at each device's peak, A -> B, in the text and in
+// --json, equal to what `summary --json` says of each trace.
+TEST(CategoryDiff, ByCategoryAtEachDevicesPeak) {
+  const auto a = training_trace(8 * MiB).write("categories_diff_a.gh");
+  const auto b = training_trace(12 * MiB).write("categories_diff_b.gh");
+  const std::string cli = std::string(GPUHEAP_CLI);
+  const auto text = run(cli + " diff -q " + a + " " + b);
+  ASSERT_EQ(text.code, 0) << text.out;
+  const auto section = text.out.find("By category at each device's peak (requested bytes live then");
+  ASSERT_NE(section, std::string::npos) << text.out;
+  EXPECT_LT(text.out.find("gpuheap diff totals"), section);
+  EXPECT_LT(section, text.out.find("Per-site change"));
+  EXPECT_NE(text.out.find("    activation            8.00 MiB      12.0 MiB     +4.00 MiB    +50.0%\n", section),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("    parameter             4.00 MiB      4.00 MiB           0 B     +0.0%\n", section),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.out.find("    framework_cache", section), std::string::npos) << text.out;  // 0 in both: no row
+
+  const auto js = run(cli + " diff -q --json " + a + " " + b + " 2>/dev/null");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto doc = nlohmann::json::parse(js.out);
+  EXPECT_EQ(doc["schema"], "gpuheap.diff/1");
+  ASSERT_EQ(doc["categories"].size(), 1u) << doc["categories"].dump();
+  const auto& dev = doc["categories"][0];
+  EXPECT_EQ(dev["device"], 0);
+  EXPECT_TRUE(dev["in_a"].get<bool>() && dev["in_b"].get<bool>());
+  const auto sa = nlohmann::json::parse(run(cli + " summary -q --json " + a + " 2>/dev/null").out);
+  const auto sb = nlohmann::json::parse(run(cli + " summary -q --json " + b + " 2>/dev/null").out);
+  for (std::size_t c = 0; c < kNumCategories; ++c) {
+    const char* name = category_name(static_cast<Category>(c));
+    const auto& row = dev["at_peak"][name];
+    EXPECT_EQ(row["a"], sa["categories"]["at_peak"][0]["totals"][name]["bytes"]) << name;
+    EXPECT_EQ(row["b"], sb["categories"]["at_peak"][0]["totals"][name]["bytes"]) << name;
+    EXPECT_EQ(row["delta"].get<std::int64_t>(), row["b"].get<std::int64_t>() - row["a"].get<std::int64_t>()) << name;
+  }
+  EXPECT_EQ(dev["at_peak"]["activation"]["delta"], 4 * MiB);
+  EXPECT_DOUBLE_EQ(dev["at_peak"]["activation"]["change_pct"].get<double>(), 50.0);
+  EXPECT_TRUE(dev["at_peak"]["framework_cache"]["change_pct"] == 0.0);
+}
+
+// check --baseline: a failing gate names the category that grew most over the baseline's.
+TEST(CategoryCheck, BaselineNamesTheCategoryThatGrew) {
+  const auto base = training_trace(8 * MiB).write("categories_base.gh");
+  const std::string doc = TraceBuilder::dir() + "/categories_base.json";
+  const auto js = run(std::string(GPUHEAP_CLI) + " summary -q --json " + base + " 2>/dev/null > " + doc);
+  ASSERT_EQ(js.code, 0) << js.out;
+  auto a = analyze_one(training_trace(12 * MiB), "categories_grown.gh");
+  CheckOptions o;
+  o.baseline = doc;
+  auto r = run_check(a, o);
+  ASSERT_FALSE(r.violations.empty());
+  EXPECT_NE(r.violations[0].find("peak requested bytes"), std::string::npos) << r.violations[0];
+  EXPECT_NE(r.violations[0].find("; category grew most: activation +4.00 MiB (8.00 MiB -> 12.0 MiB) at the peak"),
+            std::string::npos)
+      << r.violations[0];
+}
+
+// A phase that never ends (no training found, followed live for hours) keeps only what is
+// live: the classifier's memory does not grow with the allocations made.
+TEST(CategoryClassifier, StaysBoundedInAPhaseThatNeverEnds) {
+  Drive d;
+  const auto kept = d.alloc(kPlain);
+  for (int i = 0; i < 100000; ++i) d.free(d.alloc(kPlain));
+  EXPECT_LT(d.cls.tracked(), 10000u);
+  EXPECT_EQ(d.cls.category(kept), Category::unknown);
+  d.alloc(kForward);  // training starts: the one still live is decided as before
+  EXPECT_EQ(d.finals[kept], Category::other);
 }
