@@ -40,6 +40,9 @@ inline constexpr bool is_compact_type(std::uint8_t t) {
 
 // What both sides remember of the records before: the previous event's time and address, the
 // recent allocations' addresses and the recent frees. Starts zeroed with each file.
+// The two lists are rings (most recent first from head): a push overwrites the oldest entry
+// and a drop shifts the shorter side of the list by one, instead of moving the whole list as
+// an array kept in order would (a kilobyte on every alloc: most of the decoding's cost).
 struct CompactState {
   bool enabled = false;  // reader: the file's version allows compact records (5 and later)
   std::uint64_t ts = 0, ptr = 0;
@@ -51,41 +54,59 @@ struct CompactState {
     std::int16_t device;
     AllocKind kind;
   };
-  Allocated allocs[kCompactAllocs] = {};
   struct Freed {
     std::uint64_t ptr, size;
     std::int16_t device;
   };
-  Freed frees[kCompactFrees] = {};
+  static_assert((kCompactAllocs & (kCompactAllocs - 1)) == 0 && (kCompactFrees & (kCompactFrees - 1)) == 0,
+                "the rings index with a mask");
+
+  // The i-th most recent allocation (i < n_allocs) / free (i < n_frees).
+  const Allocated& alloc_at(std::size_t i) const { return allocs_[(alloc_head_ + i) & (kCompactAllocs - 1)]; }
+  const Freed& free_at(std::size_t i) const { return frees_[(free_head_ + i) & (kCompactFrees - 1)]; }
 
   void push_alloc(const AllocRecord& r) {
-    std::size_t n = n_allocs < kCompactAllocs ? n_allocs++ : kCompactAllocs - 1;
-    std::memmove(allocs + 1, allocs, n * sizeof allocs[0]);
-    allocs[0] = Allocated{r.ptr, r.size, r.stream, r.device, r.kind};
+    alloc_head_ = (alloc_head_ - 1) & (kCompactAllocs - 1);
+    allocs_[alloc_head_] = Allocated{r.ptr, r.size, r.stream, r.device, r.kind};
+    if (n_allocs < kCompactAllocs) ++n_allocs;
   }
-  void drop_alloc(std::size_t i) {
-    std::memmove(allocs + i, allocs + i + 1, (n_allocs - i - 1) * sizeof allocs[0]);
-    --n_allocs;
-  }
+  void drop_alloc(std::size_t i) { drop(allocs_, kCompactAllocs, alloc_head_, n_allocs, i); }
   int find_alloc(std::uint64_t p) const {
     for (std::size_t i = 0; i < n_allocs; ++i)
-      if (allocs[i].ptr == p) return static_cast<int>(i);
+      if (alloc_at(i).ptr == p) return static_cast<int>(i);
     return -1;
   }
   void push_free(std::uint64_t p, std::uint64_t size, std::int16_t device) {
-    std::size_t n = n_frees < kCompactFrees ? n_frees++ : kCompactFrees - 1;
-    std::memmove(frees + 1, frees, n * sizeof frees[0]);
-    frees[0] = Freed{p, size, device};
+    free_head_ = (free_head_ - 1) & (kCompactFrees - 1);
+    frees_[free_head_] = Freed{p, size, device};
+    if (n_frees < kCompactFrees) ++n_frees;
   }
-  void drop_free(std::size_t i) {
-    std::memmove(frees + i, frees + i + 1, (n_frees - i - 1) * sizeof frees[0]);
-    --n_frees;
-  }
+  void drop_free(std::size_t i) { drop(frees_, kCompactFrees, free_head_, n_frees, i); }
   int find_free(std::uint64_t p, std::uint64_t size, std::int16_t device) const {
-    for (std::size_t i = 0; i < n_frees; ++i)
-      if (frees[i].ptr == p && frees[i].size == size && frees[i].device == device) return static_cast<int>(i);
+    for (std::size_t i = 0; i < n_frees; ++i) {
+      const Freed& f = free_at(i);
+      if (f.ptr == p && f.size == size && f.device == device) return static_cast<int>(i);
+    }
     return -1;
   }
+
+ private:
+  // Removes entry i (< n) of the ring of cap entries starting at head: the entries before it
+  // move one place back (and head with them), or those after it one place forward.
+  template <class T>
+  static void drop(T* ring, std::size_t cap, std::uint8_t& head, std::uint8_t& n, std::size_t i) {
+    const std::size_t m = cap - 1;
+    if (i < n - 1 - i) {
+      for (std::size_t j = i; j > 0; --j) ring[(head + j) & m] = ring[(head + j - 1) & m];
+      head = static_cast<std::uint8_t>((head + 1) & m);
+    } else {
+      for (std::size_t j = i; j + 1 < n; ++j) ring[(head + j) & m] = ring[(head + j + 1) & m];
+    }
+    --n;
+  }
+  Allocated allocs_[kCompactAllocs] = {};
+  Freed frees_[kCompactFrees] = {};
+  std::uint8_t alloc_head_ = 0, free_head_ = 0;
 };
 
 namespace detail {
@@ -139,9 +160,47 @@ struct VarReader {
   }
 };
 
+// VarReader without a bound check on each byte, for a payload whose start has at least
+// kCompactMaxRead readable bytes after it (the reader's window): a compact payload's fields
+// read at most that many, whatever its bytes say. A read past `end` leaves p beyond it, which
+// the decoder's final check (p == end) rejects, so it accepts and rejects exactly what
+// VarReader does, with the same values where it accepts.
+struct VarReaderUnchecked {
+  const unsigned char* p;
+  const unsigned char* end;
+  bool ok = true;
+  std::uint8_t u8() { return *p++; }
+  std::uint64_t var() {
+    std::uint8_t b = *p++;
+    if (!(b & 0x80)) return b;  // most fields: one byte
+    std::uint64_t v = b & 0x7F;
+    for (int shift = 7; shift < 64; shift += 7) {
+      b = *p++;
+      if (shift == 63 && b > 1) return ok = false, 0;
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    return ok = false, 0;
+  }
+  std::uint64_t zz() { return unzigzag(var()); }
+  std::uint32_t u32() {
+    std::uint64_t v = var();
+    if (v > 0xFFFFFFFFu) ok = false;
+    return static_cast<std::uint32_t>(v);
+  }
+  std::int16_t i16() {
+    auto v = static_cast<std::int64_t>(zz());
+    if (v < INT16_MIN || v > INT16_MAX) ok = false;
+    return static_cast<std::int16_t>(v);
+  }
+};
+
 // The largest compact payload: alloc, 6 varints of up to 10 bytes, 2 of up to 5, 3 bytes.
 inline constexpr std::size_t kCompactMaxEvent = kCompactHeaderSize + 6 * 10 + 2 * 5 + 3;
 static_assert(kCompactMaxEvent - kCompactHeaderSize <= kCompactMaxPayload);
+// The most bytes a decoder reads from a compact payload, whatever it holds (a damaged one
+// too): an alloc's 8 varints read as up to 10 bytes each, and its 2 single bytes.
+inline constexpr std::size_t kCompactMaxRead = 8 * 10 + 2;
 
 template <class Body>
 inline std::size_t compact_frame(unsigned char* buf, std::size_t cap, RecordType t, Body&& body) {
@@ -194,7 +253,7 @@ inline std::size_t encode_compact(unsigned char* buf, std::size_t cap, CompactSt
     detail::put_tid(w, s, r.tid), w.u8(r.flags);
     const int i = s.find_alloc(r.ptr);
     if (i >= 0) {
-      const CompactState::Allocated a = s.allocs[i];
+      const CompactState::Allocated a = s.alloc_at(static_cast<std::size_t>(i));
       s.drop_alloc(static_cast<std::size_t>(i));
       const std::uint8_t other = (r.device != a.device ? kFreeOtherDevice : 0) |
                                  (r.kind != a.kind ? kFreeOtherKind : 0) | (r.size != a.size ? kFreeOtherSize : 0) |

@@ -50,13 +50,15 @@ inline bool valid_kind(std::uint8_t k) { return k < kNumAllocKinds; }
 
 namespace detail {
 
-inline std::uint32_t get_tid(VarReader& r, const CompactState& s) {
+template <class Reader>
+inline std::uint32_t get_tid(Reader& r, const CompactState& s) {
   const auto v = static_cast<std::int64_t>(s.tid) + static_cast<std::int64_t>(r.zz());
   if (v < 0 || v > 0xFFFFFFFFll) r.ok = false;
   return static_cast<std::uint32_t>(v);
 }
 
-inline bool get_kind(VarReader& r, AllocKind* k) {
+template <class Reader>
+inline bool get_kind(Reader& r, AllocKind* k) {
   const std::uint8_t v = r.u8();
   *k = static_cast<AllocKind>(v);
   return v < kNumAllocKinds;
@@ -65,9 +67,10 @@ inline bool get_kind(VarReader& r, AllocKind* k) {
 // Decodes one compact payload (whole: the caller checked its length) into out (a Record or an
 // EventRecord: the members alloc, free, free_completed and segment), its type the record's
 // plain type, and advances the state. False: the frame is corrupt, and the state with it (a
-// reader stops there).
-template <class Out>
-inline bool decode_compact_body(std::uint8_t t, VarReader& r, CompactState& s, Out& out) {
+// reader stops there). Reader: VarReader, or VarReaderUnchecked where kCompactMaxRead bytes
+// can be read from the payload's start.
+template <class Out, class Reader>
+inline bool decode_compact_body(std::uint8_t t, Reader& r, CompactState& s, Out& out) {
   const auto plain = static_cast<RecordType>(t & static_cast<std::uint8_t>(~kCompactBit));
   const std::uint64_t ts = s.ts + r.zz();
   s.ts = ts;
@@ -89,7 +92,7 @@ inline bool decode_compact_body(std::uint8_t t, VarReader& r, CompactState& s, O
         x.device = r.i16(), kind_ok = get_kind(r, &x.kind), x.ptr = s.ptr += r.zz(), x.size = r.var(),
         x.stream = r.var();
       } else if (ref < s.n_allocs) {
-        const CompactState::Allocated a = s.allocs[ref];
+        const CompactState::Allocated a = s.alloc_at(ref);
         s.drop_alloc(ref);
         const std::uint8_t other = r.u8();
         if (other & ~(kFreeOtherDevice | kFreeOtherKind | kFreeOtherSize | kFreeOtherStream)) return false;
@@ -115,7 +118,8 @@ inline bool decode_compact_body(std::uint8_t t, VarReader& r, CompactState& s, O
       if (ref == kCompactLiteral) {
         x.device = r.i16(), x.ptr = s.ptr += r.zz(), x.size = r.var();
       } else if (ref < s.n_frees) {
-        x.device = s.frees[ref].device, x.ptr = s.frees[ref].ptr, x.size = s.frees[ref].size, s.drop_free(ref);
+        const CompactState::Freed& f = s.free_at(ref);
+        x.device = f.device, x.ptr = f.ptr, x.size = f.size, s.drop_free(ref);
       } else {
         return false;
       }

@@ -71,7 +71,8 @@ class TraceReader {
   // max, in place into out[0..n) and returns n; stops before any other record, an incomplete
   // frame, or one that next_any would not decode in place (next_any then takes it, with
   // next()'s errors). The same records, with the same fields (their padding bytes aside), as
-  // n calls of next_any.
+  // n calls of next_any; a corrupt compact frame throws next_any's CorruptTraceError here (the
+  // records decoded before it in this batch are then never fed: the replay stops anyway).
   std::size_t next_events(format::EventRecord* out, std::size_t max) {
     if (done_) return 0;
     const unsigned char* p = buf_ + pos_;
@@ -96,6 +97,7 @@ class TraceReader {
       p += format::kFrameHeaderSize + len;
       ++n;
     }
+    if (n < max && compact_.enabled && records_ > 0) n = compact_events(p, out, n, max);
     pos_ = static_cast<std::size_t>(p - buf_);
     records_ += n;
     return n;
@@ -130,6 +132,41 @@ class TraceReader {
     return t == static_cast<std::uint8_t>(RecordType::alloc) || t == static_cast<std::uint8_t>(RecordType::free) ||
            t == static_cast<std::uint8_t>(RecordType::free_completed);
   }
+  static bool compact_batch_type(std::uint8_t t) {
+    using format::RecordType;
+    return t == format::compact_type(RecordType::alloc) || t == format::compact_type(RecordType::free) ||
+           t == format::compact_type(RecordType::free_completed);
+  }
+  // The compact frame at p, whole in the window (len bytes of payload), decoded into ev:
+  // without a bound check per byte where the window holds kCompactMaxRead bytes past its
+  // header (VarReaderUnchecked), else with them. False: corrupt.
+  bool decode_compact_at(const unsigned char* p, std::size_t len, format::EventRecord& ev) {
+    const unsigned char* q = p + format::kCompactHeaderSize;
+    if (static_cast<std::size_t>(buf_ + len_ - q) >= format::detail::kCompactMaxRead) {
+      format::detail::VarReaderUnchecked r{q, q + len};
+      return format::detail::decode_compact_body(p[0], r, compact_, ev);
+    }
+    format::detail::VarReader r{q, q + len};
+    return format::detail::decode_compact_body(p[0], r, compact_, ev);
+  }
+  // next_events' compact frames (version 5): decodes the compact alloc, free and
+  // free_completed frames whole in the window from p on into out[n..max), advancing p; returns
+  // the new n. Throws next()'s CorruptTraceError on a bad one (with pos_ at it).
+  std::size_t compact_events(const unsigned char*& p, format::EventRecord* out, std::size_t n, std::size_t max) {
+    const unsigned char* const end = buf_ + len_;
+    while (n < max && static_cast<std::size_t>(end - p) >= format::kCompactHeaderSize && compact_batch_type(p[0])) {
+      const std::size_t len = p[1];
+      if (static_cast<std::size_t>(end - p) - format::kCompactHeaderSize < len) break;
+      if (!decode_compact_at(p, len, out[n])) {
+        pos_ = static_cast<std::size_t>(p - buf_);
+        records_ += n;
+        throw_corrupt();
+      }
+      p += format::kCompactHeaderSize + len;
+      ++n;
+    }
+    return n;
+  }
   // A whole compact frame (version 5) at pos_ decoded into ev; false (nothing consumed) for
   // anything else, which next() then takes. Throws next()'s CorruptTraceError on a bad one.
   bool next_compact(format::EventRecord& ev) {
@@ -138,8 +175,7 @@ class TraceReader {
     if (!compact_.enabled || !format::is_compact_type(p[0]) || records_ == 0 ||
         len_ - pos_ - format::kCompactHeaderSize < len)
       return false;
-    format::detail::VarReader r{p + format::kCompactHeaderSize, p + format::kCompactHeaderSize + len};
-    if (!format::detail::decode_compact_body(p[0], r, compact_, ev)) throw_corrupt();
+    if (!decode_compact_at(p, len, ev)) throw_corrupt();
     pos_ += format::kCompactHeaderSize + len;
     ++records_;
     return true;

@@ -221,3 +221,129 @@ TEST(FormatCompact, BadFramesAreCorruptCutOnesNeedMore) {
   got.clear();
   EXPECT_EQ(decode_all(b, &got), f::FrameStatus::corrupt);
 }
+
+// The recent-allocation and recent-free lists are rings; they must hold exactly what the format
+// says (docs/trace-format.md): most recent first, a push dropping the oldest when full, a drop
+// closing the gap. Checked against a plain list on random pushes and drops from anywhere, so
+// a ring that the encoder and the decoder would get wrong the same way (which the round trips
+// above cannot see) fails here.
+TEST(FormatCompact, RecentListsAreTheDocumentedLists) {
+  g_x = 0x1234567u;
+  f::CompactState st;
+  std::vector<std::uint64_t> allocs, frees;  // ptr, most recent first
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint64_t p = rnd();
+    switch (rnd() % 4) {
+      case 0:
+        st.push_alloc(f::AllocRecord{0, 0, 0, f::AllocKind::device_pooled, 0, p, 0, 0, 0, 0});
+        allocs.insert(allocs.begin(), p);
+        if (allocs.size() > f::kCompactAllocs) allocs.pop_back();
+        break;
+      case 1:
+        if (!allocs.empty()) {
+          const std::size_t k = rnd() % allocs.size();
+          ASSERT_EQ(st.find_alloc(allocs[k]), static_cast<int>(k));
+          st.drop_alloc(k), allocs.erase(allocs.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        break;
+      case 2:
+        st.push_free(p, p >> 3, 1);
+        frees.insert(frees.begin(), p);
+        if (frees.size() > f::kCompactFrees) frees.pop_back();
+        break;
+      default:
+        if (!frees.empty()) {
+          const std::size_t k = rnd() % frees.size();
+          ASSERT_EQ(st.find_free(frees[k], frees[k] >> 3, 1), static_cast<int>(k));
+          st.drop_free(k), frees.erase(frees.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        break;
+    }
+    ASSERT_EQ(st.n_allocs, allocs.size()) << i;
+    ASSERT_EQ(st.n_frees, frees.size()) << i;
+    for (std::size_t k = 0; k < allocs.size(); ++k) ASSERT_EQ(st.alloc_at(k).ptr, allocs[k]) << i << " " << k;
+    for (std::size_t k = 0; k < frees.size(); ++k) ASSERT_EQ(st.free_at(k).ptr, frees[k]) << i << " " << k;
+  }
+}
+
+namespace {
+f::Record as_record(const f::EventRecord& e) {
+  f::Record r;
+  r.type = e.type;
+  switch (e.type) {
+    case f::RecordType::alloc: r.alloc = e.alloc; break;
+    case f::RecordType::free: r.free = e.free; break;
+    case f::RecordType::free_completed: r.free_completed = e.free_completed; break;
+    default: r.segment = e.segment; break;
+  }
+  return r;
+}
+}  // namespace
+
+// The analyzer's replay decodes compact frames without a bound check per byte
+// (VarReaderUnchecked, where the window holds kCompactMaxRead bytes past the header). On damaged
+// streams (bytes changed, payload lengths changed) it must accept and reject exactly the frames
+// VarReader does, with the same records and state, frame after frame.
+TEST(FormatCompact, UncheckedReaderDecidesAsTheCheckedOne) {
+  int rejected = 0;
+  for (int seed = 0; seed < 40; ++seed) {
+    g_x = 0xabcdef12345ull + static_cast<std::uint64_t>(seed) * 104729;
+    Bytes b = random_stream(300).bytes;
+    const int damage = 1 + static_cast<int>(rnd() % 4);
+    for (int d = 0; d < damage; ++d) b[rnd() % b.size()] = static_cast<unsigned char>(rnd());
+    b.resize(b.size() + f::detail::kCompactMaxRead);  // what the reader's window has past a frame
+    f::CompactState checked, unchecked;
+    std::size_t off = 0;
+    for (;;) {
+      if (b.size() - off < f::kCompactHeaderSize + f::detail::kCompactMaxRead) break;
+      const unsigned char* p = b.data() + off;
+      if (!f::is_compact_type(p[0])) break;
+      const unsigned char* q = p + f::kCompactHeaderSize;
+      f::detail::VarReader rc{q, q + p[1]};
+      f::detail::VarReaderUnchecked ru{q, q + p[1]};
+      f::EventRecord ec, eu;
+      const bool okc = f::detail::decode_compact_body(p[0], rc, checked, ec);
+      const bool oku = f::detail::decode_compact_body(p[0], ru, unchecked, eu);
+      ASSERT_EQ(okc, oku) << "seed " << seed << " at " << off;
+      if (!okc) {
+        ++rejected;
+        break;
+      }
+      ASSERT_EQ(ec.type, eu.type);
+      ASSERT_EQ(plain(as_record(ec)), plain(as_record(eu))) << "seed " << seed << " at " << off;
+      off += f::kCompactHeaderSize + p[1];
+    }
+  }
+  EXPECT_GT(rejected, 10) << "the damage should make most streams corrupt somewhere";
+}
+
+// Every varint length (1 to 10 bytes), and the 10-byte ones that overflow 64 bits: the
+// unchecked reader's value, length and verdict are the checked one's.
+TEST(FormatCompact, UncheckedVarintsOfEveryLength) {
+  std::vector<std::uint64_t> values = {0, ~std::uint64_t{0}};
+  for (int k = 1; k < 64; ++k) {
+    const std::uint64_t b = std::uint64_t{1} << k;
+    values.insert(values.end(), {b - 1, b, b + 1, b | (b >> 1) | 1});
+  }
+  for (const std::uint64_t v : values) {
+    unsigned char buf[32] = {};
+    f::detail::VarWriter w{buf};
+    w.var(v);
+    const auto n = static_cast<std::size_t>(w.p - buf);
+    f::detail::VarReader c{buf, buf + n};
+    f::detail::VarReaderUnchecked u{buf, buf + n};
+    EXPECT_EQ(u.var(), v);
+    EXPECT_EQ(c.var(), v);
+    EXPECT_TRUE(u.ok && c.ok && u.p == buf + n && c.p == buf + n) << v;
+  }
+  for (int last = 2; last < 256; last += 37) {  // a 10th byte above 1 does not fit 64 bits
+    unsigned char buf[32] = {};
+    std::memset(buf, 0xFF, 9);
+    buf[9] = static_cast<unsigned char>(last);
+    f::detail::VarReader c{buf, buf + 10};
+    f::detail::VarReaderUnchecked u{buf, buf + 10};
+    c.var(), u.var();
+    EXPECT_FALSE(c.ok);
+    EXPECT_FALSE(u.ok) << last;
+  }
+}
