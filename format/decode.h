@@ -151,6 +151,8 @@ inline bool decode_snapshot(Reader& r, SnapshotRecord& x) {
       x.device = r.get<std::int16_t>(), x.peak_requested = r.get<std::uint64_t>();
       x.peak_allocated = r.get<std::uint64_t>(), x.peak_ts = r.get<std::uint64_t>();
       x.peak_seq = r.get<std::uint64_t>();
+      x.ooms = r.get<std::uint64_t>(), x.retries = r.get<std::uint64_t>();
+      x.empty_cache_calls = r.get<std::uint64_t>(), x.empty_cache_released = r.get<std::uint64_t>();
       return true;
     case SnapshotPart::end:
       x.n_live = r.get<std::uint64_t>(), x.n_freed = r.get<std::uint64_t>(), x.n_sites = r.get<std::uint64_t>();

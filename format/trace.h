@@ -311,7 +311,8 @@ struct EndRecord {
 // published (renamed over the trace's path) only once its snapshot is whole.
 enum class SnapshotPart : std::uint8_t {
   begin = 0,       // ts | segment | events_before | first_ts
-  device = 1,      // device, its peak of held requested bytes: when, the block bytes then, peak_seq
+  device = 1,      // device, its peak of held requested bytes: when, the block bytes then, peak_seq;
+                   // its oom, retry and empty_cache records before this file
   live = 2,        // allocations live now (kSnapLiveSize bytes each)
   peak_freed = 3,  // allocations live at their device's peak, freed since (kSnapFreedSize each)
   site = 4,        // per stack: every allocation since the start (kSnapSiteSize each)
@@ -356,6 +357,7 @@ struct SnapshotRecord {
   // device
   std::int16_t device = 0;
   std::uint64_t peak_requested = 0, peak_allocated = 0, peak_ts = 0, peak_seq = 0;
+  std::uint64_t ooms = 0, retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
   // live, peak_freed, site: count entries at `entries`
   std::uint32_t count = 0;
   const unsigned char* entries = nullptr;
@@ -621,7 +623,8 @@ inline constexpr std::size_t symbol_frames_record_size(std::uint16_t count) {
 
 // snapshot: u8 part | begin: u64 ts | u32 segment | u64 events_before | u64 first_ts
 //                   | device: i16 device | u64 peak_requested | u64 peak_allocated | u64 peak_ts
-//                             | u64 peak_seq
+//                             | u64 peak_seq | u64 ooms | u64 retries | u64 empty_cache_calls
+//                             | u64 empty_cache_released
 //                   | live, peak_freed, site: u32 count | count entries (their sizes above)
 //                   | end: u64 n_live | u64 n_freed | u64 n_sites
 // For live, peak_freed and site, `entries` holds the count entries already encoded.
@@ -632,6 +635,7 @@ inline std::size_t encode(unsigned char* buf, std::size_t cap, const SnapshotRec
       case SnapshotPart::begin: w.put(r.ts), w.put(r.segment), w.put(r.events_before), w.put(r.first_ts); break;
       case SnapshotPart::device:
         w.put(r.device), w.put(r.peak_requested), w.put(r.peak_allocated), w.put(r.peak_ts), w.put(r.peak_seq);
+        w.put(r.ooms), w.put(r.retries), w.put(r.empty_cache_calls), w.put(r.empty_cache_released);
         break;
       case SnapshotPart::live: w.put(r.count), w.bytes(r.entries, kSnapLiveSize * r.count); break;
       case SnapshotPart::peak_freed: w.put(r.count), w.bytes(r.entries, kSnapFreedSize * r.count); break;

@@ -65,8 +65,11 @@ void format_snapshot(const format::SnapshotRecord& x, fmt::memory_buffer& b) {
                      x.events_before, x.first_ts);
       return;
     case P::device:
-      fmt::format_to(it, "snapshot device device={} peak_requested={} peak_allocated={} peak_ts={} peak_seq={}\n",
-                     x.device, x.peak_requested, x.peak_allocated, x.peak_ts, x.peak_seq);
+      fmt::format_to(it,
+                     "snapshot device device={} peak_requested={} peak_allocated={} peak_ts={} peak_seq={} ooms={} "
+                     "retries={} empty_cache_calls={} empty_cache_released={}\n",
+                     x.device, x.peak_requested, x.peak_allocated, x.peak_ts, x.peak_seq, x.ooms, x.retries,
+                     x.empty_cache_calls, x.empty_cache_released);
       return;
     case P::end:
       fmt::format_to(it, "snapshot end live={} peak_freed={} sites={}\n", x.n_live, x.n_freed, x.n_sites);

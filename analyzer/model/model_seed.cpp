@@ -73,6 +73,8 @@ void Model::seed_window() {
     d.peak_held = static_cast<std::int64_t>(p.peak_requested);
     d.peak_held_allocated = static_cast<std::int64_t>(p.peak_allocated);
     d.peak_held_ts = p.peak_ts;
+    d.num_ooms += p.ooms, d.num_alloc_retries += p.retries;
+    d.empty_cache_calls += p.empty_cache_calls, d.empty_cache_released += p.empty_cache_released;
     // The live allocations born by the peak are those fed up to the last one the preload
     // numbered at or before it.
     auto upto = std::upper_bound(live.begin(), live.end(), p.peak_seq,

@@ -166,7 +166,9 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
     doc["trace"]["window"] = {{"segment", in.window_segment},
                               {"events_before", in.events_before},
                               {"start_ns", rel(in.window_start_ts, in)},
-                              {"exact", {"peak_held", "peak_consumers", "leaks", "most_allocations"}}};
+                              {"exact",
+                               {"peak_held", "peak_consumers", "leaks", "most_allocations", "num_ooms",
+                                "num_alloc_retries", "empty_cache"}}};
   if (in.rank >= 0) {  // only where the trace has an identity record (format v4)
     auto known = [](std::int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
     doc["trace"]["rank"] = in.rank, doc["trace"]["local_rank"] = known(in.local_rank);

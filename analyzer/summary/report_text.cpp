@@ -244,8 +244,9 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   if (in.window)
     out += fmt::format(
         "  rolling:   a window (gpuheap run --aggregate, segment {}): {} earlier events not in the file, only the "
-        "state they left; peaks, live set at the peak, leaks and per-site allocation totals are exact, the "
-        "timeline, phases, pool statistics and temporaries cover the window from {} after start (docs/cli.md)\n",
+        "state they left; peaks, live set at the peak, leaks, per-site allocation totals and the counts of OOMs, "
+        "retries and empty_cache calls are exact, the timeline, phases, pool statistics, OOM details and "
+        "temporaries cover the window from {} after start (docs/cli.md)\n",
         in.window_segment, in.events_before,
         human_duration_ns(in.window_start_ts > in.mono_ns ? in.window_start_ts - in.mono_ns : 0));
   if (!in.truncated) {

@@ -51,7 +51,8 @@ struct Device {
   std::int16_t id = 0;
   std::int64_t held = 0, held_requested = 0, peak = 0, peak_allocated = 0;
   std::uint64_t peak_ts = 0, peak_seq = 0;
-  MapVec<format::SnapFreed> freed;  // live at the peak, freed since
+  std::uint64_t ooms = 0, retries = 0, empty_calls = 0, empty_released = 0;  // in the segments before
+  MapVec<format::SnapFreed> freed;                                           // live at the peak, freed since
 };
 
 constexpr std::size_t kMaxDevices = 64;
@@ -272,6 +273,8 @@ bool agg_write_snapshot(std::uint64_t ts, std::uint32_t segment, AggOut out, voi
     x.part = format::SnapshotPart::device;
     x.device = d.id, x.peak_requested = static_cast<std::uint64_t>(d.peak);
     x.peak_allocated = static_cast<std::uint64_t>(d.peak_allocated), x.peak_ts = d.peak_ts, x.peak_seq = d.peak_seq;
+    x.ooms = d.ooms, x.retries = d.retries, x.empty_cache_calls = d.empty_calls;
+    x.empty_cache_released = d.empty_released;
     ok = w.put(x);
     n_freed += d.freed.n;
   }
@@ -324,6 +327,28 @@ bool is_table(std::uint8_t t) {
     default: return false;
   }
 }
+// The oom, retry and empty_cache records of the segment being replaced are counted into their
+// device (their payloads: format/trace.h): the next segment's snapshot carries the counts.
+void count_rare(const unsigned char* f, std::size_t len) {
+  const auto t = static_cast<format::RecordType>(f[0]);
+  const unsigned char* p = f + format::kFrameHeaderSize;
+  const std::size_t at = t == format::RecordType::oom ? 12 : 8;  // the i16 device
+  if (len < format::kFrameHeaderSize + at + 2) return;
+  std::int16_t id;
+  memcpy(&id, p + at, 2);
+  Device* d = device(id);
+  if (!d) return;
+  if (t == format::RecordType::oom) {
+    ++d->ooms;
+  } else if (t == format::RecordType::retry) {
+    ++d->retries;
+  } else if (len >= format::kFrameHeaderSize + 19) {  // empty_cache: u8 reason, u64 released
+    std::uint64_t released;
+    memcpy(&released, p + 11, 8);
+    ++d->empty_calls, d->empty_released += released;
+  }
+}
+
 }  // namespace
 
 bool agg_copy_tables(int old_fd, std::uint64_t end, AggOut out, void* ctx, std::uint64_t* records) noexcept {
@@ -367,6 +392,10 @@ bool agg_copy_tables(int old_fd, std::uint64_t end, AggOut out, void* ctx, std::
     if (!(f[0] & format::kCompactBit) && is_table(f[0])) {
       ok = out(ctx, f, len);
       ++*records;
+    } else if (f[0] == static_cast<std::uint8_t>(format::RecordType::oom) ||
+               f[0] == static_cast<std::uint8_t>(format::RecordType::retry) ||
+               f[0] == static_cast<std::uint8_t>(format::RecordType::empty_cache)) {
+      count_rare(f, len);
     }
     pos += len;
   }

@@ -40,8 +40,9 @@ bool agg_write_snapshot(std::uint64_t ts, std::uint32_t segment, AggOut out, voi
 
 // Copies the records of the trace's tables (process, identity, devices, modules, stacks,
 // threads, Python code objects) from the file at old_fd, bytes [format::kFileHeaderSize, end),
-// through out: the next segment names the same ids. *records: how many. False: a read failed
-// or the file is not as written.
+// through out: the next segment names the same ids. *records: how many. Counts its oom, retry
+// and empty_cache records per device for the next snapshot. False: a read failed or the file
+// is not as written.
 bool agg_copy_tables(int old_fd, std::uint64_t end, AggOut out, void* ctx, std::uint64_t* records) noexcept;
 
 // Forgets everything (a new trace file that is not a segment: new session, fork child).

@@ -1,5 +1,6 @@
-// A long run for the rolling window (`gpuheap run --aggregate`, test_window.cpp): a clear peak
-// and a leak early, then many steps of short-lived allocations from a few sites.
+// A long run for the rolling window (`gpuheap run --aggregate`, test_window.cpp): a clear peak,
+// a leak and an allocation that fails (out of memory) early, then many steps of short-lived
+// allocations from a few sites.
 //   prog_window STEPS [hang]   with `hang`: print "ready" (flushed) after the steps and sleep
 //                              until killed, the kept blocks still live.
 // Exits 10 when a CUDA call fails.
@@ -40,6 +41,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 12; ++i)
     if (!(peak[i] = big(static_cast<std::size_t>(i) + 1))) return 10;
   if (!leaked()) return 10;
+  void* huge = nullptr;  // more than any device has: an oom record
+  if (cudaMalloc(&huge, std::size_t{1} << 50) == cudaSuccess) return 10;
   for (int i = 2; i < 12; ++i)  // two stay live until the end: in the peak and at the end
     if (cudaFree(peak[i]) != cudaSuccess) return 10;
   for (long s = 0; s < steps; ++s) {

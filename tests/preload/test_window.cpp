@@ -71,6 +71,10 @@ TEST(RollingWindow, SummaryOfTheWindowEqualsTheFullTrace) {
   EXPECT_EQ(rows(w["leaks"]), rows(f["leaks"]));
   EXPECT_EQ(w["leaked_bytes"], f["leaked_bytes"]);
   EXPECT_EQ(w["leaked_count"], f["leaked_count"]);
+  EXPECT_EQ(w["devices"][0]["num_ooms"], f["devices"][0]["num_ooms"]);
+  EXPECT_EQ(w["devices"][0]["num_alloc_retries"], f["devices"][0]["num_alloc_retries"]);
+  EXPECT_EQ(w["devices"][0]["empty_cache"], f["devices"][0]["empty_cache"]);
+  EXPECT_EQ(f["devices"][0]["num_ooms"].get<int>(), 1);
   EXPECT_EQ(rows(w["most_allocations"]), rows(f["most_allocations"]));
   // What the test compares is there to compare: the peak holds the 12 early blocks and the leak.
   EXPECT_EQ(f["devices"][0]["peak_held"]["bytes"].get<long long>(), (78ll + 3) << 20);

@@ -228,7 +228,8 @@ TEST(Format, SnapshotRecordsRoundTripAndRefuseBadParts) {
   append(b, begin);
   f::SnapshotRecord dev;
   dev.part = f::SnapshotPart::device, dev.device = 2, dev.peak_requested = 1000, dev.peak_allocated = 1024;
-  dev.peak_ts = 55, dev.peak_seq = 9;
+  dev.peak_ts = 55, dev.peak_seq = 9, dev.ooms = 2, dev.retries = 3, dev.empty_cache_calls = 4;
+  dev.empty_cache_released = 5;
   append(b, dev);
   unsigned char entries[2 * f::kSnapLiveSize];
   f::SnapLive l1{4, 50, 0x7000, 1024, 1000, 0x11, 46, 3, 2, f::AllocKind::device_pooled, f::kSnapPending};
@@ -266,6 +267,10 @@ TEST(Format, SnapshotRecordsRoundTripAndRefuseBadParts) {
   EXPECT_EQ(r.snapshot.peak_allocated, 1024u);
   EXPECT_EQ(r.snapshot.peak_ts, 55u);
   EXPECT_EQ(r.snapshot.peak_seq, 9u);
+  EXPECT_EQ(r.snapshot.ooms, 2u);
+  EXPECT_EQ(r.snapshot.retries, 3u);
+  EXPECT_EQ(r.snapshot.empty_cache_calls, 4u);
+  EXPECT_EQ(r.snapshot.empty_cache_released, 5u);
   const std::size_t live_at = at;
   next();
   ASSERT_EQ(r.snapshot.count, 2u);
