@@ -36,6 +36,7 @@ struct Record {
   PhaseRecord phase;
   SymbolStringRecord symbol_string;
   SymbolFramesRecord symbol_frames;
+  SnapshotRecord snapshot;
 };
 
 enum class FrameStatus {
@@ -136,6 +137,42 @@ inline bool decode_compact_body(std::uint8_t t, Reader& r, CompactState& s, Out&
   return true;
 }
 
+}  // namespace detail
+
+namespace detail {
+// A snapshot payload (format/trace.h, SnapshotPart); false: corrupt.
+inline bool decode_snapshot(Reader& r, SnapshotRecord& x) {
+  const auto part = r.get<std::uint8_t>();
+  if (part > kMaxSnapshotPart) return false;
+  x.part = static_cast<SnapshotPart>(part);
+  std::size_t entry = 0;
+  switch (x.part) {
+    case SnapshotPart::begin:
+      x.ts = r.get<std::uint64_t>(), x.segment = r.get<std::uint32_t>();
+      x.events_before = r.get<std::uint64_t>(), x.first_ts = r.get<std::uint64_t>();
+      return true;
+    case SnapshotPart::device:
+      x.device = r.get<std::int16_t>(), x.peak_requested = r.get<std::uint64_t>();
+      x.peak_allocated = r.get<std::uint64_t>(), x.peak_ts = r.get<std::uint64_t>();
+      x.peak_seq = r.get<std::uint64_t>();
+      x.ooms = r.get<std::uint64_t>(), x.retries = r.get<std::uint64_t>();
+      x.empty_cache_calls = r.get<std::uint64_t>(), x.empty_cache_released = r.get<std::uint64_t>();
+      return true;
+    case SnapshotPart::end:
+      x.n_live = r.get<std::uint64_t>(), x.n_freed = r.get<std::uint64_t>(), x.n_sites = r.get<std::uint64_t>();
+      return true;
+    case SnapshotPart::live: entry = kSnapLiveSize; break;
+    case SnapshotPart::peak_freed: entry = kSnapFreedSize; break;
+    case SnapshotPart::site: entry = kSnapSiteSize; break;
+  }
+  x.count = r.get<std::uint32_t>();
+  if (!r.ok || x.count > kSnapMaxEntries) return false;
+  x.entries = r.raw(entry * x.count);
+  if (x.part == SnapshotPart::live && x.entries)
+    for (std::uint32_t i = 0; i < x.count; ++i)
+      if (!valid_kind(x.entries[kSnapLiveSize * i + 58])) return false;
+  return true;
+}
 }  // namespace detail
 
 // A compact frame (version 5, format/compact.h) at p[0..n), p[0] having kCompactBit set.
@@ -303,6 +340,9 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
       x.entries = r.raw(kSymbolFrameEntrySize * x.count);
       break;
     }
+    case RecordType::snapshot:
+      if (!detail::decode_snapshot(r, out.snapshot)) return FrameStatus::corrupt;
+      break;
   }
   // The payload must be consumed exactly: a length that disagrees with the type's layout
   // is corruption (this is what catches most bit flips in length fields).

@@ -31,9 +31,10 @@ inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // symbol records (symbol_string, symbol_frames: frames stored by `gpuheap symbolize` on the
 // recording machine); older files are still read. Version 4 added the identity record (the
 // job's rank, from the launcher's environment; a file without one reads as before), version 5
-// the compact event records (format/compact.h); every record of an older version is still
-// valid in the newer ones.
-inline constexpr std::uint16_t kFormatVersion = 5;
+// the compact event records (format/compact.h), version 6 the snapshot record (the state a
+// rolling window (`gpuheap run --aggregate`) starts from); every record of an older version
+// is still valid in the newer ones.
+inline constexpr std::uint16_t kFormatVersion = 6;
 inline constexpr std::uint16_t kFirstCompactVersion = 5;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
@@ -69,8 +70,9 @@ enum class RecordType : std::uint8_t {
   symbol_string = 18,  // a string of the stored symbols (function or file name), once (v3)
   symbol_frames = 19,  // the frames of one stack ip, symbolized where the modules were (v3)
   identity = 20,       // the job's rank of this process, right after `process`, if known (v4)
+  snapshot = 21,       // part of the state a rolling window's segment starts from (v6)
 };
-inline constexpr std::uint8_t kMaxRecordType = 20;
+inline constexpr std::uint8_t kMaxRecordType = 21;
 
 // A stack entry with bit 63 set is a Python frame, not a return address (no user-space
 // address on x86-64 or aarch64 has that bit): bits 32..62 hold the py_code id (from 1),
@@ -300,6 +302,88 @@ struct EndRecord {
   std::uint64_t ts = 0;
   EndReason reason = EndReason::exit;
   std::uint64_t records = 0;  // records written before this one (header excluded)
+};
+
+// A segment of a rolling-window trace (`gpuheap run --aggregate`) starts with the state of the
+// run before it: the process's tables (copied records), then snapshot records, in this order:
+// begin, one device part per device, live parts, peak_freed parts, site parts, end. A reader
+// seeds its model from them; the events after them continue from that state. A segment is
+// published (renamed over the trace's path) only once its snapshot is whole.
+enum class SnapshotPart : std::uint8_t {
+  begin = 0,       // ts | segment | events_before | first_ts
+  device = 1,      // device, its peak of held requested bytes: when, the block bytes then, peak_seq;
+                   // its oom, retry and empty_cache records before this file
+  live = 2,        // allocations live now (kSnapLiveSize bytes each)
+  peak_freed = 3,  // allocations live at their device's peak, freed since (kSnapFreedSize each)
+  site = 4,        // per stack: every allocation since the start (kSnapSiteSize each)
+  end = 5,         // entries written: live, peak_freed, site (a check that the snapshot is whole)
+};
+inline constexpr std::uint8_t kMaxSnapshotPart = 5;
+// live: u64 seq | u64 ts | u64 ptr | u64 size | u64 requested | u64 stream | u32 tid | u32 stack
+//       | i16 device | u8 kind | u8 flags. flags: the alloc record's, and kSnapPending for a
+//       pooled block freed by the program whose free_completed has not come yet.
+inline constexpr std::size_t kSnapLiveSize = 60;
+inline constexpr std::uint8_t kSnapPending = 0x80;
+// peak_freed: u32 stack | i16 device | u64 requested | u64 size
+inline constexpr std::size_t kSnapFreedSize = 22;
+// site: u32 stack | u64 allocs | u64 alloc_bytes (requested) | u64 alloc_allocated | u64 max_live_bytes
+inline constexpr std::size_t kSnapSiteSize = 36;
+// Entries per live/peak_freed/site record: a record stays below kMaxPayload.
+inline constexpr std::uint32_t kSnapMaxEntries = 16384;
+
+struct SnapLive {
+  std::uint64_t seq = 0, ts = 0, ptr = 0, size = 0, requested = 0, stream = 0;
+  std::uint32_t tid = 0, stack = 0;
+  std::int16_t device = 0;
+  AllocKind kind = AllocKind::device_pooled;
+  std::uint8_t flags = 0;
+};
+struct SnapFreed {
+  std::uint32_t stack = 0;
+  std::int16_t device = 0;
+  std::uint64_t requested = 0, size = 0;
+};
+struct SnapSite {
+  std::uint32_t stack = 0;
+  std::uint64_t allocs = 0, alloc_bytes = 0, alloc_allocated = 0, max_live_bytes = 0;
+};
+struct SnapshotRecord {
+  SnapshotPart part = SnapshotPart::begin;
+  // begin: ts (the roll), segment (rolls so far, from 1), events_before (event records of the
+  // run not in this file), first_ts (the run's first event). end: the three counts.
+  std::uint64_t ts = 0, events_before = 0, first_ts = 0;
+  std::uint32_t segment = 0;
+  std::uint64_t n_live = 0, n_freed = 0, n_sites = 0;
+  // device
+  std::int16_t device = 0;
+  std::uint64_t peak_requested = 0, peak_allocated = 0, peak_ts = 0, peak_seq = 0;
+  std::uint64_t ooms = 0, retries = 0, empty_cache_calls = 0, empty_cache_released = 0;
+  // live, peak_freed, site: count entries at `entries`
+  std::uint32_t count = 0;
+  const unsigned char* entries = nullptr;
+  SnapLive live(std::size_t i) const {
+    const unsigned char* q = entries + kSnapLiveSize * i;
+    SnapLive e;
+    std::memcpy(&e.seq, q, 8), std::memcpy(&e.ts, q + 8, 8), std::memcpy(&e.ptr, q + 16, 8);
+    std::memcpy(&e.size, q + 24, 8), std::memcpy(&e.requested, q + 32, 8), std::memcpy(&e.stream, q + 40, 8);
+    std::memcpy(&e.tid, q + 48, 4), std::memcpy(&e.stack, q + 52, 4), std::memcpy(&e.device, q + 56, 2);
+    e.kind = static_cast<AllocKind>(q[58]), e.flags = q[59];
+    return e;
+  }
+  SnapFreed freed(std::size_t i) const {
+    const unsigned char* q = entries + kSnapFreedSize * i;
+    SnapFreed e;
+    std::memcpy(&e.stack, q, 4), std::memcpy(&e.device, q + 4, 2), std::memcpy(&e.requested, q + 6, 8);
+    std::memcpy(&e.size, q + 14, 8);
+    return e;
+  }
+  SnapSite site(std::size_t i) const {
+    const unsigned char* q = entries + kSnapSiteSize * i;
+    SnapSite e;
+    std::memcpy(&e.stack, q, 4), std::memcpy(&e.allocs, q + 4, 8), std::memcpy(&e.alloc_bytes, q + 12, 8);
+    std::memcpy(&e.alloc_allocated, q + 20, 8), std::memcpy(&e.max_live_bytes, q + 28, 8);
+    return e;
+  }
 };
 
 namespace detail {
@@ -535,6 +619,45 @@ inline std::size_t encode_symbol_frames(unsigned char* buf, std::size_t cap, std
 }
 inline constexpr std::size_t symbol_frames_record_size(std::uint16_t count) {
   return kFrameHeaderSize + 8 + 2 + kSymbolFrameEntrySize * count;
+}
+
+// snapshot: u8 part | begin: u64 ts | u32 segment | u64 events_before | u64 first_ts
+//                   | device: i16 device | u64 peak_requested | u64 peak_allocated | u64 peak_ts
+//                             | u64 peak_seq | u64 ooms | u64 retries | u64 empty_cache_calls
+//                             | u64 empty_cache_released
+//                   | live, peak_freed, site: u32 count | count entries (their sizes above)
+//                   | end: u64 n_live | u64 n_freed | u64 n_sites
+// For live, peak_freed and site, `entries` holds the count entries already encoded.
+inline std::size_t encode(unsigned char* buf, std::size_t cap, const SnapshotRecord& r) {
+  return detail::frame(buf, cap, RecordType::snapshot, [&](detail::Writer& w) {
+    w.put(static_cast<std::uint8_t>(r.part));
+    switch (r.part) {
+      case SnapshotPart::begin: w.put(r.ts), w.put(r.segment), w.put(r.events_before), w.put(r.first_ts); break;
+      case SnapshotPart::device:
+        w.put(r.device), w.put(r.peak_requested), w.put(r.peak_allocated), w.put(r.peak_ts), w.put(r.peak_seq);
+        w.put(r.ooms), w.put(r.retries), w.put(r.empty_cache_calls), w.put(r.empty_cache_released);
+        break;
+      case SnapshotPart::live: w.put(r.count), w.bytes(r.entries, kSnapLiveSize * r.count); break;
+      case SnapshotPart::peak_freed: w.put(r.count), w.bytes(r.entries, kSnapFreedSize * r.count); break;
+      case SnapshotPart::site: w.put(r.count), w.bytes(r.entries, kSnapSiteSize * r.count); break;
+      case SnapshotPart::end: w.put(r.n_live), w.put(r.n_freed), w.put(r.n_sites); break;
+    }
+  });
+}
+// The entry encoders (into q, which has room for one entry).
+inline void encode_snap_live(unsigned char* q, const SnapLive& e) {
+  std::memcpy(q, &e.seq, 8), std::memcpy(q + 8, &e.ts, 8), std::memcpy(q + 16, &e.ptr, 8);
+  std::memcpy(q + 24, &e.size, 8), std::memcpy(q + 32, &e.requested, 8), std::memcpy(q + 40, &e.stream, 8);
+  std::memcpy(q + 48, &e.tid, 4), std::memcpy(q + 52, &e.stack, 4), std::memcpy(q + 56, &e.device, 2);
+  q[58] = static_cast<unsigned char>(e.kind), q[59] = e.flags;
+}
+inline void encode_snap_freed(unsigned char* q, const SnapFreed& e) {
+  std::memcpy(q, &e.stack, 4), std::memcpy(q + 4, &e.device, 2), std::memcpy(q + 6, &e.requested, 8);
+  std::memcpy(q + 14, &e.size, 8);
+}
+inline void encode_snap_site(unsigned char* q, const SnapSite& e) {
+  std::memcpy(q, &e.stack, 4), std::memcpy(q + 4, &e.allocs, 8), std::memcpy(q + 12, &e.alloc_bytes, 8);
+  std::memcpy(q + 20, &e.alloc_allocated, 8), std::memcpy(q + 28, &e.max_live_bytes, 8);
 }
 
 // Upper bound of an encoded stack record, for buffer reservation.

@@ -8,13 +8,17 @@
 #include "analyzer/cli/cli_options.h"
 #include "analyzer/cli/command.h"
 #include "analyzer/cli/commands.h"
+#include "common/parse.h"
 
 namespace gpuheap::cli {
 namespace {
 
+constexpr std::uint64_t kMinAggregate = 64u << 10;  // the sink's smallest window
+
 struct RunCliOptions {
   RunOptions run;
   std::string framework_pools = "off";
+  std::string aggregate;
   bool no_symbolize = false, no_compress = false;
 };
 
@@ -38,6 +42,11 @@ void add_run_options(CLI::App* cmd, RunCliOptions& o, bool& verbose) {
   cmd->add_option("--framework-pools", o.framework_pools,
                   "off (default): turn the PyTorch and JAX caching allocators off; keep: leave them on")
       ->check(CLI::IsMember({"off", "keep"}));
+  cmd->add_option("--aggregate", o.aggregate,
+                  "Keep each trace to a rolling window of about SIZE (default 64MiB) for any run length; the "
+                  "summary's peaks, live set at the peak, leaks and by-site totals stay exact (GPUHEAP_AGGREGATE)")
+      ->expected(0, 1)
+      ->type_name("[SIZE]");
   cmd->add_option("--limit", r.limit, "Per-device memory cap (GPUHEAP_LIMIT), e.g. 8GiB");
   cmd->add_flag("--allow-no-trace", r.allow_no_trace,
                 "Exit with the command's status even if a trace could not be written (else 3)");
@@ -73,6 +82,12 @@ int run_program(RunCliOptions o, const CLI::App& cmd, bool verbose) {
   r.finish.verbose = verbose;
   r.finish.force = r.force;
   r.keep_framework_pools = o.framework_pools == "keep";
+  if (cmd.get_option("--aggregate")->count()) {
+    r.aggregate = o.aggregate.empty() ? "64MiB" : o.aggregate;
+    std::uint64_t bytes = 0;
+    if (!common::parse_size(r.aggregate.c_str(), &bytes) || bytes < kMinAggregate)
+      throw UsageError(fmt::format("run: --aggregate={} is not a size of at least 64KiB (e.g. 64MiB)", r.aggregate));
+  }
   return run_traced(r);
 }
 

@@ -19,6 +19,7 @@ struct RunOptions {
   bool no_stacks = false, no_pool = false, simulate = false;
   bool keep_framework_pools = false;
   std::string limit;            // GPUHEAP_LIMIT ("" = none)
+  std::string aggregate;        // GPUHEAP_AGGREGATE: rolling-window size ("" = full traces)
   bool allow_no_trace = false;  // a traced process that could not write its trace is not an error
   bool force = false;           // -o NAME may replace an existing NAME (and NAME.zst)
   bool quiet = false;           // -q: nothing on stderr after a successful run (errors still)

@@ -54,6 +54,56 @@ std::string flags(std::uint8_t f) {
   return o;
 }
 
+// A snapshot record (format v6, a rolling window's head): its part on one line, then one
+// indented line per entry.
+void format_snapshot(const format::SnapshotRecord& x, fmt::memory_buffer& b) {
+  using P = format::SnapshotPart;
+  auto it = std::back_inserter(b);
+  switch (x.part) {
+    case P::begin:
+      fmt::format_to(it, "snapshot begin ts={} segment={} events_before={} first_ts={}\n", x.ts, x.segment,
+                     x.events_before, x.first_ts);
+      return;
+    case P::device:
+      fmt::format_to(it,
+                     "snapshot device device={} peak_requested={} peak_allocated={} peak_ts={} peak_seq={} ooms={} "
+                     "retries={} empty_cache_calls={} empty_cache_released={}\n",
+                     x.device, x.peak_requested, x.peak_allocated, x.peak_ts, x.peak_seq, x.ooms, x.retries,
+                     x.empty_cache_calls, x.empty_cache_released);
+      return;
+    case P::end:
+      fmt::format_to(it, "snapshot end live={} peak_freed={} sites={}\n", x.n_live, x.n_freed, x.n_sites);
+      return;
+    case P::live:
+      fmt::format_to(it, "snapshot live count={}\n", x.count);
+      for (std::uint32_t i = 0; i < x.count; ++i) {
+        const auto e = x.live(i);
+        fmt::format_to(it,
+                       "  seq={} ts={} device={} kind={} ptr={:#x} requested={} size={} stream={:#x} tid={} "
+                       "stack={} flags={}{}\n",
+                       e.seq, e.ts, e.device, format::alloc_kind_name(e.kind), e.ptr, e.requested, e.size, e.stream,
+                       e.tid, e.stack, flags(e.flags & ~format::kSnapPending),
+                       e.flags & format::kSnapPending ? " pending" : "");
+      }
+      return;
+    case P::peak_freed:
+      fmt::format_to(it, "snapshot peak_freed count={}\n", x.count);
+      for (std::uint32_t i = 0; i < x.count; ++i) {
+        const auto e = x.freed(i);
+        fmt::format_to(it, "  device={} stack={} requested={} size={}\n", e.device, e.stack, e.requested, e.size);
+      }
+      return;
+    case P::site:
+      fmt::format_to(it, "snapshot site count={}\n", x.count);
+      for (std::uint32_t i = 0; i < x.count; ++i) {
+        const auto e = x.site(i);
+        fmt::format_to(it, "  stack={} allocs={} bytes={} allocated={} max_live={}\n", e.stack, e.allocs, e.alloc_bytes,
+                       e.alloc_allocated, e.max_live_bytes);
+      }
+      return;
+  }
+}
+
 // One record as one line of text.
 void format_record(const format::Record& r, fmt::memory_buffer& b) {
   using T = format::RecordType;
@@ -138,6 +188,7 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
       fmt::format_to(it, "empty_cache ts={} device={} reason={} released={}\n", r.empty_cache.ts, r.empty_cache.device,
                      empty_reason(r.empty_cache.reason), r.empty_cache.released);
       break;
+    case T::snapshot: format_snapshot(r.snapshot, b); break;
     case T::thread: fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name)); break;
     case T::py_code:
       fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",

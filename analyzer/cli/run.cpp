@@ -298,6 +298,7 @@ void prepare_environment(const RunOptions& opt, bool quiet, const std::string& p
   if (opt.no_stacks) ::setenv("GPUHEAP_STACKS", "0", 1);
   if (opt.no_pool) ::setenv("GPUHEAP_POOL", "0", 1);
   if (!opt.limit.empty()) ::setenv("GPUHEAP_LIMIT", opt.limit.c_str(), 1);
+  if (!opt.aggregate.empty()) ::setenv("GPUHEAP_AGGREGATE", opt.aggregate.c_str(), 1);
   if (opt.simulate) prepend_env("LD_LIBRARY_PATH", simcuda_dir(lib), ':');
   if (!opt.keep_framework_pools) {
     // Framework caching allocators hide allocations from cudaMalloc; switch off the ones

@@ -22,6 +22,10 @@ void walk_trace(const std::string& path, bool progress_on,
   format::Record r;
   std::uint64_t n = 0;
   while (rd.next(r)) {
+    if (r.type == format::RecordType::snapshot)  // events before the window are not there to export
+      throw InputError(path +
+                       " is a rolling window (gpuheap run --aggregate): the events before it are not in the "
+                       "file, and this output needs every event; summary reads its peaks, leaks and sites");
     m.feed(r);
     fn(r, m);
     if ((++n & (Progress::kCheckEvery - 1)) == 0) progress.update(rd.file_pos(), n);

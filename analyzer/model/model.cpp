@@ -125,6 +125,7 @@ void Model::feed(const format::Record& r) {
     case RecordType::phase: touch_ts(r.phase.ts), on_phase(r.phase); break;
     case RecordType::symbol_string: symbols.add(r.symbol_string); break;
     case RecordType::symbol_frames: symbols.add(r.symbol_frames); break;
+    case RecordType::snapshot: on_snapshot(r.snapshot); break;
     case RecordType::end:
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;

@@ -288,6 +288,17 @@ class Model {
   void on_free_completed(const format::FreeCompletedRecord& f);
   void on_segment(const format::SegmentRecord& s, bool is_free);
   void on_oom(const format::OomRecord& o);
+  // Snapshot records (model_seed.cpp): collected until the `end` part, then seeded.
+  void on_snapshot(const format::SnapshotRecord& r);
+  void seed_window();
+  struct Seed {
+    std::vector<format::SnapshotRecord> devices;  // device parts (no entries)
+    std::vector<format::SnapLive> live;
+    std::vector<format::SnapFreed> freed;
+    std::vector<format::SnapSite> sites;
+    bool open = false;
+  };
+  Seed seed_;
   void release(std::uint64_t k, Live& e, std::uint64_t ts, bool completes);
   void complete(std::uint64_t k, Live& e);
   void seg_add_block(std::uint64_t ptr, const Live& e, int sign);

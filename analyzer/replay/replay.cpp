@@ -190,6 +190,15 @@ class Replayer {
       case RecordType::py_code:
       case RecordType::symbol_string:
       case RecordType::symbol_frames: model_.feed(r); break;  // for the failing event's stack
+      case RecordType::snapshot:
+        // A rolling window's segment: the allocator cannot be replayed from a state it never
+        // saw being built (its blocks, segments and cache), and a verdict on the window alone
+        // would pass for the run's.
+        throw InputError(
+            fmt::format("replay: {} is a rolling window (gpuheap run --aggregate): the events before it "
+                        "are not in the file, and replay needs every event; summary reads its peaks, "
+                        "leaks and sites",
+                        res_.trace));
       case RecordType::alloc:
       case RecordType::free:
       case RecordType::free_completed:

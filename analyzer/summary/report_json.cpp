@@ -163,6 +163,13 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
                   {"end_ns", in.duration_ns()},
                   {"unmatched_frees", in.unmatched_frees},
                   {"unmatched_free_completed", in.unmatched_free_completed}};
+  if (in.window)  // a rolling window's segment (format v6): what docs/cli.md says stays exact
+    doc["trace"]["window"] = {{"segment", in.window_segment},
+                              {"events_before", in.events_before},
+                              {"start_ns", rel(in.window_start_ts, in)},
+                              {"exact",
+                               {"peak_held", "peak_consumers", "leaks", "most_allocations", "num_ooms",
+                                "num_alloc_retries", "empty_cache"}}};
   if (in.rank >= 0) {  // only where the trace has an identity record (format v4)
     auto known = [](std::int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
     doc["trace"]["rank"] = in.rank, doc["trace"]["local_rank"] = known(in.local_rank);
@@ -256,7 +263,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   doc["ooms"] = ooms_json(sites, ti, opt);
   doc["timeline"] = std::move(tl);
   phases_json(doc, m, opt);
-  if (!m.windowed()) doc["categories"] = categories_json(sites, ti);
+  if (!m.windowed() && !in.window) doc["categories"] = categories_json(sites, ti);
   add_site_categories(doc, sites, ti);
   return doc;
 }

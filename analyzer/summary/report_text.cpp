@@ -241,6 +241,14 @@ void header_text(std::string& out, const Model& m, const SummaryOptions& opt) {
   if (!opt.library.empty())
     out += fmt::format("  library:   {} (site lists show its sites only; totals are the whole trace's)\n",
                        text_safe(opt.library));
+  if (in.window)
+    out += fmt::format(
+        "  rolling:   a window (gpuheap run --aggregate, segment {}): {} earlier events not in the file, only the "
+        "state they left; peaks, live set at the peak, leaks, per-site allocation totals and the counts of OOMs, "
+        "retries and empty_cache calls are exact, the timeline, phases, pool statistics, OOM details and "
+        "temporaries cover the window from {} after start (docs/cli.md)\n",
+        in.window_segment, in.events_before,
+        human_duration_ns(in.window_start_ts > in.mono_ns ? in.window_start_ts - in.mono_ns : 0));
   if (!in.truncated) {
     out += "  truncated: no\n";
   } else {

@@ -29,6 +29,12 @@ struct TraceInfo {
   format::EndReason end_reason = format::EndReason::exit;
   std::uint64_t end_ts = 0;
   std::uint64_t unmatched_frees = 0, unmatched_free_completed = 0, reused_live_ptrs = 0;
+  // A segment of a rolling window (`gpuheap run --aggregate`, format v6 snapshot records):
+  // the events before window_start_ts (events_before of them) are not in the file, only the
+  // state they left (docs/cli.md says which figures stay exact).
+  bool window = false;
+  std::uint32_t window_segment = 0;
+  std::uint64_t window_start_ts = 0, events_before = 0;
   std::uint64_t duration_ns() const {
     std::uint64_t last = has_end ? end_ts : last_ts;
     std::uint64_t first = have_process ? mono_ns : first_ts;

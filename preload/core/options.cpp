@@ -54,6 +54,8 @@ constinit const OptionSpec kOptionTable[kNumOptions] = {
      "set by gpuheap under GPUHEAP_FOLLOW_FORK=0: the one process traced (PID:START)"},
     {I::stack_cache, "GPUHEAP_STACK_CACHE", T::boolean, "1", 1, 0, 1, 0,
      "0: unwind every stack in full (the per-thread cache of unchanged stacks off)"},
+    {I::aggregate, "GPUHEAP_AGGREGATE", T::size, "none", 0, 0, 0, 0,
+     "keep the trace to a rolling window of about this size, its summary exact (docs/cli.md)"},
 };
 
 const OptionSpec* find_option(const char* name) noexcept {
@@ -135,6 +137,7 @@ void store(Settings* o, OptionId id, std::uint64_t v) noexcept {
     case I::strict_fences: o->strict_fences = b; break;
     case I::unsafe_reuse: o->unsafe_reuse = b; break;
     case I::release_threshold: o->release_threshold = static_cast<std::size_t>(v); break;
+    case I::aggregate: o->aggregate = v; break;
     case I::follow_fork: o->follow_fork = b; break;
     case I::output:
     case I::path_file:

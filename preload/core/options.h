@@ -58,6 +58,7 @@ enum class OptionId : std::uint8_t {
   python_stacks,
   follow_fork_root,
   stack_cache,
+  aggregate,
 };
 
 struct OptionSpec {
@@ -71,7 +72,7 @@ struct OptionSpec {
   const char* doc;           // one line
 };
 
-inline constexpr int kNumOptions = 19;
+inline constexpr int kNumOptions = 20;
 extern const OptionSpec kOptionTable[kNumOptions];
 const OptionSpec* find_option(const char* name) noexcept;  // nullptr if unknown
 
@@ -93,6 +94,7 @@ struct Settings {
   bool unsafe_reuse = false;            // GPUHEAP_UNSAFE_REUSE: TEST ONLY, reuse without fences
   char limit[1024] = {};                // GPUHEAP_LIMIT, validated; "" = no cap
   std::size_t release_threshold = 0;    // GPUHEAP_RELEASE_THRESHOLD in bytes, 0 = none
+  std::uint64_t aggregate = 0;          // GPUHEAP_AGGREGATE: rolling-window budget in bytes, 0 = full trace
   bool follow_fork = true;              // GPUHEAP_FOLLOW_FORK
   char follow_fork_root[64] =
       {};  // GPUHEAP_FOLLOW_FORK_ROOT: "PID:START" of the one traced process, set at load (runtime.cpp)

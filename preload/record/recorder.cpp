@@ -62,6 +62,7 @@ void configure(const Settings& s) {
   g_cfg.follow_fork = s.follow_fork;
   snprintf(g_cfg.path_file, sizeof g_cfg.path_file, "%s", s.path_file);
   g_cfg.have_identity = s.have_identity, g_cfg.identity = s.identity;
+  sink_set_aggregate(s.aggregate);
   stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
   stackcache_enable(s.stack_cache);
 }

@@ -17,6 +17,7 @@
 
 #include "preload/core/fds.h"
 #include "preload/core/stderr_line.h"
+#include "preload/record/aggregate.h"
 #include "preload/record/recorder.h"
 #include "preload/record/signals.h"
 
@@ -81,6 +82,12 @@ struct Sink {
   // What the compact event records written so far leave for the next (format/compact.h):
   // encoded under mu, so the state follows the file order. Fresh with each file.
   format::CompactState compact;
+  // Rolling window (GPUHEAP_AGGREGATE, aggregate.h): when the events after the head (the
+  // copied tables and the snapshot) reach roll_budget bytes, the file is replaced by a new
+  // segment (roll_locked). 0: one whole trace. Set before the file opens (sink_set_aggregate).
+  std::uint64_t roll_budget = 0, head_len = 0;
+  std::uint32_t segments = 0;  // rolls so far
+  bool roll_off = false;       // rolling gave up (warned once): the trace grows as a full one
 };
 
 constinit Sink g;
@@ -176,6 +183,10 @@ int reserve_space(int fd, std::uint64_t start, std::uint64_t len) noexcept {
 // `min_len` (a record that does not fit the rest of the current window).
 std::uint64_t window_len(std::uint64_t start, std::uint64_t min_len) noexcept {
   std::uint64_t len = start < kFirstWindowBytes ? kFirstWindowBytes : start < kWindowBytes ? start : kWindowBytes;
+  // A rolling window's file stays near its budget on disk too: its tail is never preallocated
+  // much beyond it.
+  if (g.roll_budget && !g.roll_off && len > g.roll_budget / 4)
+    len = g.roll_budget / 4 < kFirstWindowBytes ? kFirstWindowBytes : g.roll_budget / 4;
   len = (len + g.page - 1) & ~(g.page - 1);
   std::uint64_t need = (min_len + g.page - 1) & ~(g.page - 1);
   return len < need ? need : len;
@@ -442,6 +453,8 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   g.off = header_bytes;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
   g.compact = format::CompactState{};
+  g.head_len = header_bytes, g.segments = 0, g.roll_off = false;
+  agg_reset();
   g.zeroed_upto = header_bytes;  // the header is written (write(2)) before any window
   g_dropped.store(0);
   // The first window covers the header (written with write(2) by the caller).
@@ -462,6 +475,13 @@ void sink_publish() noexcept {
 
 const char* sink_path() noexcept { return g.path; }
 
+void sink_set_aggregate(std::uint64_t budget) noexcept {
+  lock();
+  // A smaller budget would roll every few events: the head alone may be larger.
+  g.roll_budget = budget && budget < kFirstWindowBytes ? kFirstWindowBytes : budget;
+  unlock();
+}
+
 bool sink_append(const void* rec, std::size_t n, bool start_thread) noexcept {
   if (!accepting(state()) || n > format::kMaxPayload + format::kFrameHeaderSize || n == 0) {
     sink_count_dropped();
@@ -476,6 +496,85 @@ bool sink_append(const void* rec, std::size_t n, bool start_thread) noexcept {
 }
 
 namespace {
+void aggregate_event(const format::AllocRecord& r) noexcept { agg_on_alloc(r); }
+void aggregate_event(const format::FreeRecord& r) noexcept { agg_on_free(r); }
+void aggregate_event(const format::FreeCompletedRecord& r) noexcept { agg_on_free_completed(r); }
+void aggregate_event(const format::SegmentRecord& r, bool) noexcept { agg_on_segment(r.ts); }
+
+// Rolling stops for good (the file keeps growing as a whole trace): one line on stderr. Not
+// a tracing failure (sink_warn_once): the trace stays complete.
+void roll_give_up(const char* why) noexcept {
+  g.roll_off = true;
+  char line[4400];
+  std::size_t n = append_cstr(line, sizeof line - 1, 0, "gpuheap: aggregate: ");
+  n = append_escaped(line, sizeof line - 1, n, why);
+  n = append_escaped(line, sizeof line - 1, n, "; the trace is kept whole from here on, the program continues");
+  line[n++] = '\n';
+  write_stderr(line, n);
+}
+
+// Writes the head of the next segment to a file descriptor (the records are whole frames).
+struct HeadOut {
+  int fd;
+  std::uint64_t len = 0, frames = 0;  // frames: calls, one per record (and one for the file header)
+  static bool put(void* ctx, const unsigned char* f, std::size_t n) noexcept {
+    auto* h = static_cast<HeadOut*>(ctx);
+    ++h->frames;
+    while (n) {
+      ssize_t k = write(h->fd, f, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return false;
+      f += k, n -= static_cast<std::size_t>(k), h->len += static_cast<std::uint64_t>(k);
+    }
+    return true;
+  }
+};
+
+// Next segment (Sink::roll_budget). mu held, state active. The new file is written whole
+// under a temporary name beside the trace (created O_EXCL, ours), the tables copied from the
+// current file and the snapshot (aggregate.h) after them, and only then renamed over the
+// trace's path: at every moment the path names a whole trace, the old segment until the new
+// one is complete. The old file is replaced only while the path still names it (the program
+// may have moved it: then nothing is replaced and rolling stops).
+void roll_locked() noexcept {
+  if (g.preparing.load()) return;  // the background thread holds the old fd: next event
+  int old = own_fd_locked();
+  if (old < 0) return;  // the next window's mapping reports it
+  if (!agg_ok()) return roll_give_up("not enough memory for the window's state");
+  char tmp[sizeof g.path + 8];
+  std::size_t tl = append_cstr(tmp, sizeof tmp, 0, g.path);
+  if (append_cstr(tmp, sizeof tmp, tl, ".roll") != tl + 5) return roll_give_up("the trace's path is too long");
+  int fd = fd_above_stdio(open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600));
+  if (fd < 0) return roll_give_up("cannot create the next segment beside the trace");
+  unsigned char header[format::kFileHeaderSize];
+  format::encode_file_header(header);
+  HeadOut out{fd};
+  std::uint64_t tables = 0;  // records copied (the head's frames count them all)
+  bool ok = HeadOut::put(&out, header, sizeof header) && agg_copy_tables(old, g.off, HeadOut::put, &out, &tables) &&
+            agg_write_snapshot(now_ns(), g.segments + 1, HeadOut::put, &out);
+  struct stat st {};
+  ok = ok && lstat(g.path, &st) == 0 && g.id.known && st.st_dev == g.id.dev && st.st_ino == g.id.ino;
+  ok = ok && rename(tmp, g.path) == 0;
+  if (!ok) {
+    FileId mine = file_id(fd);
+    struct stat t {};
+    if (lstat(tmp, &t) == 0 && mine.known && t.st_dev == mine.dev && t.st_ino == mine.ino) unlink(tmp);
+    close(fd);
+    return roll_give_up("the next segment could not be written or published");
+  }
+  // The old segment is gone from the directory; its windows and descriptor go now.
+  unmap(&g.cur), unmap(&g.next);
+  ++g.cuts;  // a window the background thread prepared for the old file is stale
+  close(old);
+  g.fd = fd, g.id = file_id(fd);
+  g.off = g.head_len = out.len, g.zeroed_upto = out.len;
+  g.records = out.frames - 1;  // the head's records (its file header is no record)
+  ++g.segments;
+  g.compact = format::CompactState{};  // compact records start afresh in each file
+  if (int err = map_window(fd, 0, out.len, true, &g.cur)) return fail_locked(err);
+  ++g.windows;
+}
+
 // The record is encoded under the lock: a compact record is relative to the one before it in
 // the file. Encoding only once the sink accepts keeps the state in step with the file (a
 // failed append fails the file: nothing follows it).
@@ -492,6 +591,10 @@ bool append_event(const R& r, Extra... extra) noexcept {
   if (accepting(state())) {
     std::size_t n = format::encode_compact(buf, sizeof buf, g.compact, r, extra...);
     ok = n != 0 && append_locked(buf, n);
+    if (ok && g.roll_budget && !g.roll_off) {
+      aggregate_event(r, extra...);
+      if (g.off - g.head_len >= g.roll_budget && state() == SinkState::active) roll_locked();
+    }
   }
   unlock();
   if (!ok) sink_count_dropped();
@@ -651,6 +754,8 @@ void sink_fork_child() noexcept {
   g.thread_running = false, g.exit_thread = false;
   g.records = 0, g.inline_maps = 0, g.windows = 0;
   g.compact = format::CompactState{};
+  g.head_len = 0, g.segments = 0, g.roll_off = false;
+  agg_reset();
   g_dropped.store(0);
 }
 

@@ -65,6 +65,9 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
 // opening -> active: every thread may append from now on.
 void sink_publish() noexcept;
 const char* sink_path() noexcept;
+// GPUHEAP_AGGREGATE: the events of one segment of a rolling window, in bytes (0: the whole
+// trace in one file). Before sink_open; kept for later files (a forked child's).
+void sink_set_aggregate(std::uint64_t budget) noexcept;
 
 // Appends one framed record. `start_thread`: start the background thread if not running
 // (metadata written at start passes false, so processes that never record an event get

@@ -218,6 +218,107 @@ TEST(Format, PhaseRecordRoundTripsAndRefusesBadOps) {
   EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
 }
 
+// v6's snapshot records (a rolling window's head): every part round-trips with its entries; a
+// bad part, a bad kind in a live entry or a count beyond the payload is corrupt.
+TEST(Format, SnapshotRecordsRoundTripAndRefuseBadParts) {
+  Bytes b;
+  f::SnapshotRecord begin;
+  begin.part = f::SnapshotPart::begin, begin.ts = 900, begin.segment = 3, begin.events_before = 12345;
+  begin.first_ts = 7;
+  append(b, begin);
+  f::SnapshotRecord dev;
+  dev.part = f::SnapshotPart::device, dev.device = 2, dev.peak_requested = 1000, dev.peak_allocated = 1024;
+  dev.peak_ts = 55, dev.peak_seq = 9, dev.ooms = 2, dev.retries = 3, dev.empty_cache_calls = 4;
+  dev.empty_cache_released = 5;
+  append(b, dev);
+  unsigned char entries[2 * f::kSnapLiveSize];
+  f::SnapLive l1{4, 50, 0x7000, 1024, 1000, 0x11, 46, 3, 2, f::AllocKind::device_pooled, f::kSnapPending};
+  f::SnapLive l2{9, 51, 0x9000, 2048, 2000, 0, 47, 5, 2, f::AllocKind::managed, f::kFlagSmallPool};
+  f::encode_snap_live(entries, l1), f::encode_snap_live(entries + f::kSnapLiveSize, l2);
+  f::SnapshotRecord live;
+  live.part = f::SnapshotPart::live, live.count = 2, live.entries = entries;
+  append(b, live);
+  unsigned char fe[f::kSnapFreedSize], se[f::kSnapSiteSize];
+  f::encode_snap_freed(fe, f::SnapFreed{3, 2, 700, 768});
+  f::encode_snap_site(se, f::SnapSite{5, 10, 20000, 20480, 4000});
+  f::SnapshotRecord freed, site, end;
+  freed.part = f::SnapshotPart::peak_freed, freed.count = 1, freed.entries = fe;
+  site.part = f::SnapshotPart::site, site.count = 1, site.entries = se;
+  end.part = f::SnapshotPart::end, end.n_live = 2, end.n_freed = 1, end.n_sites = 1;
+  append(b, freed), append(b, site), append(b, end);
+
+  f::Record r;
+  std::size_t at = 0, used = 0;
+  auto next = [&] {
+    EXPECT_EQ(f::decode_frame(b.data() + at, b.size() - at, r, &used), f::FrameStatus::ok);
+    EXPECT_EQ(r.type, f::RecordType::snapshot);
+    at += used;
+  };
+  next();
+  EXPECT_EQ(r.snapshot.part, f::SnapshotPart::begin);
+  EXPECT_EQ(r.snapshot.ts, 900u);
+  EXPECT_EQ(r.snapshot.segment, 3u);
+  EXPECT_EQ(r.snapshot.events_before, 12345u);
+  EXPECT_EQ(r.snapshot.first_ts, 7u);
+  next();
+  EXPECT_EQ(r.snapshot.part, f::SnapshotPart::device);
+  EXPECT_EQ(r.snapshot.device, 2);
+  EXPECT_EQ(r.snapshot.peak_requested, 1000u);
+  EXPECT_EQ(r.snapshot.peak_allocated, 1024u);
+  EXPECT_EQ(r.snapshot.peak_ts, 55u);
+  EXPECT_EQ(r.snapshot.peak_seq, 9u);
+  EXPECT_EQ(r.snapshot.ooms, 2u);
+  EXPECT_EQ(r.snapshot.retries, 3u);
+  EXPECT_EQ(r.snapshot.empty_cache_calls, 4u);
+  EXPECT_EQ(r.snapshot.empty_cache_released, 5u);
+  const std::size_t live_at = at;
+  next();
+  ASSERT_EQ(r.snapshot.count, 2u);
+  const f::SnapLive d1 = r.snapshot.live(0), d2 = r.snapshot.live(1);
+  EXPECT_EQ(d1.seq, 4u);
+  EXPECT_EQ(d1.ts, 50u);
+  EXPECT_EQ(d1.ptr, 0x7000u);
+  EXPECT_EQ(d1.size, 1024u);
+  EXPECT_EQ(d1.requested, 1000u);
+  EXPECT_EQ(d1.stream, 0x11u);
+  EXPECT_EQ(d1.tid, 46u);
+  EXPECT_EQ(d1.stack, 3u);
+  EXPECT_EQ(d1.device, 2);
+  EXPECT_EQ(d1.kind, f::AllocKind::device_pooled);
+  EXPECT_EQ(d1.flags, f::kSnapPending);
+  EXPECT_EQ(d2.seq, 9u);
+  EXPECT_EQ(d2.kind, f::AllocKind::managed);
+  EXPECT_EQ(d2.flags, f::kFlagSmallPool);
+  next();
+  ASSERT_EQ(r.snapshot.count, 1u);
+  EXPECT_EQ(r.snapshot.freed(0).stack, 3u);
+  EXPECT_EQ(r.snapshot.freed(0).device, 2);
+  EXPECT_EQ(r.snapshot.freed(0).requested, 700u);
+  EXPECT_EQ(r.snapshot.freed(0).size, 768u);
+  next();
+  const f::SnapSite s = r.snapshot.site(0);
+  EXPECT_EQ(s.stack, 5u);
+  EXPECT_EQ(s.allocs, 10u);
+  EXPECT_EQ(s.alloc_bytes, 20000u);
+  EXPECT_EQ(s.alloc_allocated, 20480u);
+  EXPECT_EQ(s.max_live_bytes, 4000u);
+  next();
+  EXPECT_EQ(r.snapshot.n_live, 2u);
+  EXPECT_EQ(r.snapshot.n_freed, 1u);
+  EXPECT_EQ(r.snapshot.n_sites, 1u);
+  EXPECT_EQ(at, b.size());
+
+  Bytes bad = b;
+  bad[f::kFrameHeaderSize] = f::kMaxSnapshotPart + 1;  // unknown part
+  EXPECT_EQ(f::decode_frame(bad.data(), bad.size(), r, &used), f::FrameStatus::corrupt);
+  bad = b;
+  bad[live_at + f::kFrameHeaderSize + 1 + 4 + 58] = f::kNumAllocKinds;  // the first live entry's kind
+  EXPECT_EQ(f::decode_frame(bad.data() + live_at, bad.size() - live_at, r, &used), f::FrameStatus::corrupt);
+  bad = b;
+  bad[live_at + f::kFrameHeaderSize + 1] = 3;  // three entries in a payload of two
+  EXPECT_EQ(f::decode_frame(bad.data() + live_at, bad.size() - live_at, r, &used), f::FrameStatus::corrupt);
+}
+
 // v3's symbol records (written by `gpuheap symbolize`): strings by id, then an ip's frames
 // naming them; a zero count, too many frames, an id 0 or a payload of another length is corrupt.
 TEST(Format, SymbolRecordsRoundTripAndRefuseBadCounts) {

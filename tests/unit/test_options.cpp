@@ -52,6 +52,7 @@ std::uint64_t value_of(const d::Settings& s, d::OptionId id) {
     case I::strict_fences: return s.strict_fences;
     case I::unsafe_reuse: return s.unsafe_reuse;
     case I::release_threshold: return s.release_threshold;
+    case I::aggregate: return s.aggregate;
     case I::follow_fork: return s.follow_fork;
     case I::output:
     case I::path_file:
@@ -157,6 +158,11 @@ const Case kCases[] = {
     {"GPUHEAP_RELEASE_THRESHOLD", "10 parsecs", false, 0},
     {"GPUHEAP_RELEASE_THRESHOLD", "inf", false, 0},
     {"GPUHEAP_RELEASE_THRESHOLD", "99999999TiB", false, 0},
+    {"GPUHEAP_AGGREGATE", "64MiB", true, 64ull << 20},
+    {"GPUHEAP_AGGREGATE", "256KiB", true, 256ull << 10},
+    {"GPUHEAP_AGGREGATE", "0", true, 0},
+    {"GPUHEAP_AGGREGATE", "64", false, 0},  // a unit is required
+    {"GPUHEAP_AGGREGATE", "lots", false, 0},
 };
 
 }  // namespace
@@ -169,7 +175,8 @@ TEST(Options, TableIsComplete) {
     EXPECT_EQ(d::find_option(s.name), &s);
     EXPECT_TRUE(s.doc && *s.doc && s.default_text && *s.default_text) << s.name;
   }
-  EXPECT_EQ(names.size(), 19u);  // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17), 19th: GPUHEAP_STACK_CACHE (#36)
+  // 18th: GPUHEAP_FOLLOW_FORK_ROOT (issue #17), 19th: GPUHEAP_STACK_CACHE (#36), 20th: GPUHEAP_AGGREGATE (#36)
+  EXPECT_EQ(names.size(), 20u);
   EXPECT_EQ(d::kOptionTable[0].id, d::OptionId::disable);  // read first: nothing else when set
 }
 
