@@ -49,6 +49,20 @@ void add_check_options(CLI::App* cmd, CheckCliOptions& o) {
   add_window(cmd, o.window, c.growth_phase);
 }
 
+// A rolling window (run --aggregate) keeps its leaks exact, not the pool's statistics,
+// phases or categories: a gate on those would read the window alone and could pass a run
+// whose peak came before it (docs/cli.md, --aggregate).
+void refuse_window_gates(const Analysis& a, const CheckOptions& c) {
+  const bool window_only = c.max_requested || c.max_allocated || c.max_reserved || c.max_growth ||
+                           !c.max_category.empty() || !c.baseline.empty();
+  for (const auto& t : a.traces)
+    if (t->info.window && window_only)
+      throw InputError("check: " + t->info.path +
+                       " is a rolling window (gpuheap run --aggregate): its peak statistics, phases and "
+                       "categories cover the window only, so only --max-leaked can be checked on it "
+                       "(summary's Peak memory consumers give the run's exact peak)");
+}
+
 int run_check_command(CheckCliOptions o) {
   o.debuginfod.apply();
   CheckOptions& c = o.check;
@@ -76,6 +90,7 @@ int run_check_command(CheckCliOptions o) {
   o.traces = select_traces(o.traces, o.select);
   auto a = analyze_window(o.traces, aopt, o.window);
   if (o.window.any()) std::printf("gpuheap check: note: figures restricted to %s\n", o.window.describe().c_str());
+  refuse_window_gates(a, c);
   auto r = gpuheap::run_check(a, c);
   for (const auto& n : r.notes) std::printf("gpuheap check: note: %s\n", n.c_str());
   for (const auto& p : r.passed) std::printf("gpuheap check: ok: %s\n", p.c_str());

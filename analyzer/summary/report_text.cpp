@@ -487,6 +487,12 @@ void process_text(std::string& out, SiteLists& sites, std::size_t ti, const Summ
     for (const auto& d : m.devices) {
       if ((opt.device >= 0 && d.device != opt.device) || host_only(d) != host) continue;
       torch_table(out, d, opt);
+      // A rolling window's pool statistics start at the window: say so where they are read,
+      // not only in the header, and point at the run's exact peak.
+      if (m.info.window && d.device >= 0)
+        out += fmt::format("  (the window only, from {} after start; the whole run's peak: Peak memory consumers)\n",
+                           human_duration_ns(
+                               m.info.window_start_ts > m.info.mono_ns ? m.info.window_start_ts - m.info.mono_ns : 0));
       out += "\n";
     }
   phases_text(out, m, opt);

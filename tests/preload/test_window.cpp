@@ -112,6 +112,18 @@ TEST(RollingWindow, RunAggregate) {
   ASSERT_TRUE(w["trace"].contains("window")) << "the window's budget reached the preload";
   EXPECT_EQ(w["devices"][0]["peak_held"]["bytes"].get<long long>(), (78ll + 3) << 20);
   EXPECT_EQ(w["leaked_bytes"].get<long long>(), 3ll << 20);
+  // Where the window's figures would mislead: the pool table says it covers the window only,
+  // and check gates only what is exact (leaks); a peak gate on a window is refused (exit 2),
+  // never passed on the window's smaller peak.
+  const std::string t = dir + "/t.trace.zst";
+  CmdRun text = run_cmd(kBuild + "/gpuheap summary " + t + " 2>&1");
+  EXPECT_NE(text.out.find("  (the window only, from "), std::string::npos) << text.out;
+  CmdRun peak_gate = run_cmd(kBuild + "/gpuheap check -q --max-requested 64MiB " + t + " 2>&1");
+  EXPECT_EQ(peak_gate.status, 2) << peak_gate.out;
+  EXPECT_NE(peak_gate.out.find("rolling window"), std::string::npos) << peak_gate.out;
+  CmdRun leak_gate = run_cmd(kBuild + "/gpuheap check -q --max-leaked 4MiB " + t + " 2>&1");
+  EXPECT_EQ(leak_gate.status, 0) << leak_gate.out;
+  EXPECT_EQ(run_cmd(kBuild + "/gpuheap check -q --max-leaked 2MiB " + t + " 2>&1").status, 1);
   CmdRun bad = run_in(dir, "--aggregate=12 -o u.trace " + kProgs + "/prog_window 1");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("--aggregate=12"), std::string::npos) << bad.out;
