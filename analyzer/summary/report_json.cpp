@@ -140,6 +140,23 @@ json ooms_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   return ooms;
 }
 
+// --group-by's rows for one device (peak_groups), as summary --json's peak_groups.
+json peak_groups_json(SiteLists& sites, std::size_t ti, std::size_t di, const SummaryOptions& opt) {
+  const DeviceState& d = sites.analysis().traces[ti]->devices[di];
+  json out = json::array();
+  for (const auto& g : peak_groups(sites, ti, di, opt))
+    out.push_back(
+        {{"device", d.device},
+         {"by", opt.group_by},
+         {"key", g.key},
+         {"bytes", g.bytes},
+         {"allocated_bytes", g.allocated},
+         {"count", g.count},
+         {"sites", g.sites},
+         {"percent", d.peak_held > 0 ? 100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held) : 0.0}});
+  return out;
+}
+
 json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
   const Model& m = *sites.analysis().traces[ti];
   const auto& in = m.info;
@@ -215,17 +232,7 @@ json process_json(SiteLists& sites, std::size_t ti, const SummaryOptions& opt) {
       peaks.push_back(std::move(e));
     }
     if (!opt.group_by.empty())
-      for (const auto& g : peak_groups(sites, ti, di, opt))
-        groups.push_back(
-            {{"device", d.device},
-             {"by", opt.group_by},
-             {"key", g.key},
-             {"bytes", g.bytes},
-             {"allocated_bytes", g.allocated},
-             {"count", g.count},
-             {"sites", g.sites},
-             {"percent",
-              d.peak_held > 0 ? 100.0 * static_cast<double>(g.bytes) / static_cast<double>(d.peak_held) : 0.0}});
+      for (auto& g : peak_groups_json(sites, ti, di, opt)) groups.push_back(std::move(g));
     json libs = json::array();
     for (const auto& l : sites.peak_libraries(ti, di))
       libs.push_back({{"library", l.library}, {"bytes", l.bytes}, {"count", l.count}});
