@@ -127,10 +127,29 @@ struct VarWriter {
   void zz(std::uint64_t delta) { var(zigzag(delta)); }
 };
 
-struct VarReader {
+// The cursor and the fields built on var(), shared by the checked and the unchecked reader.
+template <class Reader>
+struct VarFields {
   const unsigned char* p;
   const unsigned char* end;
   bool ok = true;
+  std::uint64_t zz() { return unzigzag(self().var()); }
+  std::uint32_t u32() {
+    std::uint64_t v = self().var();
+    if (v > 0xFFFFFFFFu) ok = false;
+    return static_cast<std::uint32_t>(v);
+  }
+  std::int16_t i16() {
+    auto v = static_cast<std::int64_t>(zz());
+    if (v < INT16_MIN || v > INT16_MAX) ok = false;
+    return static_cast<std::int16_t>(v);
+  }
+
+ private:
+  Reader& self() { return static_cast<Reader&>(*this); }
+};
+
+struct VarReader : VarFields<VarReader> {
   std::uint8_t u8() {
     if (p == end) return ok = false, 0;
     return *p++;
@@ -147,17 +166,6 @@ struct VarReader {
     }
     return ok = false, 0;
   }
-  std::uint64_t zz() { return unzigzag(var()); }
-  std::uint32_t u32() {
-    std::uint64_t v = var();
-    if (v > 0xFFFFFFFFu) ok = false;
-    return static_cast<std::uint32_t>(v);
-  }
-  std::int16_t i16() {
-    auto v = static_cast<std::int64_t>(zz());
-    if (v < INT16_MIN || v > INT16_MAX) ok = false;
-    return static_cast<std::int16_t>(v);
-  }
 };
 
 // VarReader without a bound check on each byte, for a payload whose start has at least
@@ -165,10 +173,7 @@ struct VarReader {
 // read at most that many, whatever its bytes say. A read past `end` leaves p beyond it, which
 // the decoder's final check (p == end) rejects, so it accepts and rejects exactly what
 // VarReader does, with the same values where it accepts.
-struct VarReaderUnchecked {
-  const unsigned char* p;
-  const unsigned char* end;
-  bool ok = true;
+struct VarReaderUnchecked : VarFields<VarReaderUnchecked> {
   std::uint8_t u8() { return *p++; }
   std::uint64_t var() {
     std::uint8_t b = *p++;
@@ -181,17 +186,6 @@ struct VarReaderUnchecked {
       if (!(b & 0x80)) return v;
     }
     return ok = false, 0;
-  }
-  std::uint64_t zz() { return unzigzag(var()); }
-  std::uint32_t u32() {
-    std::uint64_t v = var();
-    if (v > 0xFFFFFFFFu) ok = false;
-    return static_cast<std::uint32_t>(v);
-  }
-  std::int16_t i16() {
-    auto v = static_cast<std::int64_t>(zz());
-    if (v < INT16_MIN || v > INT16_MAX) ok = false;
-    return static_cast<std::int16_t>(v);
   }
 };
 

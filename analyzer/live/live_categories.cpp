@@ -73,11 +73,7 @@ void LiveCategories::finish() {
 
 Category LiveCategories::site_category(std::uint32_t stack) const {
   auto it = by_stack_.find(stack);
-  if (it == by_stack_.end()) return Category::unknown;
-  std::size_t best = static_cast<std::size_t>(Category::unknown);
-  for (std::size_t i = 0; i < kNumCategories; ++i)
-    if (it->second.bytes[i] > it->second.bytes[best] || (it->second.count[i] && !it->second.count[best])) best = i;
-  return static_cast<Category>(best);
+  return it == by_stack_.end() ? Category::unknown : it->second.dominant();
 }
 
 }  // namespace gpuheap::live

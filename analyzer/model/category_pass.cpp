@@ -15,13 +15,16 @@ std::uint64_t CategoryBytes::total() const {
   return t;
 }
 
-Category CategoryReport::site_category(std::uint32_t stack) const {
-  auto it = by_stack.find(stack);
-  if (it == by_stack.end()) return Category::unknown;
+Category CategoryBytes::dominant() const {
   std::size_t best = static_cast<std::size_t>(Category::unknown);
   for (std::size_t i = 0; i < kNumCategories; ++i)
-    if (it->second.bytes[i] > it->second.bytes[best] || (it->second.count[i] && !it->second.count[best])) best = i;
+    if (bytes[i] > bytes[best] || (count[i] && !count[best])) best = i;
   return static_cast<Category>(best);
+}
+
+Category CategoryReport::site_category(std::uint32_t stack) const {
+  auto it = by_stack.find(stack);
+  return it == by_stack.end() ? Category::unknown : it->second.dominant();
 }
 
 bool CategoryReport::decided_anything() const {

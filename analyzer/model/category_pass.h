@@ -25,6 +25,8 @@ struct CategoryBytes {
   }
   std::uint64_t of(Category c) const { return bytes[static_cast<std::size_t>(c)]; }
   std::uint64_t total() const;
+  // The category of most of these bytes (of most allocations among zero-byte ones).
+  Category dominant() const;
 };
 
 // Live bytes by category at one moment, with the sites behind each (largest first within a
