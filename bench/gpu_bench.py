@@ -147,7 +147,8 @@ def run_one(a, r, job, cfg):
     if j is None:
         rec["error"] = (err or out)[-1500:]
     else:
-        rec.update(step_ms_median=j["step_ms_median"], step_ms_min=j["step_ms_min"], losses=j["losses"],
+        rec.update(step_ms_median=j["step_ms_median"], step_ms_min=j["step_ms_min"], step_ms_q1=j.get("step_ms_q1"),
+                   losses=j["losses"],
                    max_memory_reserved=j.get("max_memory_reserved"))
         if CONFIGS[cfg][2]:  # torch's recorder: proof that it was on, and the signature that was called
             rec.update(torch_history_on=j.get("torch_history_on"),
@@ -199,12 +200,17 @@ def per_job(records, job, configs):
         return [by[(r, c)]["step_ms_median"] / by[(r, d)]["step_ms_median"] for r in rounds
                 if by.get((r, c), {}).get("step_ms_median") and by.get((r, d), {}).get("step_ms_median")]
 
+    def ratios_of(key):  # each run's `key` step statistic over the same round's native run
+        return {c: spread([by[(r, c)][key] / by[(r, BASE)][key] for r in rounds
+                           if by.get((r, c), {}).get(key) and by.get((r, BASE), {}).get(key)]) for c in configs}
+
     vs_torch = {c: {d: spread(paired(c, d)) for d in configs if d.startswith("torch_history")}
                 for c in configs if c.startswith("gpuheap")}
     first = {c: next((by[(r, c)] for r in rounds if by.get((r, c), {}).get("losses")), None) for c in configs}
     base_losses = (first.get(BASE) or {}).get("losses")
     out = {"rounds": rounds, "step_ms_per_round": step, "ratio_per_round": ratio,
            "ratio": {c: spread(v) for c, v in ratio.items()}, "vs_torch_history": vs_torch,
+           "ratio_of_step_q1": ratios_of("step_ms_q1"), "ratio_of_step_min": ratios_of("step_ms_min"),
            "gpuheap_default_over_torch_history_default_per_round": paired("gpuheap_default", "torch_history_default")
            if {"gpuheap_default", "torch_history_default"} <= set(configs) else [],
            "step_ms": {c: spread([x for x in v if x is not None]) for c, v in step.items()},

@@ -18,15 +18,18 @@
 #   PYTHON=python3        the Python that has torch, cupy, jax, torchvision (the venv's base)
 #   --bench               also run bench/gpu_bench.py --latency afterwards (step time beside torch's memory
 #                         history, in rounds; allocation latency)
+#   --bench-only          bench/gpu_bench.py alone, from the same wheel/venv (no test cases);
+#                         GPU_BENCH_ARGS="--rounds 5 --configs ..." are passed to it
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-bench=0; only=""; wheel=""
+bench=0; bench_only=0; only=""; wheel=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) bench=1 ;;
+    --bench-only) bench=1; bench_only=1 ;;
     --only) only="$2"; shift ;;
     --wheel) wheel="$2"; shift ;;
-    *) echo "usage: scripts/gpu-test.sh [--bench] [--only CASES] [--wheel FILE]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-test.sh [--bench|--bench-only] [--only CASES] [--wheel FILE]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -66,9 +69,13 @@ fi
 day=$(date +%F)
 mkdir -p bench/results
 out=${GPU_TEST_OUT:-bench/results/gpu-test-$day.json}
-"$PY" tests/gpu/run_all.py --out "$out" ${only:+--only "$only"} ${GPU_TEST_WORK:+--work "$GPU_TEST_WORK"}
-rc=$?
+rc=0
+if [ "$bench_only" = 0 ]; then
+  "$PY" tests/gpu/run_all.py --out "$out" ${only:+--only "$only"} ${GPU_TEST_WORK:+--work "$GPU_TEST_WORK"}
+  rc=$?
+fi
 if [ "$bench" = 1 ]; then
-  "$PY" bench/gpu_bench.py --latency --out "${GPU_BENCH_OUT:-bench/results/}" || rc=1
+  # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of words
+  "$PY" bench/gpu_bench.py ${GPU_BENCH_ARGS:---latency} --out "${GPU_BENCH_OUT:-bench/results/}" || rc=1
 fi
 exit $rc
