@@ -285,6 +285,33 @@ def print_plan(a, configs, jobs):
     print(f"{a.rounds * len(configs) * len(jobs)} runs; ratios against {BASE} of the same round and job")
 
 
+def combine(a, files):
+    """One result from the runs of several result files of the same commit, card and
+    configurations (calls cut short by the device's per-call limit), rounds renumbered in
+    file order; the statistics recomputed over all of them."""
+    docs = [json.load(open(f)) for f in files]
+    keys = {(d["versions"]["commit"], d["card"], tuple(d["settings"]["configs"]), tuple(d["settings"]["jobs"]),
+             d["settings"]["steps_timed"], d["settings"]["warmup"]) for d in docs}
+    if len(keys) != 1:
+        raise SystemExit(f"--combine: the files differ in commit, card, configurations, jobs or steps: {keys}")
+    records, base = [], 0
+    for f, d in zip(files, docs):
+        rounds = sorted({x["round"] for x in d["runs"]})
+        records += [dict(x, round=base + rounds.index(x["round"]), source=os.path.basename(f)) for x in d["runs"]]
+        base += len(rounds)
+    first = docs[0]
+    jobs, configs = first["settings"]["jobs"], first["settings"]["configs"]
+    step = {job: per_job(records, job, configs) for job in jobs}
+    doc = dict(first, step_time=step, targets=targets(step), runs=records,
+               settings=dict(first["settings"], rounds_done=base, combined_from=[os.path.basename(f) for f in files],
+                             seconds=sum(d["settings"]["seconds"] for d in docs), stopped=None))
+    path = out_path(a, first["versions"], first["date"])
+    write(path, doc)
+    print(json.dumps(doc["targets"], indent=1))
+    print(f"written: {path}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results") + "/",
@@ -301,7 +328,11 @@ def main():
     ap.add_argument("--latency", action="store_true", help="also the C++ allocation-latency part")
     ap.add_argument("--work", default="/tmp/gpuheap-bench")
     ap.add_argument("--dry-run", action="store_true", help="print the plan of runs and exit")
+    ap.add_argument("--combine", nargs="+", metavar="RESULT",
+                    help="merge the runs of these result files (same commit, card, settings) into one and exit")
     a = ap.parse_args()
+    if a.combine:
+        return combine(a, a.combine)
     jobs, configs = a.jobs.split(","), a.configs.split(",")
     bad = [j for j in jobs if j not in JOBS] + [c for c in configs if c not in CONFIGS]
     if bad or BASE not in configs or a.rounds < 1:
