@@ -10,9 +10,11 @@ foreach(t test_model test_model_edges test_model_replay test_phases test_categor
 endforeach()
 add_dependencies(test_analyzer_cli gpuheap_cli)
 add_dependencies(test_ranks gpuheap_cli)
-# The shipped example traces (format versions 2 and 3) are read as they were.
+# The kept real traces (format versions 2 and 3, tests/gpu/traces) are read as they were.
 target_compile_definitions(test_ranks PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 add_dependencies(test_categories gpuheap_cli)
+# The shipped example trace against the GPU run's truth (bench/results).
+target_compile_definitions(test_categories PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 
 # The default summary view of the shipped example traces (issue 17).
 add_executable(test_summary_view ${CMAKE_CURRENT_SOURCE_DIR}/test_summary_view.cpp)

@@ -4,6 +4,8 @@
 // without library memory, JSON).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -634,4 +636,53 @@ TEST(CategoryClassifier, StaysBoundedInAPhaseThatNeverEnds) {
   EXPECT_EQ(d.cls.category(kept), Category::unknown);
   d.alloc(kForward);  // training starts: the one still live is decided as before
   EXPECT_EQ(d.finals[kept], Category::other);
+}
+
+// Issue 34's truth, kept for every build: the shipped H100 GPT trace (recorded through
+// `gpuheap run`, symbols stored in it) classifies on any machine as it did on the GPU, against
+// torch's own numbers from a native run of the same job (gpu-test's torch_categories case:
+// parameters and buffers, AdamW's state tensors, every p.grad, the storages autograd saved).
+TEST(CategoryTruth, ShippedGptTraceMatchesTorchsOwnNumbers) {
+  const std::string src = GPUHEAP_SOURCE_DIR;
+  std::ifstream f(src + "/bench/results/gpu-test-2026-12-07-b337fb7-h100.json");
+  ASSERT_TRUE(f.good());
+  const auto truth = nlohmann::json::parse(f)["cases"]["torch_categories"]["details"]["gpt"]["truth"];
+  const std::string trace = src + "/examples/traces/h100-gpt-train.trace.zst";
+  const auto js = run(std::string(GPUHEAP_CLI) + " summary -q --json " + trace + " 2>/dev/null");
+  ASSERT_EQ(js.code, 0) << js.out;
+  // run() merges stderr: the warning that the trace's modules are not on this machine follows.
+  const auto end = js.out.rfind("\n}");
+  ASSERT_NE(end, std::string::npos) << js.out;
+  const auto doc = nlohmann::json::parse(js.out.substr(0, end + 2));
+  const auto& cats = doc["categories"];
+  ASSERT_EQ(cats["at_peak"].size(), 1u) << cats.dump();
+  const auto& peak = cats["at_peak"][0];
+  const auto& tot = peak["totals"];
+  EXPECT_EQ(tot["parameter"]["bytes"], truth["parameter"]);
+  EXPECT_EQ(tot["parameter"]["count"], truth["parameter_tensors"]);
+  EXPECT_EQ(tot["optimizer_state"]["bytes"], truth["optimizer_state"]);
+  EXPECT_EQ(tot["optimizer_state"]["count"], truth["optimizer_state_tensors"]);
+  EXPECT_EQ(tot["unknown"]["bytes"], 0) << tot.dump();
+  std::uint64_t libraries = 0;
+  for (const auto& [name, bytes] : peak["libraries"].items()) libraries += bytes.get<std::uint64_t>();
+  EXPECT_GT(libraries, 0u);
+  EXPECT_EQ(tot["library"]["bytes"], libraries) << peak.dump();
+  // The peak falls inside backward: activation is what autograd saved, less what it freed.
+  const double act = tot["activation"]["bytes"], saved = truth["saved_activations"];
+  EXPECT_NEAR(act / saved, 1.0, 0.01);
+
+  const auto& cmd = doc["trace"]["command"];
+  const auto steps_arg = std::find(cmd.begin(), cmd.end(), "--steps");
+  ASSERT_NE(steps_arg, cmd.end()) << cmd.dump();
+  EXPECT_EQ(cats["steps_found"], std::stoi((steps_arg + 1)->get<std::string>()));
+  const nlohmann::json* last_step = nullptr;  // the last optimizer step found from frames
+  for (const auto& p : cats["phases_found"])
+    if (p["phase"] == "optimizer_step" && (!last_step || p["step"] > (*last_step)["step"])) last_step = &p;
+  ASSERT_NE(last_step, nullptr) << cats.dump();
+  EXPECT_EQ((*last_step)["peak_by_category"]["gradient"], truth["gradient"]);
+
+  // The backward pass attributed: the autograd node and the line that called backward().
+  const auto full = run(std::string(GPUHEAP_CLI) + " summary -q --full " + trace + " 2>/dev/null");
+  ASSERT_EQ(full.code, 0);
+  EXPECT_NE(full.out.find("[autograd MmBackward0] (backward() from main (torch_job.py:"), std::string::npos);
 }

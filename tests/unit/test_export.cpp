@@ -260,7 +260,7 @@ TEST_F(Export, TorchSnapshotLoadsInPythonAndAgreesWithTheEvents) {
 }
 
 TEST_F(Export, TorchSnapshotOfTheShippedH200Trace) {
-  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
+  std::string trace = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h200-gpt-train-v2.trace.zst";
   std::string snap = TraceBuilder::dir() + "/h200.pickle", csv = TraceBuilder::dir() + "/h200.csv";
   for (auto [fmt, out] : {std::pair{"torch-snapshot", snap}, std::pair{"csv", csv}}) {
     auto r = run(std::string(GPUHEAP_CLI) + " export -q --force --format " + fmt + " -o " + out + " " + trace);

@@ -276,8 +276,8 @@ TEST(Ranks, ReportSharesOneTimeAxis) {
 // The shipped traces are of format versions 2 and 3 (no identity record): they read as
 // before, alone and together (no rank: "-" rows, null in JSON), and --host/--pid select them.
 TEST(Ranks, ShippedOlderTracesStillRead) {
-  const std::string v2 = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
-  const std::string v3 = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  const std::string v2 = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h200-gpt-train-v2.trace.zst";
+  const std::string v3 = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
   for (const auto& p : {v2, v3}) {
     const TraceHead h = read_trace_head(p);
     EXPECT_EQ(h.hostname, "vm") << p;

@@ -362,7 +362,7 @@ TEST(ReplayCli, AnOomStopsTheReplayNotTheReadingOfTheTrace) {
 // (free bytes in segments holding a live block, at the first moment of peak reserved) and
 // summary and replay the same verdict line.
 TEST(ReplayCli, SummaryReplayAndSweepGiveOneFragmentationFigure) {
-  const std::string path = std::string(GPUHEAP_SOURCE_DIR) + "/examples/traces/h100-gpt-train.trace.zst";
+  const std::string path = std::string(GPUHEAP_SOURCE_DIR) + "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
   auto sj = nlohmann::json::parse(cli("summary --json -q " + path + " 2>/dev/null | cat").out);
   auto rj = nlohmann::json::parse(cli("replay -q --json " + path + " 2>/dev/null | cat").out);
   auto wj = nlohmann::json::parse(cli("replay -q --json --sweep gpuheap " + path + " 2>/dev/null | cat").out);

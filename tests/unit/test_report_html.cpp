@@ -1,8 +1,8 @@
 // `gpuheap report`: the page in a real browser (headless Chromium): it loads without script
 // errors (report.js writes data-status="ok" only after drawing everything, and an error
 // handler writes "error"), the timeline and flame graphs render, click-zoom, search, zoom and
-// hover work (report.html#selftest), names from the trace stay text, and a screenshot is taken (GPUHEAP_TEST_OUT; the README's docs/report.png is that of
-// the shipped H200 trace). Chromium missing is a failure, not a skip: setup.sh installs it.
+// hover work (report.html#selftest), names from the trace stay text, and a screenshot is taken
+// (GPUHEAP_TEST_OUT; the README's docs/report.png is that of the shipped H100 trace). Chromium missing is a failure, not a skip: setup.sh installs it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -160,9 +160,9 @@ TEST(ReportHtml, HostileNamesStayText) {
   EXPECT_TRUE(mark) << data["timelines"][0]["markers"].dump();
 }
 
-TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
-  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
-  std::string html = out_dir() + "/report-h200.html", png = out_dir() + "/report-h200.png";
+TEST(ReportHtml, ShippedTraceRendersAndScreenshots) {
+  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  std::string html = out_dir() + "/report-h100.html", png = out_dir() + "/report-h100.png";
   auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto dom = browse(html, "--dump-dom");
@@ -193,7 +193,7 @@ TEST(ReportHtml, ShippedH200TraceRendersAndScreenshots) {
 // and at the peak (the first point of the highest requested value: the same moment) each
 // reads what `summary --json` says at the peak; so does the peak flame graph's root.
 TEST(ReportHtml, TimelineAndFlameGraphByCategory) {
-  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  std::string trace = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
   std::string html = out_dir() + "/report-h100-categories.html";
   auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -272,7 +272,7 @@ TEST(ReportHtml, TimelineAndFlameGraphByCategory) {
 // The site column names a C++ site as summary's default view does (template arguments
 // elided), the whole name in the cell's tooltip: the H100 trace has its frames' names.
 TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
-  std::string trace = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
+  std::string trace = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
   std::string html = out_dir() + "/report-h100.html";
   auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + trace);
   ASSERT_EQ(r.code, 0) << r.out;

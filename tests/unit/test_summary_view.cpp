@@ -18,8 +18,8 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kH100 = GPUHEAP_SOURCE_DIR "/examples/traces/h100-gpt-train.trace.zst";
-const std::string kH200 = GPUHEAP_SOURCE_DIR "/examples/traces/h200-gpt-train.trace.zst";
+const std::string kH100 = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
+const std::string kH200 = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h200-gpt-train-v2.trace.zst";
 
 // stdout only: the warning about modules missing here goes to stderr.
 std::string summary(const std::string& args) {
