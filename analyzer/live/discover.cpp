@@ -45,8 +45,10 @@ bool is_digits(const std::string& s) {
 }
 
 // A gpuheap trace: starts with the header's magic, or is a zstd stream (a finished trace
-// `gpuheap run` compressed) whose name says .zst.
+// `gpuheap run` compressed) whose name says .zst. Never TRACE.roll: a rolling window's next
+// segment being written, renamed over TRACE once whole (its follower moves to it then).
 bool looks_like_trace(const std::string& path) {
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".roll") == 0) return false;
   std::uint64_t size = 0;
   std::string why;
   int fd = open_regular(path, &size, &why);

@@ -26,6 +26,98 @@ constexpr std::size_t kChunk = 64u << 10;
 constexpr std::size_t kProbe = 4096;
 // Bounds on what phase records can make the step tracker keep (a hostile trace).
 constexpr std::size_t kMaxNames = 1024, kMaxThreads = 4096;
+// Rolls followed in one poll: a job rolling faster than top reads is followed at the next.
+constexpr int kMaxRollsPerPoll = 4;
+
+// The events a snapshot counts in events_before (preload/record/aggregate.h: every record the
+// sink's append_event writes), from the run's start: a snapshot's begin sets the count.
+void count_event(const format::Record& r, std::uint64_t& events) {
+  using T = format::RecordType;
+  switch (r.type) {
+    case T::alloc:
+    case T::free:
+    case T::free_completed:
+    case T::segment_alloc:
+    case T::segment_free: ++events; break;
+    case T::snapshot:
+      if (r.snapshot.part == format::SnapshotPart::begin) events = r.snapshot.events_before;
+      break;
+    default: break;
+  }
+}
+
+// The records a roll copies into the next segment's head ahead of the snapshot
+// (preload/record/aggregate.cpp is_table).
+bool head_record(format::RecordType t) {
+  using T = format::RecordType;
+  switch (t) {
+    case T::process:
+    case T::identity:
+    case T::device:
+    case T::module:
+    case T::module_unload:
+    case T::stack:
+    case T::thread:
+    case T::py_code:
+    case T::symbol_string:
+    case T::symbol_frames: return true;
+    default: return false;
+  }
+}
+
+// What heads a segment: where its events start (past the snapshot) and the events before it.
+struct SegmentHead {
+  bool ok = false;  // tables, then a whole snapshot: a segment
+  bool compact = false;
+  std::uint64_t end = 0, events_before = 0;
+};
+
+// Reads the head of the file at fd (written whole before it was renamed into place). Anything
+// else (no snapshot before the first event, a damaged or newer file) is no segment.
+SegmentHead scan_head(int fd, std::vector<unsigned char>& buf) {
+  SegmentHead h;
+  unsigned char head[format::kFileHeaderSize] = {};
+  std::uint16_t version = 0;
+  if (::pread(fd, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head) ||
+      format::decode_file_header(head, sizeof head, &version) != format::HeaderStatus::ok)
+    return h;
+  format::CompactState cs;
+  h.compact = cs.enabled = version >= format::kFirstCompactVersion;
+  std::uint64_t off = format::kFileHeaderSize;
+  std::size_t want = kChunk;
+  for (;;) {
+    if (buf.size() < want) buf.resize(want);
+    ssize_t got = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return h;
+    const auto n = static_cast<std::size_t>(got);
+    std::size_t pos = 0;
+    format::Record r;
+    for (std::size_t used = 0; pos < n; pos += used) {
+      const auto st = format::decode_frame(buf.data() + pos, n - pos, r, &used, &cs);
+      if (st == format::FrameStatus::corrupt) return h;
+      if (st == format::FrameStatus::need_more) break;
+      if (r.type == format::RecordType::snapshot) {
+        if (r.snapshot.part == format::SnapshotPart::begin) h.events_before = r.snapshot.events_before;
+        if (r.snapshot.part != format::SnapshotPart::end) continue;
+        h.ok = true, h.end = off + pos + used;
+        return h;
+      }
+      if (!head_record(r.type)) return h;
+    }
+    if (pos > 0) {
+      off += pos, want = kChunk;
+      continue;
+    }
+    // A frame longer than the read: read it whole (its length field), unless it is not there.
+    if (n < format::kFrameHeaderSize || buf[0] == 0 || (buf[0] & format::kCompactBit)) return h;
+    std::uint32_t len;
+    std::memcpy(&len, buf.data() + 1, 4);
+    const std::size_t frame = format::kFrameHeaderSize + std::min<std::uint32_t>(len, format::kMaxPayload);
+    if (frame <= n || frame <= want) return h;
+    want = frame;
+  }
+}
 }  // namespace
 
 std::pair<std::string, std::uint64_t> StepTracker::step() const {
@@ -128,6 +220,7 @@ std::size_t TraceFollower::decode(const unsigned char* p, std::size_t n) {
     if (r.type == format::RecordType::phase && steps_.on_phase(r.phase) && step_cb_) step_cb_();
     if (record_cb_) record_cb_(r);
     model_->feed(r);
+    count_event(r, events_);
     ++records_;
     pos += used;
     if (r.type == format::RecordType::end) has_end_ = true;
@@ -141,6 +234,69 @@ std::uint64_t TraceFollower::poll() {
     read_compressed();
     return read_;
   }
+  std::uint64_t consumed = read_appended();
+  for (int i = 0; i < kMaxRollsPerPoll && !ended() && follow_roll(consumed); ++i) consumed += read_appended();
+  return consumed;
+}
+
+bool TraceFollower::follow_roll(std::uint64_t& consumed) {
+  struct stat now {};
+  struct stat mine {};
+  if (::stat(path_.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || ::fstat(fd_, &mine) != 0) return false;
+  if ((now.st_dev == mine.st_dev && now.st_ino == mine.st_ino) ||
+      (now.st_dev == not_segment_.first && now.st_ino == not_segment_.second))
+    return false;
+  // Another file has the name. The preload renames the next segment over it only after its
+  // last append to the old one: read that to its end first.
+  consumed += read_appended();
+  if (ended()) return false;  // a finished trace rewritten under its name (symbols stored): no roll
+  std::string why;
+  std::uint64_t size = 0;
+  const int fd = open_regular(path_, &size, &why);
+  if (fd < 0) return false;  // gone meanwhile (compressed, moved): the next poll looks again
+  struct stat st {};
+  const SegmentHead h = scan_head(fd, buf_);
+  if (!h.ok || ::fstat(fd, &st) != 0) {
+    not_segment_ = {st.st_dev, st.st_ino};
+    ::close(fd);
+    return false;
+  }
+  ++rolls_;
+  if (h.events_before != events_) {
+    reseed(fd, h.compact, consumed);
+    return true;
+  }
+  // The events go on where the old segment stopped: the head (the tables known already, the
+  // state this Model has) is skipped.
+  ::close(fd_);
+  fd_ = fd, off_ = h.end, read_ += h.end, at_zeros_ = false;
+  compact_ = format::CompactState{};
+  compact_.enabled = h.compact;
+  return true;
+}
+
+void TraceFollower::reseed(int fd, bool compact, std::uint64_t& consumed) {
+  const std::unique_ptr<Model> prev = std::move(model_);
+  model_ = std::make_unique<Model>(path_);
+  ++missed_;
+  if (new_model_cb_) new_model_cb_();
+  ::close(fd_);
+  fd_ = fd, off_ = format::kFileHeaderSize, read_ += off_, at_zeros_ = false;
+  compact_ = format::CompactState{};
+  compact_.enabled = compact;
+  consumed += read_appended();
+  // The seeded Model's statistics start from the live set; the peaks this follower saw before
+  // stay (the run reached them).
+  for (const auto& od : prev->devices)
+    for (auto& nd : model_->devices) {
+      if (nd.device != od.device) continue;
+      for (int p = 0; p < 3; ++p)
+        for (int m = 0; m < kNumMetrics; ++m)
+          nd.stat.pool(p)[m].peak = std::max(nd.stat.pool(p)[m].peak, od.stat.pool(p)[m].peak);
+    }
+}
+
+std::uint64_t TraceFollower::read_appended() {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw InputError(fmt::format("{}: cannot stat: {}", path_, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(st.st_size);

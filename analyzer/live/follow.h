@@ -11,6 +11,18 @@
 // (the file cut at a window end) is likewise waited for. The `end` record closes the trace.
 // A zstd-compressed trace (`gpuheap run` compresses a finished one) is read whole, once, by
 // the first poll() (after the callbacks are set).
+//
+// A rolling window (`gpuheap run --aggregate`, preload/record/sink.cpp roll_locked): the
+// preload writes the next segment whole beside the trace and renames it over the path, so
+// the path names a new file while the open descriptor keeps the old one, which gets nothing
+// more. Each poll() checks the path: when it names another file, the old one is read to its
+// end and the new one's head (tables, then the snapshot) is read. Its snapshot counts the
+// events before it (events_before): when this follower has fed exactly as many, the new
+// segment goes on where the old one stopped (the head skipped, the same Model continued);
+// otherwise a segment was replaced before it could be read (two rolls between polls), and a
+// new Model is seeded from the snapshot, which is exact for the peak held, the live set and
+// the per-site totals (model_seed.cpp). A file at the path that no snapshot heads is not a
+// segment and is left alone; TRACE.roll, not yet renamed, is never opened.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analyzer/model/model.h"
@@ -71,27 +84,43 @@ class TraceFollower {
   Model& model() { return *model_; }
   const Model& model() const { return *model_; }
   const StepTracker& steps() const { return steps_; }
+  std::uint32_t rolls() const { return rolls_; }  // segments moved to
+  // Events (alloc, free, free_completed, segment) of the run before the ones not yet fed:
+  // counted from the start, or from the snapshot of the first segment read.
+  std::uint64_t events() const { return events_; }
+  // Segments replaced before they could be read (their events never fed): the steps and phases
+  // counted miss theirs.
+  std::uint32_t segments_missed() const { return missed_; }
   // Called with each phase record that starts a top-level range or mark, before it is fed
   // (Job: the live bytes per site at the start of a step).
   void on_step_start(std::function<void()> f) { step_cb_ = std::move(f); }
   // Called with every record, before it is fed (Job: the live categories).
   void on_record(std::function<void(const format::Record&)> f) { record_cb_ = std::move(f); }
+  // Called when a new Model replaces the one model() returned (a segment missed, above),
+  // before it is fed: references into the old one are stale.
+  void on_new_model(std::function<void()> f) { new_model_cb_ = std::move(f); }
 
  private:
   std::size_t decode(const unsigned char* p, std::size_t n);  // whole frames fed; bytes used
   void read_compressed();
+  std::uint64_t read_appended();                               // poll()'s read of the open file
+  bool follow_roll(std::uint64_t& consumed);                   // the path names the next segment: moved to it
+  void reseed(int fd, bool compact, std::uint64_t& consumed);  // a segment missed: a new Model
 
   std::string path_;
   int fd_ = -1;
   bool compressed_ = false, has_end_ = false, gone_ = false, finished_ = false;
   bool at_zeros_ = false;  // the last poll stopped at a zero type byte (the data's end for now)
-  std::uint64_t off_ = 0, read_ = 0, records_ = 0;
-  format::CompactState compact_;  // the compact records' state (version 5 and later)
+  std::uint64_t off_ = 0, read_ = 0, records_ = 0, events_ = 0;
+  std::uint32_t rolls_ = 0, missed_ = 0;
+  std::pair<dev_t, ino_t> not_segment_{};  // a file at the path that is no segment: not read again
+  format::CompactState compact_;           // the compact records' state (version 5 and later)
   std::vector<unsigned char> buf_;
   std::unique_ptr<Model> model_;
   StepTracker steps_;
   std::function<void()> step_cb_;
   std::function<void(const format::Record&)> record_cb_;
+  std::function<void()> new_model_cb_;
 };
 
 }  // namespace gpuheap::live

@@ -142,8 +142,10 @@ void Followed::finish_categories() {
   cats->finish();
   const Model& m = f->model();
   // Without frames stored in the trace the live read named every stack as a second read
-  // would (a stack's modules and Python code come before it): nothing to redo.
-  if (m.symbols.frames.empty()) return;
+  // would (a stack's modules and Python code come before it): nothing to redo. A rolling
+  // window's file holds only its last segment's events, which a second read would classify
+  // without what was live before it: the live classification stands.
+  if (m.symbols.frames.empty() || m.info.window || f->rolls()) return;
   StackResolver fresh(m, false);
   std::unordered_map<std::uint32_t, StackTraits> tr;
   try {
@@ -182,6 +184,7 @@ ProcessNow Followed::now() {
   p.state = f->has_end() ? "ended" : f->gone() ? "gone" : "running";
   p.phase = f->steps().now;
   std::tie(p.step_name, p.step) = f->steps().step();
+  p.step_known = f->segments_missed() == 0;
   p.growth_since = step_based ? "step" : "refresh";
   p.categories_are = f->finished() ? "final" : "provisional";
   p.training_found = final_cats ? final_cats->saw_training : cats && cats->saw_training();
@@ -192,6 +195,7 @@ ProcessNow Followed::now() {
     x.requested = d.stat[kRequestedBytes][kAllPools], x.allocated = d.stat[kAllocatedBytes][kAllPools];
     x.reserved = d.stat[kReservedBytes][kAllPools];
     x.ooms = d.num_ooms, x.retries = d.num_alloc_retries;
+    x.peak_held = d.peak_held, x.peak_held_allocated = d.peak_held_allocated;
     if (final_cats) {
       auto c = final_cats->leaked_by_device.find(d.device);
       if (c != final_cats->leaked_by_device.end()) x.categories = c->second;
@@ -234,6 +238,7 @@ struct Job::Impl {
   std::set<std::string> known;
   std::vector<std::string> notes;
   std::set<std::string> noted;
+  std::set<std::string> missed_noted;  // traces noted for a missed segment
   bool program_done = false;
   std::string host = this_host();
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -280,12 +285,24 @@ void Job::Impl::poll(Followed& t) {
       t.cats = std::make_unique<LiveCategories>(
           [self](std::uint32_t stack) -> const StackTraits& { return self->traits_of(stack); });
       t.f->on_record([self](const format::Record& r) { self->cats->feed(r); });
+      t.f->on_new_model([self] {
+        // The resolver reads the Model it was made from; the steps' bytes went on unseen.
+        self->res.reset();
+        self->labels.clear();
+        self->step_starts.clear();
+      });
     }
     // The pid is looked at before the read: a process gone by then wrote all it will, and
     // this read takes it; one that dies after it is caught by the next refresh.
     const auto& info = t.f->model().info;
     const bool gone = info.have_process && info.hostname == host && process_gone(info.pid);
     t.f->poll();
+    if (t.f->segments_missed() && missed_noted.insert(t.path).second)
+      note(
+          fmt::format("{}: a segment of the rolling window was replaced before it could be read; the figures "
+                      "go on from the next segment's snapshot (exact for the peak held, the live set and the "
+                      "per-site totals), the steps of the segment missed are not counted (step number unknown)",
+                      t.path));
     if (gone && !t.f->ended()) {
       t.f->mark_gone();
       note(

@@ -52,6 +52,9 @@ struct DeviceNow {
   std::string name;
   std::uint64_t total_memory = 0;
   Stat requested, allocated, reserved;  // current and peak (torch.cuda.memory_stats() terms)
+  // The peak of held device memory (summary's peak_held: requested and block bytes), exact for
+  // the whole run across a rolling window's segments.
+  std::int64_t peak_held = 0, peak_held_allocated = 0;
   std::uint64_t ooms = 0, retries = 0;
   // Requested bytes at the start of each of the last kSteps steps (oldest first), with the
   // step's number: a completed step's growth is the next start's bytes minus its own.
@@ -67,6 +70,7 @@ struct ProcessNow {
   std::string phase;               // ranges open on the thread of the last phase record ("" none)
   std::string step_name;           // the most repeated top-level range or mark ("" none yet)
   std::uint64_t step = 0;          // its instances started so far
+  bool step_known = true;          // false once a rolling window's segment went unread: steps missed
   std::string growth_since;        // "step" (the start of the current step) or "refresh"
   std::vector<DeviceNow> devices;  // GPUs, in the order first seen (by index once ended)
   std::vector<SiteNow> sites;      // every site with live bytes or growth, unsorted

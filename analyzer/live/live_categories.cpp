@@ -2,6 +2,8 @@
 // (analyzer/model/category_pass.cpp), counted as the records come.
 #include "analyzer/live/live_categories.h"
 
+#include <vector>
+
 #include "format/rules.h"
 
 namespace gpuheap::live {
@@ -56,8 +58,41 @@ void LiveCategories::feed(const format::Record& r) {
       if (!(r.free.flags & format::kFlagFailed)) release(format::space_key(r.free.ptr, r.free.kind));
       break;
     case format::RecordType::thread: autograd_[r.thread.tid] = is_autograd_thread(r.thread.name); break;
+    case format::RecordType::snapshot: on_snapshot(r.snapshot); break;
     default: break;
   }
+}
+
+// A rolling window's segment read from its start (top opened it, or a segment was replaced
+// before it could be read): its snapshot holds what is live now, exactly (model_seed.cpp).
+void LiveCategories::on_snapshot(const format::SnapshotRecord& r) {
+  using P = format::SnapshotPart;
+  if (r.part == P::begin) snap_.clear();
+  if (r.part == P::live)
+    for (std::uint32_t i = 0; i < r.count; ++i) {
+      const format::SnapLive e = r.live(i);
+      // Freed by the program, its block not yet reusable: no longer live memory.
+      if (!(e.flags & format::kSnapPending)) snap_[format::space_key(e.ptr, e.kind)] = e;
+    }
+  if (r.part == P::end) reconcile();
+}
+
+// The live set becomes the snapshot's: an allocation known here keeps its category, one freed
+// meanwhile goes, and one made in events never read counts as unknown (its phase is not known).
+void LiveCategories::reconcile() {
+  std::vector<std::uint64_t> gone;
+  for (const auto& [k, e] : live_) {
+    auto it = snap_.find(k);
+    if (it == snap_.end() || it->second.stack != e.stack || it->second.requested != e.bytes) gone.push_back(k);
+  }
+  for (auto k : gone) release(k);
+  for (const auto& [k, s] : snap_) {
+    if (live_.count(k)) continue;
+    const Entry e{s.stack, s.requested, s.device, Category::unknown, format::holds_device_memory(s.kind)};
+    live_[k] = e;
+    count(e, true);
+  }
+  snap_.clear();
 }
 
 void LiveCategories::finish() {

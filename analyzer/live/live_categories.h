@@ -21,7 +21,8 @@ class LiveCategories {
  public:
   // `traits`: the rules' view of a stack already in the trace's Model (kept while it runs).
   explicit LiveCategories(TraitsFn traits);
-  // One record, in trace order, before the Model is fed it (allocs, frees, thread names).
+  // One record, in trace order, before the Model is fed it (allocs, frees, thread names; a
+  // rolling window's snapshot, whose live set replaces this one's: see reconcile).
   void feed(const format::Record& r);
   // The trace ended: every live allocation gets its final category. Idempotent.
   void finish();
@@ -43,6 +44,8 @@ class LiveCategories {
   void count(const Entry& e, bool add);
   void recount(std::uint64_t id, Category c);
   void release(std::uint64_t id);
+  void on_snapshot(const format::SnapshotRecord& r);
+  void reconcile();
 
   TraitsFn traits_;
   Classifier cls_;
@@ -50,6 +53,7 @@ class LiveCategories {
   std::unordered_map<std::uint32_t, bool> autograd_;  // thread id -> an autograd thread
   std::map<int, CategoryBytes> by_device_;
   std::unordered_map<std::uint32_t, CategoryBytes> by_stack_;
+  std::unordered_map<std::uint64_t, format::SnapLive> snap_;  // a snapshot's live set, being read
   bool finished_ = false;
 };
 

@@ -43,6 +43,7 @@ nlohmann::json process_json(const ProcessNow& p, std::size_t top) {
                     {"reserved_bytes", stat_json(d.reserved)},
                     {"num_ooms", d.ooms},
                     {"num_alloc_retries", d.retries},
+                    {"peak_held", {{"bytes", d.peak_held}, {"allocated_bytes", d.peak_held_allocated}}},
                     {"steps", steps_json(d)},
                     {"categories", category_totals_json(d.categories)}});
   nlohmann::json sites = nlohmann::json::array();
@@ -56,7 +57,9 @@ nlohmann::json process_json(const ProcessNow& p, std::size_t top) {
   nlohmann::json j = {{"pid", p.pid},        {"host", p.host},  {"trace", p.trace},   {"state", p.state},
                       {"phase", p.phase},    {"devices", devs}, {"top_sites", sites}, {"growth_since", p.growth_since},
                       {"records", p.records}};
-  j["step"] = p.step_name.empty() ? nlohmann::json(nullptr) : nlohmann::json{{"name", p.step_name}, {"number", p.step}};
+  j["step"] = p.step_name.empty()
+                  ? nlohmann::json(nullptr)
+                  : nlohmann::json{{"name", p.step_name}, {"number", p.step_known ? nlohmann::json(p.step) : nullptr}};
   j["categories_are"] = p.categories_are;
   j["training_found"] = p.training_found;
   return j;
@@ -91,7 +94,9 @@ std::string snapshot_text(const Snapshot& s, std::size_t top) {
   std::string out;
   if (!s.waiting.empty()) out += fmt::format("[{:.1f}s] {}\n", s.elapsed_s, s.waiting);
   for (const auto& p : s.processes) {
-    std::string step = p.step_name.empty() ? "" : fmt::format(" step {} ({})", p.step, p.step_name);
+    std::string step = p.step_name.empty() ? ""
+                       : p.step_known      ? fmt::format(" step {} ({})", p.step, p.step_name)
+                                           : fmt::format(" step ? ({})", p.step_name);
     std::string phase = p.phase.empty() ? "" : " phase " + p.phase;
     for (const auto& d : p.devices)
       out += fmt::format(

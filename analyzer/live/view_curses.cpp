@@ -131,7 +131,10 @@ void draw(ViewState& v, const Snapshot& s, const Job& job, const ViewOptions& op
     const ProcessNow& p = s.processes[v.proc];
     put(y++, fmt::format("process {} ({}/{}) {}  {}  {}", p.pid, v.proc + 1, s.processes.size(), p.host, p.state,
                          p.command));
-    put(y++, fmt::format("step {}  phase {}", p.step_name.empty() ? "-" : fmt::format("{} ({})", p.step, p.step_name),
+    put(y++, fmt::format("step {}  phase {}",
+                         p.step_name.empty()
+                             ? "-"
+                             : fmt::format("{} ({})", p.step_known ? std::to_string(p.step) : "?", p.step_name),
                          p.phase.empty() ? "-" : p.phase));
     y = draw_device(v, p, s.elapsed_s, y);
     ++y;

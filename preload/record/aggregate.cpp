@@ -57,10 +57,16 @@ struct Device {
 
 constexpr std::size_t kMaxDevices = 64;
 
+// File bytes holding table records only (sink order), and how many records they hold.
+struct Extent {
+  std::uint64_t off = 0, len = 0, records = 0;
+};
+
 struct State {
   MapVec<Live> table;  // open addressing, linear probing, at most half full
   std::size_t live = 0;
-  MapVec<Site> sites;  // by stack id
+  MapVec<Site> sites;     // by stack id
+  MapVec<Extent> tables;  // the current file's table records
   Device devices[kMaxDevices];
   std::size_t n_devices = 0;
   std::uint64_t seq = 0, events = 0, first_ts = 0;
@@ -351,60 +357,58 @@ void count_rare(const unsigned char* f, std::size_t len) {
 
 }  // namespace
 
-bool agg_copy_tables(int old_fd, std::uint64_t end, AggOut out, void* ctx, std::uint64_t* records) noexcept {
-  // Frames are read through a buffer that holds the largest one (kMaxPayload).
-  constexpr std::size_t kBuf = 2 * (format::kMaxPayload + format::kFrameHeaderSize);
+void agg_on_record(const unsigned char* f, std::size_t len, std::uint64_t at) noexcept {
+  if (g.broken || (f[0] & format::kCompactBit)) return;
+  const auto t = static_cast<format::RecordType>(f[0]);
+  if (t == format::RecordType::oom || t == format::RecordType::retry || t == format::RecordType::empty_cache) {
+    count_rare(f, len);
+    return;
+  }
+  if (!is_table(f[0])) return;
+  if (g.tables.n) {
+    Extent& last = g.tables.data[g.tables.n - 1];
+    if (last.off + last.len == at) {
+      last.len += len, ++last.records;
+      return;
+    }
+  }
+  if (!g.tables.push(Extent{at, len, 1})) g.broken = true;
+}
+
+bool agg_copy_tables(int old_fd, AggOut out, void* ctx, std::uint64_t* records) noexcept {
+  // Read through a scratch mapping in pieces; out() takes any run of whole records in pieces.
+  constexpr std::size_t kBuf = 1u << 20;
   void* p = mmap(nullptr, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
   auto* buf = static_cast<unsigned char*>(p);
-  std::uint64_t at = format::kFileHeaderSize;  // file offset of buf[0]
-  std::size_t have = 0, pos = 0;
   bool ok = true;
   *records = 0;
-  while (ok && at + pos < end) {
-    if (have - pos < format::kFrameHeaderSize + format::kMaxPayload && at + have < end) {
-      memmove(buf, buf + pos, have - pos);  // keep the unread part, fill the rest
-      at += pos, have -= pos, pos = 0;
-      std::uint64_t want = end - (at + have) < kBuf - have ? end - (at + have) : kBuf - have;
-      ssize_t n = pread(old_fd, buf + have, want, static_cast<off_t>(at + have));
+  for (std::size_t i = 0; ok && i < g.tables.n; ++i) {
+    const Extent& e = g.tables.data[i];
+    for (std::uint64_t pos = 0; ok && pos < e.len;) {
+      const std::size_t want = e.len - pos < kBuf ? static_cast<std::size_t>(e.len - pos) : kBuf;
+      ssize_t n = pread(old_fd, buf, want, static_cast<off_t>(e.off + pos));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ok = false;
-        break;
-      }
-      have += static_cast<std::size_t>(n);
+      // An extent starts with a table record's type byte, as the sink wrote it: else the file is
+      // not what was written.
+      ok = n > 0 && (pos > 0 || is_table(buf[0])) && out(ctx, buf, static_cast<std::size_t>(n));
+      pos += n > 0 ? static_cast<std::uint64_t>(n) : 0;
     }
-    const unsigned char* f = buf + pos;
-    std::size_t left = have - pos, len;
-    if (f[0] & format::kCompactBit) {
-      len = left >= format::kCompactHeaderSize ? format::kCompactHeaderSize + f[1] : left + 1;
-    } else if (left >= format::kFrameHeaderSize && f[0] != 0) {
-      std::uint32_t payload;
-      memcpy(&payload, f + 1, 4);
-      len = payload <= format::kMaxPayload ? format::kFrameHeaderSize + payload : left + 1;
-    } else {
-      len = left + 1;
-    }
-    if (len > left) {  // what the sink wrote reads whole up to end: anything else is not ours
-      ok = false;
-      break;
-    }
-    if (!(f[0] & format::kCompactBit) && is_table(f[0])) {
-      ok = out(ctx, f, len);
-      ++*records;
-    } else if (f[0] == static_cast<std::uint8_t>(format::RecordType::oom) ||
-               f[0] == static_cast<std::uint8_t>(format::RecordType::retry) ||
-               f[0] == static_cast<std::uint8_t>(format::RecordType::empty_cache)) {
-      count_rare(f, len);
-    }
-    pos += len;
+    *records += e.records;
   }
   munmap(p, kBuf);
   return ok;
 }
 
+void agg_tables_moved(std::uint64_t end, std::uint64_t records) noexcept {
+  g.tables.n = 0;
+  if (end > format::kFileHeaderSize &&
+      !g.tables.push(Extent{format::kFileHeaderSize, end - format::kFileHeaderSize, records}))
+    g.broken = true;
+}
+
 void agg_reset() noexcept {
-  g.table.release(), g.sites.release();
+  g.table.release(), g.sites.release(), g.tables.release();
   for (std::size_t i = 0; i < g.n_devices; ++i) g.devices[i].freed.release();
   g.n_devices = 0, g.live = 0, g.seq = 0, g.events = 0, g.first_ts = 0, g.broken = false;
   for (auto& d : g.devices) d = Device{};

@@ -12,7 +12,7 @@
 // live allocations born by the peak + that log (bounded by the live set at the peak).
 //
 // Memory: anonymous mappings grown by doubling (never malloc: the sink's lock is held), sized
-// by the live allocations, the distinct stacks and the peak's log. Where a mapping cannot be
+// by the live allocations, the distinct stacks, the table records' extents and the peak's log. Where a mapping cannot be
 // had the state is marked broken: the sink stops rolling and the trace stays whole (one
 // warning), never a snapshot that is wrong.
 #pragma once
@@ -38,12 +38,19 @@ std::uint64_t agg_events() noexcept;
 using AggOut = bool (*)(void* ctx, const unsigned char* frame, std::size_t len);
 bool agg_write_snapshot(std::uint64_t ts, std::uint32_t segment, AggOut out, void* ctx) noexcept;
 
+// A record the sink appended other than an event (sink_append), whole frame f at file offset
+// `at`: a table record's extent is kept (merged with the one before when adjacent), so that a
+// roll copies the tables without reading the segment's events; an oom, retry or empty_cache
+// record is counted into its device for the next snapshot.
+void agg_on_record(const unsigned char* f, std::size_t len, std::uint64_t at) noexcept;
+
 // Copies the records of the trace's tables (process, identity, devices, modules, stacks,
-// threads, Python code objects) from the file at old_fd, bytes [format::kFileHeaderSize, end),
-// through out: the next segment names the same ids. *records: how many. Counts its oom, retry
-// and empty_cache records per device for the next snapshot. False: a read failed or the file
-// is not as written.
-bool agg_copy_tables(int old_fd, std::uint64_t end, AggOut out, void* ctx, std::uint64_t* records) noexcept;
+// threads, Python code objects) from the file at old_fd, the extents agg_on_record kept,
+// through out: the next segment names the same ids. *records: how many. False: a read failed
+// or the file is not as written.
+bool agg_copy_tables(int old_fd, AggOut out, void* ctx, std::uint64_t* records) noexcept;
+// The roll is published: the tables are the next segment's head, [kFileHeaderSize, end).
+void agg_tables_moved(std::uint64_t end, std::uint64_t records) noexcept;
 
 // Forgets everything (a new trace file that is not a segment: new session, fork child).
 void agg_reset() noexcept;

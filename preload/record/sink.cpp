@@ -88,6 +88,9 @@ struct Sink {
   std::uint64_t roll_budget = 0, head_len = 0;
   std::uint32_t segments = 0;  // rolls so far
   bool roll_off = false;       // rolling gave up (warned once): the trace grows as a full one
+  // The replaced segment's descriptor, for the background thread to close (retire_fd_locked).
+  int retired_fd = -1;
+  FileId retired_id;
 };
 
 constinit Sink g;
@@ -284,6 +287,25 @@ void fail_locked(int err, const char* why = nullptr) noexcept {
   sink_warn_once(msg);
 }
 
+// Closes a retired descriptor if it is still the file it was (the program may have closed the
+// number and opened its own there).
+void close_retired_locked() noexcept {
+  if (g.retired_fd >= 0 && fd_is(g.retired_fd, g.retired_id)) close(g.retired_fd);
+  g.retired_fd = -1;
+}
+
+// A descriptor of a file the trace no longer writes (a replaced segment): the background
+// thread closes it outside the lock; without one it is closed here. mu held.
+void retire_fd_locked(int fd, FileId id) noexcept {
+  close_retired_locked();  // one left from a roll before (the thread not run since): now
+  if (!g.thread_running) {
+    close(fd);
+    return;
+  }
+  g.retired_fd = fd, g.retired_id = id;
+  pthread_cond_signal(&g.work_cv);
+}
+
 // Copies one frame at g.off, which may run from cur into next. The type byte goes last:
 // a process killed mid-copy leaves a zero type byte there, which readers take for the end
 // of the data (a cut trace), never a half-written record.
@@ -384,6 +406,15 @@ void* thread_main(void*) {
       backoff = err != 0;
       continue;
     }
+    if (g.retired_fd >= 0) {  // after the next window (appends may wait for that one)
+      const int fd = g.retired_fd;
+      const FileId id = g.retired_id;
+      g.retired_fd = -1;
+      unlock();
+      if (fd_is(fd, id)) close(fd);
+      lock();
+      continue;
+    }
     backoff = false;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -442,6 +473,7 @@ void sink_open(int fd, const char* path, std::uint64_t flush_ns, std::size_t hea
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
+  close_retired_locked();
   if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);  // the program's file now, if not ours
   g.fd = fd;
   g.owner = kernel_pid();
@@ -490,6 +522,7 @@ bool sink_append(const void* rec, std::size_t n, bool start_thread) noexcept {
   lock();
   if (start_thread && !g.thread_running && accepting(state())) start_thread_locked();
   bool ok = append_locked(rec, n);
+  if (ok && g.roll_budget && !g.roll_off) agg_on_record(static_cast<const unsigned char*>(rec), n, g.off - n);
   unlock();
   if (!ok) sink_count_dropped();
   return ok;
@@ -549,9 +582,10 @@ void roll_locked() noexcept {
   unsigned char header[format::kFileHeaderSize];
   format::encode_file_header(header);
   HeadOut out{fd};
-  std::uint64_t tables = 0;  // records copied (the head's frames count them all)
-  bool ok = HeadOut::put(&out, header, sizeof header) && agg_copy_tables(old, g.off, HeadOut::put, &out, &tables) &&
-            agg_write_snapshot(now_ns(), g.segments + 1, HeadOut::put, &out);
+  std::uint64_t tables = 0;  // table records copied (in pieces: out's frames count the pieces)
+  bool ok = HeadOut::put(&out, header, sizeof header) && agg_copy_tables(old, HeadOut::put, &out, &tables);
+  const std::uint64_t tables_end = out.len, table_puts = out.frames;
+  ok = ok && agg_write_snapshot(now_ns(), g.segments + 1, HeadOut::put, &out);
   struct stat st {};
   ok = ok && lstat(g.path, &st) == 0 && g.id.known && st.st_dev == g.id.dev && st.st_ino == g.id.ino;
   ok = ok && rename(tmp, g.path) == 0;
@@ -562,13 +596,16 @@ void roll_locked() noexcept {
     close(fd);
     return roll_give_up("the next segment could not be written or published");
   }
-  // The old segment is gone from the directory; its windows and descriptor go now.
+  // The old segment is gone from the directory; its windows go now, its descriptor in the
+  // background thread: the last close of an unlinked file frees its page cache, which takes
+  // as long as the copy above for a large segment.
   unmap(&g.cur), unmap(&g.next);
   ++g.cuts;  // a window the background thread prepared for the old file is stale
-  close(old);
+  retire_fd_locked(old, g.id);
   g.fd = fd, g.id = file_id(fd);
   g.off = g.head_len = out.len, g.zeroed_upto = out.len;
-  g.records = out.frames - 1;  // the head's records (its file header is no record)
+  g.records = tables + (out.frames - table_puts);  // the head's records (one snapshot record a put)
+  agg_tables_moved(tables_end, tables);
   ++g.segments;
   g.compact = format::CompactState{};  // compact records start afresh in each file
   if (int err = map_window(fd, 0, out.len, true, &g.cur)) return fail_locked(err);
@@ -637,6 +674,7 @@ void sink_close(format::EndReason reason) noexcept {
   if (join) pthread_join(t, nullptr);
   lock();
   unmap(&g.cur), unmap(&g.next);
+  close_retired_locked();
   // The allocated but unused tail goes: the file ends with the last record. Where the trace
   // cannot be reached any more (own_fd_locked) the zero tail stays, read as the data's end.
   if (int fd = own_fd_locked(); fd >= 0) {
@@ -747,6 +785,7 @@ void sink_fork_child() noexcept {
   // the child must keep (its write would fail with EBADF).
   if (g.fd >= 0 && fd_is(g.fd, g.id)) close(g.fd);
   g.fd = -1;
+  close_retired_locked();
   g.owner = 0;
   g.id = FileId{};
   g.path[0] = '\0';

@@ -3,7 +3,7 @@
 (ctest Top.*). The job is prog_grow (one more allocation of N MiB at step N, inside a
 "step" range).
 
-  test_top.py BUILD_DIR growth|killed|run_live|tmux|categories
+  test_top.py BUILD_DIR growth|killed|run_live|tmux|categories|rolling|rolling_missed
 
 growth:   top --interval 0.2 --json follows the job: the JSON lines show the growth in order,
           and the last one equals `gpuheap summary --json` of the finished trace.
@@ -13,6 +13,14 @@ run_live: run --live starts the job and the view together; the program's output 
           file, shown at exit; the exit status is the program's; the trace is finished.
 tmux:     the interactive view in a tmux pane: the current figure and the top site on the
           screen, keys sort, group and quit. Exits 77 (ctest SKIP_RETURN_CODE) without tmux.
+rolling:  a job under a rolling window (GPUHEAP_AGGREGATE=64KiB, prog_roll) rolls its trace
+          several times while top follows it, one step at a time (a go file per step: at most
+          one roll between two refreshes): the lines show each step's growth across the rolls,
+          the step number and per-step growth stay exact, and the last line equals
+          `gpuheap summary --json` of the finished window (peak held, live by site).
+rolling_missed: the same, with top stopped (SIGSTOP) while one step rolls the trace at least
+          twice: top goes on from the newest segment's snapshot (current, peak held and live
+          sites exact, a note, the step number unknown) and ends equal to the summary.
 categories: a job shaped like a PyTorch one (py/torch_shaped.py) followed with --json: the
           live bytes by category, provisional while it runs, final in the last line, where
           parameter and optimizer_state equal `summary --json`'s categories live at the end;
@@ -25,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 MIB = 1 << 20
@@ -58,6 +67,15 @@ class Env:
                    GPUHEAP_OUTPUT=os.path.join(self.dir, "t.%p.trace"), GPUHEAP_QUIET="1")
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", script)
         return subprocess.Popen([sys.executable, path, *map(str, args)], env=env, stdout=subprocess.PIPE, text=True)
+
+    def start_roll(self, *args):
+        """prog_roll ARGS under the preload with a rolling window of 64 KiB segments."""
+        env = dict(self.env, LD_LIBRARY_PATH=os.path.join(self.build, "simcuda"),
+                   LD_PRELOAD=os.path.join(self.build, "libgpuheap.so"),
+                   GPUHEAP_OUTPUT=os.path.join(self.dir, "t.%p.trace"), GPUHEAP_QUIET="1",
+                   GPUHEAP_AGGREGATE="64KiB")
+        prog = os.path.join(self.build, "tests", "preload", "prog_roll")
+        return subprocess.Popen([prog, *map(str, args)], env=env, stdout=subprocess.PIPE, text=True)
 
     def top(self, *args, timeout=60):
         """gpuheap top ARGS to the end: (return code, stdout lines, stderr, seconds)."""
@@ -332,6 +350,173 @@ def case_categories(e):
           f"GPT trace final = summary's")
 
 
+class TopLines:
+    """gpuheap top ARGS running in the background, its JSON lines collected as they come."""
+
+    def __init__(self, e, *args):
+        self.proc = subprocess.Popen([e.gpuheap, "top", *map(str, args)], env=e.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines, self.cv = [], threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.cv:
+                self.lines.append(json.loads(line))
+                self.cv.notify_all()
+        with self.cv:
+            self.lines.append(None)  # the end
+            self.cv.notify_all()
+
+    def wait(self, what, pred, timeout=30):
+        """The first line from now on for which pred holds."""
+        end = time.monotonic() + timeout
+        with self.cv:
+            at = len(self.lines)
+            while True:
+                while at < len(self.lines):
+                    j = self.lines[at]
+                    at += 1
+                    if j is None:
+                        fail(f"top ended before {what}: {self.lines[-2] if len(self.lines) > 1 else None}")
+                    if pred(j):
+                        return j
+                left = end - time.monotonic()
+                if left <= 0:
+                    fail(f"top never showed {what} within {timeout} s; its last line: "
+                         f"{self.lines[-1] if self.lines else None}")
+                self.cv.wait(left)
+
+    def finish(self, timeout=60):
+        try:
+            err = self.proc.communicate(timeout=timeout)[1]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            fail(f"top did not end within {timeout} s of the job's end (a hang)")
+        self.reader.join(10)
+        return self.proc.returncode, err, [j for j in self.lines if j is not None]
+
+
+def window_segment(e, trace):
+    """The segment number of the rolling window's trace as written now (0: not rolled yet)."""
+    r = subprocess.run([e.gpuheap, "summary", "--json", trace], env=e.env, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"summary of {trace} failed: {r.stderr}")
+    return json.loads(r.stdout)["trace"].get("window", {}).get("segment", 0)
+
+
+def case_rolling(e, missed=False):
+    steps, churn = 12, 800  # ~2,400 events a step: under half of a 64 KiB segment (~5,800)
+    big = 6 if missed else 0  # with 8 x the churn: ~19,000 events, at least two rolls
+    godir = os.path.join(e.dir, "go")
+    os.mkdir(godir)
+    go = lambda k: open(os.path.join(godir, f"go.{k}"), "w").close()  # noqa: E731
+    job = e.start_roll(steps, churn, godir, *([big, 8 * churn] if missed else []))
+    top = None
+    try:
+        go(1)
+        wait_line(job, "step 1")
+        top = TopLines(e, "--interval", 0.2, "--json", e.dir)
+        follow_rolls(e, job, top, go, steps, big)
+    finally:  # on a failure: neither may outlive the test (ctest waits for its output pipes)
+        for proc in (job, top and top.proc):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def follow_rolls(e, job, top, go, steps, big):
+    missed = big > 0
+    cum = lambda k: sum(range(1, k + 1)) * MIB  # noqa: E731
+    trace = e.traces()[0]
+
+    def current(j):
+        return j["processes"] and j["processes"][0]["devices"] and \
+            device0(j["processes"][0])["requested_bytes"]["current"]
+
+    top.wait("step 1's bytes", lambda j: current(j) == cum(1))
+    first_segment = window_segment(e, trace)
+    for k in range(2, steps + 1):
+        if k == big:
+            before = window_segment(e, trace)
+            os.kill(top.proc.pid, signal.SIGSTOP)
+        go(k)
+        wait_line(job, f"step {k}")
+        if k == big:
+            after = window_segment(e, trace)
+            os.kill(top.proc.pid, signal.SIGCONT)
+            if after - before < 2:
+                fail(f"step {k} rolled the trace {after - before} times while top was stopped (want 2 or more)")
+        j = top.wait(f"step {k}'s bytes ({cum(k)})", lambda j: current(j) == cum(k))
+        if len(j["processes"]) != 1:
+            fail(f"one process expected (never TRACE.roll): {[p['trace'] for p in j['processes']]}")
+        p = j["processes"][0]
+        d = device0(p)
+        if d["requested_bytes"]["peak"] != cum(k) or d["peak_held"]["bytes"] != cum(k):
+            fail(f"step {k}: peak {d['requested_bytes']} / peak held {d['peak_held']} != {cum(k)}")
+        live = {s["function"].split("::")[-1]: (s["bytes"], s["count"]) for s in p["top_sites"]}
+        odd = [i for i in range(1, k + 1) if i % 2]
+        even = [i for i in range(1, k + 1) if not i % 2]
+        want = {"keep_odd": (sum(odd) * MIB, len(odd)), "keep_even": (sum(even) * MIB, len(even))}
+        if live != want:
+            fail(f"step {k}: live sites {live} != {want}")
+        want_step = None if missed and k >= big else k
+        if p["step"] != {"name": "step", "number": want_step}:
+            fail(f"step {k}: step {p['step']} (want number {want_step})")
+    if job.wait() != 0:
+        fail(f"the job exited {job.returncode}")
+    rc, err, snaps = top.finish()
+    if rc != 0 or "process ended" not in err:
+        fail(f"top exited {rc}, stderr {err!r}")
+    last = snaps[-1]
+    segments = window_segment(e, trace)
+    if segments - first_segment < 3:
+        fail(f"the trace rolled {segments - first_segment} times while top followed it (want 3 or more)")
+    notes = [n for j in snaps for n in j["notes"]]
+    missed_notes = [n for n in notes if "replaced before it could be read" in n]
+    if (missed and not missed_notes) or len(notes) != len(missed_notes):
+        fail(f"notes: {sorted(set(notes))}")
+    if any(len(j["processes"]) > 1 for j in snaps):
+        fail("a line with more than one process (TRACE.roll followed?)")
+    p = last["processes"][0]
+    if p["state"] != "ended" or last.get("message") != "process ended":
+        fail(f"last line: state {p['state']}")
+    growth = [x["growth"] for x in device0(p)["steps"]]
+    want_growth = [i * MIB for i in range(1, steps)] + [None]
+    if missed:  # the steps up to the missed segment (step `big` started in it) are forgotten
+        want_growth = want_growth[big:]
+    if growth != want_growth:
+        fail(f"per-step growth {growth} != {want_growth}")
+    check_window_final(e, p, trace)
+    print(f"rolling{'_missed' if missed else ''}: {len(snaps)} lines over {segments - first_segment} rolls, each "
+          f"step's growth shown, final = summary of the window")
+
+
+def check_window_final(e, p, trace):
+    """The last line against `gpuheap summary --json` of the finished window: what stays exact."""
+    r = subprocess.run([e.gpuheap, "summary", "--json", trace], env=e.env, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"summary failed: {r.stderr}")
+    s = json.loads(r.stdout)
+    if "window" not in s["trace"]:
+        fail("the finished trace is no rolling window")
+    got, want = device0(p), s["devices"][0]
+    if got["peak_held"] != {k: want["peak_held"][k] for k in ("bytes", "allocated_bytes")}:
+        fail(f"final peak held {got['peak_held']} != summary's {want['peak_held']}")
+    if got["requested_bytes"]["current"] != want["requested_bytes"]["current"] or \
+            got["requested_bytes"]["peak"] != want["peak_held"]["bytes"]:
+        fail(f"final requested {got['requested_bytes']} != summary's current "
+             f"{want['requested_bytes']['current']}, peak held {want['peak_held']['bytes']}")
+    for key in ("num_ooms", "num_alloc_retries", "total_memory"):
+        if got[key] != want[key]:
+            fail(f"final {key} {got[key]} != summary's {want[key]}")
+    live = sorted((x["function"], x["bytes"], x["count"]) for x in p["top_sites"])
+    leaks = sorted((x["label"], x["bytes"], x["count"]) for x in s["leaks"])
+    if live != leaks or sum(x[1] for x in live) != s["leaked_bytes"]:
+        fail(f"final live sites {live} != summary's leaks {leaks} ({s['leaked_bytes']} B)")
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -339,7 +524,8 @@ def main():
     e = Env(sys.argv[1])
     try:
         {"growth": case_growth, "killed": case_killed, "run_live": case_run_live, "tmux": case_tmux,
-         "categories": case_categories}[sys.argv[2]](e)
+         "categories": case_categories, "rolling": case_rolling,
+         "rolling_missed": lambda e: case_rolling(e, missed=True)}[sys.argv[2]](e)
     finally:
         shutil.rmtree(e.dir, ignore_errors=True)
     return 0

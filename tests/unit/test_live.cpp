@@ -90,6 +90,43 @@ TEST(LiveFollow, PartialFramesAndZeroTailAreWaitedFor) {
   EXPECT_EQ(f.model().leaked_bytes, a.traces[0]->leaked_bytes);
 }
 
+// Another file renamed over the path that no snapshot heads (a trace rewritten under its name,
+// another job's trace) is no rolling window's next segment: the follower stays on the file it
+// has open, which goes on to its end, and never counts a record twice.
+TEST(LiveFollow, AFileRenamedOverThePathThatIsNoSegmentIsNotFollowed) {
+  std::vector<std::size_t> marks;
+  TraceBuilder b = growing_trace(&marks);
+  const std::string path = TraceBuilder::dir() + "/live_renamed.trace", other = path + ".other";
+  ::unlink(path.c_str());
+  write_window(path, b.data, marks[2], marks[2] + 4096);
+  const int held = ::open(path.c_str(), O_WRONLY);  // the writer's descriptor: the file lives on
+  ASSERT_GE(held, 0);
+  live::TraceFollower f(path);
+  f.poll();
+  EXPECT_EQ(f.model().devices[0].stat[kRequestedBytes][kAllPools].current, (1 + 2) << 20);
+  ::unlink(other.c_str());
+  write_window(other, b.data, b.data.size(), b.data.size());  // a whole trace, but no segment
+  ASSERT_EQ(::rename(other.c_str(), path.c_str()), 0);
+  f.poll();
+  EXPECT_EQ(f.rolls(), 0u);
+  EXPECT_FALSE(f.ended());
+  EXPECT_EQ(f.model().devices[0].stat[kRequestedBytes][kAllPools].current, (1 + 2) << 20);
+  // The rest written to the file the follower has open: read from there, once.
+  ASSERT_EQ(::pwrite(held, b.data.data() + marks[2], b.data.size() - marks[2], static_cast<off_t>(marks[2])),
+            static_cast<ssize_t>(b.data.size() - marks[2]));
+  ::close(held);
+  f.poll();
+  ASSERT_TRUE(f.has_end());
+  EXPECT_EQ(f.rolls(), 0u);
+  EXPECT_EQ(f.model().devices[0].stat[kRequestedBytes][kAllPools].current, (1 + 2 + 3 + 4) << 20);
+  EXPECT_EQ(f.steps().step().second, 4u);
+  write_window(other, b.data, b.data.size(), b.data.size());
+  live::TraceFollower whole(other);
+  whole.poll();
+  EXPECT_EQ(f.records(), whole.records());
+  ::unlink(other.c_str());
+}
+
 // A process gone without an end record: what it wrote is all there is; the follower finishes
 // it as an incomplete trace and never reports an end record.
 TEST(LiveFollow, GoneWithoutEndIsNotAnEnd) {

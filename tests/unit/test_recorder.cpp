@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include "format/decode.h"
+#include "preload/record/aggregate.h"
 #include "preload/record/scratch.h"
 #include "preload/record/sink.h"
 #include "test_recorder_util.h"
@@ -503,4 +505,73 @@ TEST(Recorder, StackRoomKnowsTheThreadsBounds) {
   ASSERT_GE(seen.size, 64u << 10);
   EXPECT_GT(seen.room, 32u << 10);  // the frames above it take a few KiB at most
   EXPECT_LT(seen.room, seen.size);
+}
+
+// A roll copies the segment's tables from the extents the sink noted as it appended them
+// (aggregate.h agg_on_record), never reading the events between them: a large segment rolls
+// in the time of its tables, not of its events. Between the tables here lie bytes that are no
+// records at all (zeros, where a pass over the segment would stop and fail): the copy is the
+// table records, whole and in order, and an oom record is counted for the next snapshot.
+TEST(RecorderAggregate, RollCopiesTheTableExtentsOnly) {
+  namespace format = gpuheap::format;
+  TempDir dir;
+  const std::string path = dir.path + "/segment";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  d::agg_reset();
+  std::vector<unsigned char> file(format::kFileHeaderSize, 0), want;
+  auto put = [&](const unsigned char* f, std::size_t n, bool table) {
+    const std::uint64_t at = file.size();
+    file.insert(file.end(), f, f + n);
+    if (table) want.insert(want.end(), f, f + n);
+    d::agg_on_record(f, n, at);
+  };
+  unsigned char buf[512];
+  for (std::uint32_t tid : {7u, 8u})  // two adjacent: one extent
+    put(buf, format::encode(buf, sizeof buf, format::ThreadRecord{tid, "worker"}), true);
+  file.resize(file.size() + (1u << 20), 0);  // "events": nothing a reader could parse
+  format::OomRecord oom;
+  oom.device = 3;
+  put(buf, format::encode(buf, sizeof buf, oom), false);
+  file.resize(file.size() + 4096, 0);
+  put(buf, format::encode(buf, sizeof buf, format::ThreadRecord{9, "late"}), true);
+  ASSERT_EQ(pwrite(fd, file.data(), file.size(), 0), static_cast<ssize_t>(file.size()));
+
+  struct Sink {
+    std::vector<unsigned char> bytes;
+    static bool put(void* ctx, const unsigned char* f, std::size_t n) {
+      auto* s = static_cast<Sink*>(ctx);
+      s->bytes.insert(s->bytes.end(), f, f + n);
+      return true;
+    }
+  } out, snap;
+  std::uint64_t records = 0;
+  ASSERT_TRUE(d::agg_copy_tables(fd, Sink::put, &out, &records));
+  EXPECT_EQ(records, 3u);
+  EXPECT_EQ(out.bytes, want);
+
+  // The snapshot carries the oom record's count on its device.
+  ASSERT_TRUE(d::agg_write_snapshot(1, 1, Sink::put, &snap));
+  std::uint64_t ooms = 0;
+  format::Record r;
+  for (std::size_t at = 0, used = 0; at < snap.bytes.size(); at += used) {
+    ASSERT_EQ(format::decode_frame(snap.bytes.data() + at, snap.bytes.size() - at, r, &used, nullptr),
+              format::FrameStatus::ok);
+    if (r.type == format::RecordType::snapshot && r.snapshot.part == format::SnapshotPart::device &&
+        r.snapshot.device == 3)
+      ooms = r.snapshot.ooms;
+  }
+  EXPECT_EQ(ooms, 1u);
+
+  // Published: the next segment's tables are its head, one extent from the file header on.
+  d::agg_tables_moved(format::kFileHeaderSize + want.size(), records);
+  std::vector<unsigned char> next(format::kFileHeaderSize, 0);
+  next.insert(next.end(), want.begin(), want.end());
+  ASSERT_EQ(pwrite(fd, next.data(), next.size(), 0), static_cast<ssize_t>(next.size()));
+  Sink again;
+  ASSERT_TRUE(d::agg_copy_tables(fd, Sink::put, &again, &records));
+  EXPECT_EQ(records, 3u);
+  EXPECT_EQ(again.bytes, want);
+  close(fd);
+  d::agg_reset();
 }
