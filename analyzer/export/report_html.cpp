@@ -180,6 +180,13 @@ json own_categories(const exporter::FlameTree& tree, const exporter::FlameNode& 
   return pairs.size() == 2 ? pairs[0] : pairs;
 }
 
+// Where categories were decided the summary's leak list leaves library workspaces out (they
+// are summed apart); this graph holds everything live at the end, so it says so.
+const char* leaked_title(bool categories) {
+  return categories ? "Live at the end: leaks and library workspaces (the category filter tells them apart)"
+                    : "Leaked bytes (live at the end)";
+}
+
 json flame_json(const Analysis& a, exporter::FlameMetric m, const char* title, const ReportOptions& opt,
                 SiteLists* by_category, std::vector<std::unique_ptr<StackResolver>>& res,
                 exporter::FlameLabels& labels) {
@@ -337,7 +344,7 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   }
   data["flames"] =
       {flame_json(a, exporter::FlameMetric::peak, "Bytes live at the peak, by call stack", opt, by_cat, res, labels),
-       flame_json(a, exporter::FlameMetric::leaked, "Leaked bytes (live at the end)", opt, by_cat, res, labels),
+       flame_json(a, exporter::FlameMetric::leaked, leaked_title(any_categories), opt, by_cat, res, labels),
        flame_json(a, exporter::FlameMetric::allocated, "Bytes allocated in total", opt, by_cat, res, labels)};
   SummaryOptions sopt;
   sopt.all_frames = opt.all_frames;
