@@ -24,7 +24,11 @@ constexpr bool kSupported = true;
 constexpr bool kSupported = false;
 #endif
 
-constexpr int kSets = 16;        // two entries a set, by key: two stacks at one key both stay
+// Ways a set, by key: the stacks that share a start (PyTorch allocates from one call site of
+// its allocator, at a few depths) all stay, up to kWays of them; a wrong one fails after one
+// load (still_valid), so looking through them costs little beside the walk a hit saves.
+constexpr int kSets = 16;
+constexpr int kWays = 16;
 constexpr int kMaxFrames = 80;   // native frames kept per entry
 constexpr int kMaxChecks = 192;  // words read per walk (about two per frame)
 constexpr int kSeen = 64;        // keys missed once: a key is cached at its second miss
@@ -41,7 +45,7 @@ struct Entry {
 };
 
 struct Cache {
-  Entry e[kSets][2];
+  Entry e[kSets][kWays];
   std::uint8_t next[kSets];  // the way the set's next new key goes to
   std::uint64_t seen[kSeen];
 };
@@ -58,13 +62,18 @@ thread_local std::uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0
 // rbp across calls; the saved copy is a word the entry checks, so such a stack misses every time
 // though its frames repeat. A key whose entry holds the very frames just walked is such a one:
 // it is filled again only after kQuiet more misses (its entry still serves the calls whose words
-// match). And a thread whose fills outnumber its hits (many such keys, evicting each other)
-// tries one in kBackoff.
+// match). And a thread whose last kWindow fills earned fewer than kHitsPerFill hits each (more
+// stacks at one start than ways, evicting each other) tries one fill in kBackoff until a window
+// of fills pays again: judged by the recent window, since hits counted before a program changes
+// what it runs would otherwise keep every fill going at many times a walk's cost.
 constexpr std::uint16_t kQuiet = 1024;
-thread_local std::uint64_t t_fills __attribute__((tls_model("initial-exec"))) = 0;
+thread_local std::uint32_t t_window_fills __attribute__((tls_model("initial-exec"))) = 0;
+thread_local std::uint32_t t_window_hits __attribute__((tls_model("initial-exec"))) = 0;
+thread_local bool t_thrashing __attribute__((tls_model("initial-exec"))) = false;
 thread_local std::uint32_t t_passed __attribute__((tls_model("initial-exec"))) = 0;
-constexpr std::uint64_t kFreeFills = 32;
-constexpr std::uint32_t kBackoff = 64;
+constexpr std::uint32_t kWindow = 64;
+constexpr std::uint32_t kHitsPerFill = 16;  // a fill costs about that many of the walks a hit saves
+constexpr std::uint32_t kBackoff = 256;
 
 void release(void* p) {
   t_no_cache = true;
@@ -171,11 +180,12 @@ bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int l
 Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int nat) {
   const std::uint64_t h = key_hash(key);
   Entry* set = c->e[h % kSets];
-  for (int w = 0; w < 2; ++w) {
+  for (int w = 0; w < kWays; ++w) {
     Entry& old = set[w];
-    // The same frames, judged by three of them: this only rations fills, a hit is checked in full.
-    if (!same_key(old.key, key) || old.nat != nat || nat == 0 || old.ips[0] != ips[0] ||
-        old.ips[nat / 2] != ips[nat / 2] || old.ips[nat - 1] != ips[nat - 1])
+    // The very frames (all of them: stacks at one start may differ only a few frames deep,
+    // where a sample of three would call them the same and starve the others of a way).
+    if (!same_key(old.key, key) || old.nat != nat || nat == 0 ||
+        memcmp(old.ips, ips, sizeof(std::uint64_t) * static_cast<std::size_t>(nat)) != 0)
       continue;
     if (old.quiet > 0) {
       --old.quiet;
@@ -189,14 +199,17 @@ Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int 
     seen = h;
     return nullptr;
   }
-  if (t_fills >= kFreeFills && t_hits < t_fills && ++t_passed % kBackoff != 0) return nullptr;
-  ++t_fills;
+  if (t_thrashing && ++t_passed % kBackoff != 0) return nullptr;
+  if (++t_window_fills == kWindow) {
+    t_thrashing = t_window_hits < kWindow * kHitsPerFill;
+    t_window_fills = t_window_hits = 0;
+  }
   seen = 0;  // the next miss of this key waits for the one after
   // A key that misses again after its fill is another stack at the same start (two callers at
-  // one depth): it takes the set's other way.
+  // one depth): it takes the set's next way, the oldest filled.
   std::uint8_t& next = c->next[h % kSets];
   Entry* e = &set[next];
-  next ^= 1;
+  next = static_cast<std::uint8_t>((next + 1) % kWays);
   e->quiet = 0;
   return e;
 }
@@ -217,7 +230,7 @@ bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
   if (!key.conf || !t_cache || !g_on.load(std::memory_order_relaxed)) return false;
   Entry* set = t_cache->e[key_hash(key) % kSets];
   Entry* found = nullptr;
-  for (int w = 0; w < 2 && !found; ++w)
+  for (int w = 0; w < kWays && !found; ++w)
     if (same_key(set[w].key, key) && still_valid(set[w])) found = &set[w];
   if (!found) return false;
   Entry& e = *found;
@@ -226,6 +239,7 @@ bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
   hit->id = e.gen == g_gen.load(std::memory_order_relaxed) ? e.id : 0;
   hit->entry = &e;
   ++t_hits;
+  if (t_window_hits < UINT32_MAX) ++t_window_hits;
   return true;
 }
 

@@ -3,6 +3,7 @@
 // mean equal frames.
 #include <pthread.h>
 
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -61,6 +62,29 @@ __attribute__((noinline)) std::uint32_t pick(int k) {
   }
   asm volatile("" ::: "memory");
   return id;
+}
+
+// Call chains of one depth that differ only further down, all reaching site() from the same
+// frame: stacks sharing a start, as PyTorch's do (one call site of its allocator, a few
+// depths). The two links differ (their asm), so that no compiler folds them into one.
+template <int N>
+std::uint32_t chain(unsigned path);
+template <int N>
+__attribute__((noinline)) std::uint32_t chain_a(unsigned path) {
+  std::uint32_t id = chain<N>(path);
+  asm volatile("# link a" ::: "memory");
+  return id;
+}
+template <int N>
+__attribute__((noinline)) std::uint32_t chain_b(unsigned path) {
+  std::uint32_t id = chain<N>(path);
+  asm volatile("# link b" ::: "memory");
+  return id;
+}
+template <int N>
+std::uint32_t chain(unsigned path) {
+  if constexpr (N == 0) return via_a();
+  else return path & 1 ? chain_a<N - 1>(path >> 1) : chain_b<N - 1>(path >> 1);
 }
 
 constexpr int kPaths = 24;
@@ -155,4 +179,32 @@ TEST(StackCache, NewFileWritesCachedStacksAgain) {
   bool defined = false;
   for (auto& r : t.records) defined |= r.type == f::RecordType::stack && r.stack.id == id;
   EXPECT_TRUE(defined) << "stack " << id << " used in the new file without its record";
+}
+
+// Eight stacks at one start, taken in turn: each is served as a full walk finds it, and (in the
+// builds users run) all eight stay cached: the cache keeps many ways a start.
+TEST(StackCache, StacksAtOneStartAllStay) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  constexpr unsigned kChains = 8;
+  constexpr int kRounds = 21;  // the first walked (cache off), the others compared with it
+  std::uint32_t walked[kChains] = {};
+  std::uint64_t hits = 0;
+  int bad = 0;
+  volatile unsigned n = kChains;  // one call site for all: the stacks differ by the chain only
+  for (int r = 0; r < kRounds; ++r) {
+    d::stackcache_enable(r > 0);
+    if (r == 1) hits = d::stackcache_hits();
+    for (unsigned p = 0; p < n; ++p) {
+      const std::uint32_t id = chain<3>(p);
+      if (r == 0) walked[p] = id;
+      else bad += id != walked[p];
+    }
+  }
+  EXPECT_EQ(std::set<std::uint32_t>(walked, walked + kChains).size(), kChains);
+  EXPECT_EQ(bad, 0);
+  // Filled at a key's second miss: within the first rounds every chain has its way.
+  if (kCountsHits) EXPECT_GE(d::stackcache_hits() - hits, std::uint64_t{kChains} * (kRounds - 5));
+  d::recorder_stop(f::EndReason::stopped);
 }
