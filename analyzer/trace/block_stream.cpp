@@ -202,13 +202,13 @@ void BlockPacker::write(const unsigned char* p, std::size_t n, std::string& out)
 }
 
 void BlockPacker::finish(std::string& out) {
-  if (!verbatim_) walk(out);
-  flush_run(out);
-  if (!packing_ && !header_) {  // shorter than a header
+  if (!packing_ && !header_) {  // shorter than a header: as it is
     out += in_;
     in_.clear();
     return;
   }
+  if (!verbatim_) walk(out);
+  flush_run(out);
   std::string& d = header_ ? out : held_;
   d += in_;
   in_.clear();

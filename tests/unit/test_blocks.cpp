@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <random>
+
+#include "analyzer/trace/block_stream.h"
 #include "format/trace.h"
 #include "test_analyzer_util.h"
 
@@ -189,5 +192,56 @@ TEST(Blocks, DamagedBlockIsRefusedAtItsOffset) {
     Result r = gh("summary " + path);
     EXPECT_EQ(r.code, 0) << cut << ": " << r.out;
     EXPECT_NE(r.out.find("file cut mid-record at byte " + std::to_string(at)), std::string::npos) << cut << r.out;
+  }
+}
+
+// The packer and the expander on a stream cut anywhere: fed in pieces of random sizes (frames
+// straddling every piece boundary), taken out into windows of random sizes, they give the bytes
+// they give on the whole stream, and the expansion is the original.
+TEST(Blocks, PiecesStraddlingFramesPackAndExpandAsTheWhole) {
+  const std::string stored = std::string(GPUHEAP_SOURCE_DIR) + "/tests/unit/data/compact-v6.trace.zst";
+  const Bytes original = unzstd(read_bytes(stored));
+  ASSERT_GT(original.size(), 10000u);
+  std::string whole;
+  {
+    BlockPacker p;
+    p.write(original.data(), original.size(), whole);
+    p.finish(whole);
+    EXPECT_TRUE(p.packed());
+  }
+  ASSERT_EQ(version_of(Bytes(whole.begin(), whole.end())), 7);
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    std::string pieces;
+    BlockPacker p;
+    for (std::size_t at = 0; at < original.size();) {
+      const std::size_t n = std::min<std::size_t>(original.size() - at, 1 + rng() % (round < 10 ? 40 : 4000));
+      p.write(original.data() + at, n, pieces);
+      at += n;
+    }
+    p.finish(pieces);
+    ASSERT_EQ(pieces, whole) << round;
+    // Expanded from a stream that comes in pieces, into windows of random room.
+    BlockExpander x(format::kFileHeaderSize, 64);
+    Bytes out(whole.begin(), whole.begin() + format::kFileHeaderSize), window(70000);
+    std::size_t at = format::kFileHeaderSize;
+    for (;;) {
+      const std::size_t n = x.take(window.data(), 1 + rng() % window.size());
+      out.insert(out.end(), window.data(), window.data() + n);
+      if (!x.needs_input()) continue;
+      if (at == whole.size()) {
+        if (x.finished()) break;
+        x.finish();
+        continue;
+      }
+      unsigned char* dst = x.space();
+      const std::size_t m = std::min({x.room(), whole.size() - at, static_cast<std::size_t>(1 + rng() % 3000)});
+      std::memcpy(dst, whole.data() + at, m);
+      x.added(m);
+      at += m;
+    }
+    std::memcpy(out.data() + 8, original.data() + 8, 2);  // the header says 7, the original 6
+    ASSERT_EQ(out, original) << round;
+    EXPECT_FALSE(x.cut());
   }
 }
