@@ -111,14 +111,26 @@ inline std::size_t encode_event_block(unsigned char* out, std::size_t cap, const
     f += size;
   }
   if (f != frames + n) return 0;
-  for (f = frames; f != frames + n; f += kCompactHeaderSize + f[1]) {
-    const std::size_t ts = block_ts_len(f);
-    std::memcpy(w.p, f + kCompactHeaderSize, ts);
+  const unsigned char* const ts_end = rest;  // where the timestamps stop and the rest starts
+  const unsigned char* const in_end = frames + n;
+  unsigned char* const out_end = out + cap;
+  constexpr std::size_t kCopyTs = 16, kCopyRest = 32;  // as in expand_event_block
+  for (f = frames; f != in_end; f += kCompactHeaderSize + f[1]) {
+    const std::size_t ts = block_ts_len(f), len = f[1] - ts;
+    const unsigned char* const src = f + kCompactHeaderSize;
+    // Fixed-size copies where they stay within the input, the timestamps' region and out (the
+    // bytes past each field are written over by the next one): a few moves instead of calls.
+    if (ts_end - w.p >= static_cast<std::ptrdiff_t>(kCopyTs) && in_end - src >= static_cast<std::ptrdiff_t>(kCopyTs))
+      std::memcpy(w.p, src, kCopyTs);
+    else std::memcpy(w.p, src, ts);
     w.p += ts;
     *rest++ = f[0];
-    *rest++ = static_cast<unsigned char>(f[1] - ts);
-    std::memcpy(rest, f + kCompactHeaderSize + ts, f[1] - ts);
-    rest += f[1] - ts;
+    *rest++ = static_cast<unsigned char>(len);
+    if (len <= kCopyRest && out_end - rest >= static_cast<std::ptrdiff_t>(kCopyRest) &&
+        in_end - (src + ts) >= static_cast<std::ptrdiff_t>(kCopyRest))
+      std::memcpy(rest, src + ts, kCopyRest);
+    else std::memcpy(rest, src + ts, len);
+    rest += len;
   }
   return kFrameHeaderSize + payload;
 }
