@@ -343,6 +343,7 @@ inline FrameStatus decode_frame(const unsigned char* p, std::size_t n, Record& o
     case RecordType::snapshot:
       if (!detail::decode_snapshot(r, out.snapshot)) return FrameStatus::corrupt;
       break;
+    case RecordType::event_block: return FrameStatus::corrupt;  // above kMaxRecordType: format/block.h
   }
   // The payload must be consumed exactly: a length that disagrees with the type's layout
   // is corruption (this is what catches most bit flips in length fields).

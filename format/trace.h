@@ -33,9 +33,13 @@ inline constexpr char kMagic[8] = {'G', 'P', 'U', 'H', 'E', 'A', 'P', '\0'};
 // job's rank, from the launcher's environment; a file without one reads as before), version 5
 // the compact event records (format/compact.h), version 6 the snapshot record (the state a
 // rolling window (`gpuheap run --aggregate`) starts from); every record of an older version
-// is still valid in the newer ones.
-inline constexpr std::uint16_t kFormatVersion = 6;
+// is still valid in the newer ones. Version 7 added the event block (format/block.h), which
+// only the compressor writes: a file of records alone (what the preload and every rewriting
+// tool write) says kRecordVersion, so that readers of version 6 still read it.
+inline constexpr std::uint16_t kFormatVersion = 7;  // the newest version a reader understands
+inline constexpr std::uint16_t kRecordVersion = 6;  // what a file without event blocks says
 inline constexpr std::uint16_t kFirstCompactVersion = 5;
+inline constexpr std::uint16_t kFirstBlockVersion = 7;
 inline constexpr std::size_t kFileHeaderSize = 16;
 inline constexpr std::size_t kFrameHeaderSize = 5;  // u8 type + u32 payload length
 // No record is larger than this; a frame declaring more is corruption, not a big record.
@@ -71,7 +75,10 @@ enum class RecordType : std::uint8_t {
   symbol_frames = 19,  // the frames of one stack ip, symbolized where the modules were (v3)
   identity = 20,       // the job's rank of this process, right after `process`, if known (v4)
   snapshot = 21,       // part of the state a rolling window's segment starts from (v6)
+  event_block = 22,    // compact event frames regrouped by the compressor (v7, format/block.h)
 };
+// The largest type decode_frame decodes: an event_block is expanded into the frames it holds
+// before any record is decoded (format/block.h), so decode_frame never accepts one.
 inline constexpr std::uint8_t kMaxRecordType = 21;
 
 // A stack entry with bit 63 set is a Python frame, not a return address (no user-space
@@ -468,10 +475,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trace encoding assumes
 
 // ---- file header ----
 
-inline void encode_file_header(unsigned char out[kFileHeaderSize]) {
+inline void encode_file_header(unsigned char out[kFileHeaderSize], std::uint16_t version = kRecordVersion) {
   std::memset(out, 0, kFileHeaderSize);
   std::memcpy(out, kMagic, 8);
-  const std::uint16_t version = kFormatVersion;
   std::memcpy(out + 8, &version, sizeof version);
 }
 

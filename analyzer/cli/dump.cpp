@@ -189,6 +189,7 @@ void format_record(const format::Record& r, fmt::memory_buffer& b) {
                      empty_reason(r.empty_cache.reason), r.empty_cache.released);
       break;
     case T::snapshot: format_snapshot(r.snapshot, b); break;
+    case T::event_block: break;  // never decoded: the reader expands blocks into their events
     case T::thread: fmt::format_to(it, "thread tid={} name=\"{}\"\n", r.thread.tid, printable(r.thread.name)); break;
     case T::py_code:
       fmt::format_to(it, "py_code id={} python={}.{} firstlineno={} file=\"{}\" name=\"{}\" linetable={}\n",

@@ -174,6 +174,12 @@ TraceFollower::TraceFollower(const std::string& path) : path_(path), model_(std:
         throw VersionError(fmt::format("{}: trace format version {} is newer than this gpuheap understands ({})", path,
                                        version, format::kFormatVersion));
     }
+    if (version >= format::kFirstBlockVersion) {
+      // Event blocks are written only by the compressor: a finished trace (`zstd -d` of a
+      // compressed one), read whole like a compressed one, through the expanding reader.
+      compressed_ = true;
+      return;
+    }
     compact_.enabled = version >= format::kFirstCompactVersion;
     off_ = read_ = format::kFileHeaderSize;
   } catch (...) {

@@ -126,6 +126,7 @@ void Model::feed(const format::Record& r) {
     case RecordType::symbol_string: symbols.add(r.symbol_string); break;
     case RecordType::symbol_frames: symbols.add(r.symbol_frames); break;
     case RecordType::snapshot: on_snapshot(r.snapshot); break;
+    case RecordType::event_block: break;  // never decoded: the reader expands blocks into their events
     case RecordType::end:
       info.end_ts = r.end.ts;
       info.end_reason = r.end.reason;

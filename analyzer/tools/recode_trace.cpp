@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "format/block.h"
 #include "format/trace.h"
 
 using namespace gpuheap::format;
@@ -43,6 +44,32 @@ std::vector<unsigned char> read_all(const char* path) {
   return out;
 }
 
+// A version-7 stream with its event blocks expanded (format/block.h): the frames the
+// compressor was given. The first frame that cannot be walked, and what follows it, stay as
+// they are (a damaged block too: the decoder then refuses it).
+std::vector<unsigned char> expand_blocks(const std::vector<unsigned char>& in) {
+  std::vector<unsigned char> out(in.begin(), in.begin() + kFileHeaderSize);
+  std::size_t off = kFileHeaderSize;
+  while (off < in.size()) {
+    const FrameExtent e = frame_extent(in.data() + off, in.size() - off);
+    if (e.kind == FrameKind::stop || e.kind == FrameKind::need_more) break;
+    const std::size_t at = out.size();
+    if (in[off] == kEventBlockType) {
+      out.resize(at + e.size);
+      const std::size_t n = expand_event_block(in.data() + off + kFrameHeaderSize, e.size - kFrameHeaderSize,
+                                               out.data() + at, e.size);
+      out.resize(at + n);
+      if (n == 0) break;
+    } else {
+      out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(off),
+                 in.begin() + static_cast<std::ptrdiff_t>(off + e.size));
+    }
+    off += e.size;
+  }
+  out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(off), in.end());
+  return out;
+}
+
 // The record's event encoding in `compact` or plain form into b; 0 for a record of another type.
 std::size_t encode_event(unsigned char* b, std::size_t cap, const Record& r, bool compact, CompactState& s) {
   switch (r.type) {
@@ -67,12 +94,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s IN OUT --compact|--plain\n", argv[0]);
     return 2;
   }
-  const std::vector<unsigned char> in = read_all(argv[1]);
+  std::vector<unsigned char> in = read_all(argv[1]);
   std::uint16_t version = 0;
   if (in.size() < kFileHeaderSize || decode_file_header(in.data(), in.size(), &version) != HeaderStatus::ok) {
     std::fprintf(stderr, "%s: not a trace this build reads\n", argv[1]);
     return 2;
   }
+  if (version >= kFirstBlockVersion) in = expand_blocks(in), version = kRecordVersion;
   std::vector<unsigned char> out(in.begin(), in.begin() + kFileHeaderSize);
   std::uint8_t max_type = 0;  // of the records copied: what a plain file's version must allow
   CompactState read_state, write_state;
@@ -95,7 +123,7 @@ int main(int argc, char** argv) {
   // Plain: the version the records need (3 up to the symbol records, 19; 4 beyond), never more
   // than the input's, so that a reader of that version reads it.
   const std::uint16_t need = max_type <= static_cast<std::uint8_t>(RecordType::symbol_frames) ? 3 : 4;
-  const std::uint16_t out_version = compact ? kFormatVersion : std::min(version, need);
+  const std::uint16_t out_version = compact ? kRecordVersion : std::min(version, need);
   std::memcpy(out.data() + 8, &out_version, sizeof out_version);
   // A cut trace (the end of its written data, a frame cut short) keeps its tail as it is, so a
   // reader finds the same cut; a corrupt frame fails the rewrite.

@@ -12,6 +12,7 @@
 
 #include "analyzer/base/error.h"
 #include "analyzer/base/safe_file.h"
+#include "analyzer/trace/block_stream.h"
 
 namespace gpuheap {
 
@@ -73,6 +74,14 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
       case format::HeaderStatus::ok:
         pos_ = format::kFileHeaderSize;
         compact_.enabled = version >= format::kFirstCompactVersion;
+        if (version >= format::kFirstBlockVersion) {
+          // What was read past the header goes through the expander like the rest.
+          x_ = std::make_unique<BlockExpander>(format::kFileHeaderSize, cap_);
+          const std::size_t n = len_ - pos_;
+          std::memcpy(x_->space(), buf_ + pos_, n);
+          x_->added(n);
+          len_ = pos_;
+        }
         break;
       case format::HeaderStatus::not_a_trace:
         throw NotATraceError(fmt::format("{}: not a gpuheap trace (bad magic)", path));
@@ -104,7 +113,7 @@ TraceReader::~TraceReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::uint64_t TraceReader::offset() const { return base_offset_ + pos_; }
+std::uint64_t TraceReader::offset() const { return x_ ? x_->raw_offset(base_offset_ + pos_) : base_offset_ + pos_; }
 
 std::size_t TraceReader::fill(unsigned char* dst, std::size_t cap) {
   for (;;) {
@@ -116,6 +125,41 @@ std::size_t TraceReader::fill(unsigned char* dst, std::size_t cap) {
   }
 }
 
+void TraceReader::grow_window() {
+  std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowCap]);
+  std::memcpy(w.get(), window_.get(), len_);
+  window_ = std::move(w);
+  buf_ = window_.get();
+  cap_ = kWindowCap;
+}
+
+std::size_t TraceReader::produce(unsigned char* dst, std::size_t cap) {
+  if (!compressed_) {
+    std::size_t n = fill(dst, cap);
+    if (n == 0) eof_ = true;
+    return n;
+  }
+  auto& z = *z_;
+  if (z.ib.pos == z.ib.size) {
+    std::size_t n = fill(z.in.data(), z.in.size());
+    if (n == 0) {
+      eof_ = true;
+      return 0;
+    }
+    z.ib = {z.in.data(), n, 0};
+  }
+  ZSTD_outBuffer ob{dst, cap, 0};
+  std::size_t rc = ZSTD_decompressStream(z.ctx, &ob, &z.ib);
+  if (ZSTD_isError(rc)) {
+    // A damaged compressed stream: keep what decoded, treat the rest as cut.
+    z.error = true;
+    eof_ = true;
+  } else {
+    z.last_rc = rc;
+  }
+  return ob.pos;
+}
+
 bool TraceReader::refill() {
   // The unconsumed tail (a partial frame, or what the zero-run check still looks at) moves
   // to the front of the window; new bytes go after it.
@@ -124,43 +168,45 @@ bool TraceReader::refill() {
   base_offset_ += pos_;
   len_ = keep;
   pos_ = 0;
-  if (cap_ < kWindowCap && (len_ == cap_ || (!eof_ && refilled_))) {
-    std::unique_ptr<unsigned char[]> w(new unsigned char[kWindowCap]);
-    std::memcpy(w.get(), window_.get(), len_);
-    window_ = std::move(w);
-    buf_ = window_.get();
-    cap_ = kWindowCap;
-  }
+  const bool more = !eof_ || (x_ && !x_->empty());
+  if (cap_ < kWindowCap && (len_ == cap_ || (more && refilled_))) grow_window();
   refilled_ = true;
+  if (x_) {
+    x_->forget_before(base_offset_);
+    return refill_expanded(0);
+  }
   std::size_t produced = 0;
   while (!eof_ && produced < kChunk / 2 && len_ < cap_) {
-    if (!compressed_) {
-      std::size_t n = fill(window_.get() + len_, std::min(kChunk, cap_ - len_));
-      if (n == 0) eof_ = true;
-      len_ += n;
-      produced += n;
+    std::size_t n = produce(window_.get() + len_, std::min(kChunk, cap_ - len_));
+    len_ += n;
+    produced += n;
+  }
+  return produced > 0;
+}
+
+// The stream's bytes go into the expander, whole frames out of it into the window (a block
+// expanded), until half a chunk came, the window is full, or the next frame does not fit.
+bool TraceReader::refill_expanded(std::size_t produced) {
+  auto& x = *x_;
+  while (produced < kChunk / 2 && len_ < cap_) {
+    const std::size_t n = x.take(window_.get() + len_, cap_ - len_);
+    len_ += n;
+    produced += n;
+    if (!x.needs_input()) {
+      if (n > 0) continue;
+      if (cap_ < kWindowCap) {  // a frame larger than the small window's room
+        grow_window();
+        continue;
+      }
+      break;  // the window is full for the next frame: what is in it is read first
+    }
+    if (eof_) {
+      if (x.finished()) break;
+      x.finish();
       continue;
     }
-    auto& z = *z_;
-    if (z.ib.pos == z.ib.size) {
-      std::size_t n = fill(z.in.data(), z.in.size());
-      if (n == 0) {
-        eof_ = true;
-        break;
-      }
-      z.ib = {z.in.data(), n, 0};
-    }
-    ZSTD_outBuffer ob{window_.get() + len_, std::min(kChunk, cap_ - len_), 0};
-    std::size_t rc = ZSTD_decompressStream(z.ctx, &ob, &z.ib);
-    len_ += ob.pos;
-    produced += ob.pos;
-    if (ZSTD_isError(rc)) {
-      // A damaged compressed stream: keep what decoded, treat the rest as cut.
-      z.error = true;
-      eof_ = true;
-      break;
-    }
-    z.last_rc = rc;
+    unsigned char* dst = x.space();
+    x.added(produce(dst, std::min(kChunk, x.room())));
   }
   return produced > 0;
 }
@@ -194,7 +240,7 @@ void TraceReader::end_of_data() {
     }
     unwritten_tail_ = true;
   } else {
-    cut_ = len_ > pos_;
+    cut_ = len_ > pos_ || (x_ && x_->cut());
   }
   if (compressed_ && (z_->error || z_->last_rc != 0) && !unwritten_tail_) cut_ = true;
   if (!compressed_ && eof_ && file_read_ < file_size_) {

@@ -18,6 +18,12 @@
 // A file is a trace only with a whole header followed by a process record: an empty file,
 // one cut inside its header, or one whose first record is missing or of another type is
 // refused with NotATraceError (every command exits 2 on it rather than report on nothing).
+//
+// A version-7 stream (a compressed trace, or one decompressed with `zstd -d`) holds event
+// blocks (format/block.h): its bytes go through a BlockExpander before they reach the window,
+// so the window holds the frames the compressor was given and everything above it reads
+// them as it read the original. Offsets (offset(), errors) are the stream's own, before
+// expansion (an event's inside a block: the block's).
 #pragma once
 
 #include <climits>
@@ -29,6 +35,8 @@
 #include "format/trace.h"
 
 namespace gpuheap {
+
+class BlockExpander;
 
 class TraceReader {
  public:
@@ -184,6 +192,10 @@ class TraceReader {
   struct Zstd;
   bool refill();  // more bytes into the window (read or decompressed); false when none came
   std::size_t fill(unsigned char* dst, std::size_t cap);  // plain: read(2) up to cap bytes
+  // One read(2), or one step of decompression, into dst; sets eof_ at the end.
+  std::size_t produce(unsigned char* dst, std::size_t cap);
+  bool refill_expanded(std::size_t produced);  // refill() of a version-7 stream
+  void grow_window();
   void end_of_data();  // sets cut_/unwritten_tail_/shrank_ where the data stops; may throw
 
   std::string path_;
@@ -197,7 +209,8 @@ class TraceReader {
   std::size_t len_ = 0, pos_ = 0, cap_ = 0;  // cap_: the window's size
   std::uint64_t base_offset_ = 0;            // stream offset of buf_[0]
   std::unique_ptr<Zstd> z_;
-  format::CompactState compact_;  // the compact records' state (version 5)
+  std::unique_ptr<BlockExpander> x_;  // version 7: the stream's bytes go through it
+  format::CompactState compact_;      // the compact records' state (version 5)
   const unsigned char* last_frame_ = nullptr;
   std::size_t last_frame_len_ = 0;
 };

@@ -15,7 +15,9 @@
 
 #include "analyzer/base/error.h"
 #include "analyzer/base/safe_file.h"
+#include "analyzer/trace/block_stream.h"
 #include "analyzer/trace/reader.h"
+#include "format/trace.h"
 
 namespace gpuheap {
 
@@ -57,9 +59,10 @@ struct Fd {
   }
 };
 
-// The decompressed bytes of `zst` equal the bytes of `plain`: what compress checks before it
-// removes anything.
-void verify_same(const std::string& plain, const std::string& zst) {
+// The decompressed bytes of `zst` (its event blocks expanded, when `packed`) equal the bytes of
+// `plain`: what compress checks before it removes anything. A packed file's header says
+// version 7 where the original's says its own.
+void verify_same(const std::string& plain, const std::string& zst, bool packed) {
   std::uint64_t size = 0;
   std::string why;
   Fd a, b;
@@ -77,6 +80,47 @@ void verify_same(const std::string& plain, const std::string& zst) {
     throw InputError(
         fmt::format("{}: verification failed ({} at byte {}): the original {} is kept", zst, what, at, plain));
   };
+  auto compare = [&](const unsigned char* p, std::size_t n) {
+    if (ref.size() < n) ref.resize(n);
+    for (std::size_t got = 0; got < n;) {
+      std::size_t m = ra.read(ref.data(), n - got);
+      if (m == 0) fail("the compressed file holds more bytes");
+      if (std::memcmp(ref.data(), p + got, m) != 0) fail("bytes differ");
+      got += m, at += m;
+    }
+  };
+  // A packed stream: its header, then its frames through the expander.
+  unsigned char head[format::kFileHeaderSize];
+  std::size_t head_n = packed ? 0 : sizeof head;
+  BlockExpander x(format::kFileHeaderSize, 1u << 20);
+  std::vector<unsigned char> expanded(format::kFrameHeaderSize + format::kMaxPayload);
+  auto drain = [&] {
+    for (std::size_t n; (n = x.take(expanded.data(), expanded.size())) > 0;) compare(expanded.data(), n);
+  };
+  auto feed = [&](const unsigned char* p, std::size_t n) {
+    while (n > 0 && head_n < sizeof head) {
+      head[head_n++] = *p++, --n;
+      if (head_n < sizeof head) continue;
+      std::uint16_t v;
+      std::memcpy(&v, head + 8, 2);
+      if (v != format::kFirstBlockVersion) fail("not version 7");
+      unsigned char orig[sizeof head];
+      if (ra.read(orig, sizeof orig) != sizeof orig) fail("the compressed file holds more bytes");
+      std::memcpy(head + 8, orig + 8, 2);
+      if (std::memcmp(head, orig, sizeof head) != 0) fail("headers differ");
+      at += sizeof head;
+    }
+    if (!packed) return compare(p, n);
+    while (n > 0) {
+      drain();
+      unsigned char* dst = x.space();  // room for at least one byte: drain() left no whole frame
+      const std::size_t m = std::min(n, x.room());
+      std::memcpy(dst, p, m);
+      x.added(m);
+      p += m, n -= m;
+    }
+    drain();
+  };
   for (;;) {
     std::size_t n = rb.read(in.data(), in.size());
     if (n == 0) break;
@@ -85,16 +129,13 @@ void verify_same(const std::string& plain, const std::string& zst) {
       ZSTD_outBuffer ob{out.data(), out.size(), 0};
       last = ZSTD_decompressStream(d, &ob, &ib);
       if (ZSTD_isError(last)) fail(ZSTD_getErrorName(last));
-      std::size_t got = 0;
-      while (got < ob.pos) {
-        std::size_t m = ra.read(ref.data(), ob.pos - got);
-        if (m == 0) fail("the compressed file holds more bytes");
-        if (std::memcmp(ref.data(), out.data() + got, m) != 0) fail("bytes differ");
-        got += m, at += m;
-      }
+      feed(out.data(), ob.pos);
     }
   }
   if (last != 0) fail("the compressed stream is cut short");
+  if (head_n < sizeof head) fail("the compressed file holds fewer bytes");
+  x.finish();
+  drain();
   if (ra.read(ref.data(), 1) != 0) fail("the compressed file holds fewer bytes");
 }
 
@@ -122,8 +163,11 @@ TraceOutput::TraceOutput(const std::string& final_path, bool zstd, const std::st
     unsigned cores = std::thread::hardware_concurrency();
     ZSTD_CCtx_setParameter(z_->c, ZSTD_c_nbWorkers, static_cast<int>(std::min(cores > 1 ? cores : 0u, 8u)));
     z_->out.resize(ZSTD_CStreamOutSize());
+    packer_ = std::make_unique<BlockPacker>();
   }
 }
+
+bool TraceOutput::packed() const { return packer_ && packer_->packed(); }
 
 TraceOutput::~TraceOutput() {
   if (fd_ >= 0) ::close(fd_);
@@ -134,7 +178,8 @@ void TraceOutput::put(const void* data, std::size_t n) { write_all(fd_, data, n,
 
 void TraceOutput::write(const void* data, std::size_t n) {
   in_ += n;
-  buf_.append(static_cast<const char*>(data), n);
+  if (packer_) packer_->write(static_cast<const unsigned char*>(data), n, buf_);
+  else buf_.append(static_cast<const char*>(data), n);
   if (buf_.size() >= (1u << 20)) drain();
 }
 
@@ -156,6 +201,7 @@ void TraceOutput::drain() {
 
 void TraceOutput::finish() {
   if (finished_) return;
+  if (packer_) packer_->finish(buf_);
   drain();
   if (z_) {
     ZSTD_inBuffer ib{nullptr, 0, 0};
@@ -211,7 +257,7 @@ CompressResult compress_trace(const std::string& path, const CompressOptions& op
   ChunkReader r{in.fd, path};
   for (std::size_t n; (n = r.read(buf.data(), buf.size())) > 0;) out.write(buf.data(), n);
   out.finish();
-  verify_same(path, out.temp_path());
+  verify_same(path, out.temp_path(), out.packed());
   out.commit();
   if (::stat(res.output.c_str(), &st) == 0) res.bytes_after = static_cast<std::uint64_t>(st.st_size);
   if (!opt.keep && ::unlink(path.c_str()) != 0)

@@ -1,5 +1,6 @@
 // Rewriting trace files in place, safely: `gpuheap symbolize` (symbol records added) and
-// `gpuheap compress` (the same bytes, zstd). Output goes to a temporary file beside the trace
+// `gpuheap compress` (the same records, zstd; the compact event frames regrouped into event
+// blocks, format version 7: format/block.h). Output goes to a temporary file beside the trace
 // (same directory, so rename(2) is atomic), is fsync'ed, and only then replaces or joins the
 // original; on any error the temporary file is removed and the original is left as it was.
 #pragma once
@@ -11,7 +12,11 @@
 
 namespace gpuheap {
 
-// A new file written through a temporary name beside `final_path`, plain or zstd.
+class BlockPacker;
+
+// A new file written through a temporary name beside `final_path`, plain or zstd. A zstd one
+// has its compact event frames regrouped into event blocks (BlockPacker): what is written is
+// the stream of a version-5/6 trace, what the file holds its version-7 form.
 class TraceOutput {
  public:
   // Creates DIR/.NAME.gpuheap-tmp.XXXXXX (create_beside, safe_file.h), with the mode of
@@ -28,6 +33,7 @@ class TraceOutput {
   void commit();
   const std::string& temp_path() const { return tmp_; }
   std::uint64_t bytes_in() const { return in_; }
+  bool packed() const;  // event blocks were written (the file says version 7)
 
  private:
   void put(const void* data, std::size_t n);
@@ -39,6 +45,7 @@ class TraceOutput {
   bool finished_ = false, committed_ = false;
   std::uint64_t in_ = 0;
   std::unique_ptr<Z> z_;
+  std::unique_ptr<BlockPacker> packer_;
 };
 
 // Whether the file starts with the zstd frame magic.
@@ -52,7 +59,8 @@ struct CompressResult {
   std::string output;  // TRACE.zst
   std::uint64_t bytes_before = 0, bytes_after = 0;
 };
-// TRACE -> TRACE.zst, read back and compared byte for byte before the original is removed.
+// TRACE -> TRACE.zst, read back (its event blocks expanded) and compared byte for byte before
+// the original is removed.
 // Throws InputError (exit 2): not a trace, already compressed, TRACE.zst exists (without
 // force), unreadable, or the verification failed (the original is then kept).
 CompressResult compress_trace(const std::string& path, const CompressOptions& opt);

@@ -87,11 +87,14 @@ TEST(BadInput, EveryTruncationOfAPoolOomTrace) { check_all_prefixes("prog_limit.
 TEST(BadInput, EveryTruncationOfACompressedTrace) { check_all_prefixes("prog_api.trace.zst"); }
 // mini_train.trace with its events in compact records (format version 5, what the preload writes).
 TEST(BadInput, EveryTruncationOfACompactTrace) { check_all_prefixes("mini_train_compact.trace"); }
+// The same with its events in event blocks (format version 7: `zstd -d` of what `gpuheap
+// compress` writes): a cut inside a block reads as cut before it.
+TEST(BadInput, EveryTruncationOfABlockTrace) { check_all_prefixes("mini_train_blocks.trace"); }
 
 // Random damage: flipped bits, random bytes, small and large clusters, plus cuts.
 TEST(BadInput, RandomByteFlipsFixedSeed) {
-  const char* seeds[] = {"mini_train.trace", "prog_misuse.trace", "prog_driver.trace", "prog_api.trace.zst",
-                         "mini_train_compact.trace"};
+  const char* seeds[] = {"mini_train.trace",   "prog_misuse.trace",        "prog_driver.trace",
+                         "prog_api.trace.zst", "mini_train_compact.trace", "mini_train_blocks.trace"};
   const int iterations = scale_small() ? 3000 : 20000;
   std::mt19937_64 rng(0x6770756865617021ull);
   Sink sink;
@@ -99,7 +102,7 @@ TEST(BadInput, RandomByteFlipsFixedSeed) {
   int reports = 0, errors = 0;
   double worst = 0;
   for (int it = 0; it < iterations; ++it) {
-    auto data = read_file(kCorpus + "/" + seeds[it % 5]);
+    auto data = read_file(kCorpus + "/" + seeds[it % 6]);
     int flips = 1 + static_cast<int>(rng() % 8);
     for (int f = 0; f < flips; ++f) {
       auto at = rng() % data.size();

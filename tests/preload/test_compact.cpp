@@ -71,5 +71,37 @@ TEST(CompactTrace, AnalyzerOutputsMatchThePlainEncoding) {
   }
 }
 
+// The header's version of a .zst trace (its decompressed bytes 8-9).
+std::string zst_version(const std::string& zst) {
+  return run_cmd("zstd -dc '" + zst + "' 2>/dev/null | head -c 10 | od -An -tu2 -j8 | tr -d ' \n'").out;
+}
+
+// Event blocks (format version 7): what the preload wrote, compressed by `gpuheap compress`,
+// reads as the original in every command; `gpuheap symbolize` of the compressed trace rewrites
+// it with blocks still, and it reads as the original symbolized.
+TEST(CompactTrace, EventBlocksReadAsTheOriginalAndSymbolizeKeepsThem) {
+  ProgRun r = run(kBuild + "/examples/mini_train", {"40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u);
+  const std::string t = r.traces[0], copy = t + ".copy";
+  ASSERT_EQ(run_cmd("cp '" + t + "' '" + copy + "'").status, 0);
+  CmdRun c = run_cmd(kBuild + "/gpuheap compress --keep " + t + " 2>&1");
+  ASSERT_EQ(c.status, 0) << c.out;
+  const std::string z = t + ".zst";
+  EXPECT_EQ(zst_version(z), "7");
+  const char* cmds[] = {"summary",          "summary --json",          "dump", "check --max-leaked 0",
+                        "replay -q --json", "export --format csv -o -"};
+  for (const char* cmd : cmds) EXPECT_EQ(output_of(cmd, z), output_of(cmd, copy)) << cmd;
+  c = run_cmd(kBuild + "/gpuheap symbolize " + z + " 2>&1");
+  ASSERT_EQ(c.status, 0) << c.out;
+  c = run_cmd(kBuild + "/gpuheap symbolize " + copy + " 2>&1");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(zst_version(z), "7");
+  const std::string dump = output_of("dump", copy);
+  EXPECT_NE(dump.find("symbol_frames"), std::string::npos) << "symbolize stored nothing: the test shows nothing";
+  EXPECT_EQ(output_of("dump", z), dump);
+  EXPECT_EQ(output_of("summary --json", z), output_of("summary --json", copy));
+}
+
 }  // namespace
 }  // namespace gpuheap::test

@@ -16,6 +16,16 @@ add_dependencies(test_categories gpuheap_cli)
 # The shipped example trace against the GPU run's truth (bench/results).
 target_compile_definitions(test_categories PRIVATE GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 
+# Event blocks (format version 7) on the shipped traces, recoded compact and compressed.
+add_executable(test_blocks ${CMAKE_CURRENT_SOURCE_DIR}/test_blocks.cpp)
+target_link_libraries(test_blocks PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)
+target_compile_options(test_blocks PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_link_options(test_blocks PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_compile_definitions(test_blocks PRIVATE GPUHEAP_CLI="$<TARGET_FILE:gpuheap_cli>"
+                           GPUHEAP_RECODE="$<TARGET_FILE:gpuheap_recode_trace>" GPUHEAP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_dependencies(test_blocks gpuheap_cli gpuheap_recode_trace)
+gtest_discover_tests(test_blocks DISCOVERY_TIMEOUT 60)
+
 # The default summary view of the shipped example traces (issue 17).
 add_executable(test_summary_view ${CMAKE_CURRENT_SOURCE_DIR}/test_summary_view.cpp)
 target_link_libraries(test_summary_view PRIVATE gpuheap_analyzer GTest::gtest GTest::gtest_main)

@@ -13,6 +13,12 @@ target_compile_options(test_format_compact PRIVATE ${GPUHEAP_SAN_FLAGS})
 target_link_options(test_format_compact PRIVATE ${GPUHEAP_SAN_FLAGS})
 gtest_discover_tests(test_format_compact)
 
+add_executable(test_format_block test_format_block.cpp)
+target_link_libraries(test_format_block PRIVATE gpuheap_format GTest::gtest_main)
+target_compile_options(test_format_block PRIVATE ${GPUHEAP_SAN_FLAGS})
+target_link_options(test_format_block PRIVATE ${GPUHEAP_SAN_FLAGS})
+gtest_discover_tests(test_format_block)
+
 if(TARGET gpuheap_outpath)
   add_executable(test_outpath test_outpath.cpp)
   target_link_libraries(test_outpath PRIVATE gpuheap_outpath GTest::gtest_main)

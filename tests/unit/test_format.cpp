@@ -466,7 +466,7 @@ TEST(Format, FileHeader) {
   f::encode_file_header(h);
   std::uint16_t v = 0;
   EXPECT_EQ(f::decode_file_header(h, sizeof h, &v), f::HeaderStatus::ok);
-  EXPECT_EQ(v, f::kFormatVersion);
+  EXPECT_EQ(v, f::kRecordVersion);
   for (std::size_t n = 0; n < sizeof h; ++n)
     EXPECT_EQ(f::decode_file_header(h, n, nullptr), f::HeaderStatus::short_file) << n;
   unsigned char elf[f::kFileHeaderSize] = {0x7f, 'E', 'L', 'F'};
