@@ -100,7 +100,8 @@ std::size_t first_block(const Bytes& s) {
 
 TEST(Blocks, CompressedShippedTracesReadAsTheOriginal) {
   const std::string src = GPUHEAP_SOURCE_DIR;
-  const char* stored[] = {"examples/traces/h100-gpt-train.trace.zst", "examples/traces/h200-gpt-train.trace.zst",
+  const char* stored[] = {"examples/traces/h100-gpt-train.trace.zst", "tests/gpu/traces/h200-gpt-train-v2.trace.zst",
+                          "tests/gpu/traces/h100-gpt-train-v3.trace.zst",
                           "tests/gpu/traces/h100-resnet18-nocache.trace.zst"};
   int i = 0;
   for (const char* s : stored) {
