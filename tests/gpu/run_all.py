@@ -414,11 +414,12 @@ def case_replay_torch_truth(ctx):
 
 
 def case_real_trace(ctx):
-    """A small real training trace to ship (examples/traces/h200-gpt-train.trace.zst), recorded
+    """A small real training trace to ship (examples/traces/CARD-gpt-train.trace.zst), recorded
     through `gpuheap run` so that its finishing step stores the symbolized frames in it and
     compresses it (issue 17): it must read with function names on any machine. The lead copies
-    WORK/h200-gpt-train.trace.zst into examples/traces/."""
-    raw = os.path.join(ctx.work, "h200-gpt-train.trace")
+    WORK/gpt-train.trace.zst into examples/traces/ (ctest CategoryTruth.* then checks it against
+    the torch_categories case's truth in the same results file)."""
+    raw = os.path.join(ctx.work, "gpt-train.trace")
     zst = raw + ".zst"
     for p in (raw, zst):
         if os.path.exists(p):
@@ -431,7 +432,7 @@ def case_real_trace(ctx):
         magic = f.read(4)
     t = gh.Trace(zst)
     src, text = gh.summary_text(zst)
-    with open(os.path.join(ctx.work, "h200-gpt-train.summary.txt"), "w") as f:
+    with open(os.path.join(ctx.work, "gpt-train.summary.txt"), "w") as f:
         f.write(text)
     # Frame lines of the summary: "at FUNCTION (FILE:LINE)" once named, "at 0x... (module+0x...)" not.
     frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("at ")]
