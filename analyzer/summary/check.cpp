@@ -109,10 +109,14 @@ CheckMeasures measure_baseline(const nlohmann::json& doc) {
     if (!devs->is_array()) throw InputError("baseline: 'devices' is not an array");
     for (const auto& d : *devs) {
       int dev = d.at("device").get<int>();
+      const std::string host = d.value("host", std::string());  // a merged device: a GPU of one host
       auto pk = [&](const char* k) { return d.at(k).at("peak").get<std::int64_t>(); };
-      if (pk("requested_bytes") > m.requested) m.requested = pk("requested_bytes"), m.requested_dev = dev;
-      if (pk("allocated_bytes") > m.allocated) m.allocated = pk("allocated_bytes"), m.allocated_dev = dev;
-      if (pk("reserved_bytes") > m.reserved) m.reserved = pk("reserved_bytes"), m.reserved_dev = dev;
+      if (pk("requested_bytes") > m.requested)
+        m.requested = pk("requested_bytes"), m.requested_dev = dev, m.requested_host = host;
+      if (pk("allocated_bytes") > m.allocated)
+        m.allocated = pk("allocated_bytes"), m.allocated_dev = dev, m.allocated_host = host;
+      if (pk("reserved_bytes") > m.reserved)
+        m.reserved = pk("reserved_bytes"), m.reserved_dev = dev, m.reserved_host = host;
     }
     if (leaked) m.leaked = leaked->get<std::int64_t>();
   } catch (const nlohmann::json::exception& e) {
@@ -210,14 +214,15 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
     }
     auto base = measure_baseline(doc);
     std::int64_t bvals[] = {base.requested, base.allocated, base.reserved, base.leaked};
+    const std::string* bhosts[] = {&base.requested_host, &base.allocated_host, &base.reserved_host, &none};
     // Name what grew, not what is largest; /1 documents count sites in block bytes, so their
     // sites are not compared with this run's requested bytes.
     std::unique_ptr<SiteLists> cat_sites;
-    auto why = [&](const Item& it) {
+    auto why = [&](const Item& it, const std::string& base_host) {
       std::string grew;
       std::string cat;
       if (doc.value("schema", "") == "gpuheap.summary/2") {
-        grew = grown_sites(a, doc, it.leaked ? -1 : it.dev, opt.all_frames);
+        grew = grown_sites(a, doc, GrowthGpu{it.leaked ? -1 : it.dev, it.host, base_host}, opt.all_frames);
         if (!cat_sites) cat_sites = std::make_unique<SiteLists>(a, opt.all_frames);  // one category pass
         cat = grown_category(*cat_sites, doc, it.leaked ? -1 : it.dev);
       }
@@ -231,7 +236,7 @@ CheckResult run_check(const Analysis& a, const CheckOptions& opt) {
             fmt::format("{} {}{} exceeds baseline {} by more than {}% ({:+.1f}%); {}", it.name, bytes_both(it.value),
                         where(it), bytes_both(bvals[i]), opt.tolerance_pct,
                         bvals[i] ? 100.0 * (static_cast<double>(it.value) / static_cast<double>(bvals[i]) - 1) : 100.0,
-                        why(it)));
+                        why(it, *bhosts[i])));
       } else {
         r.passed.push_back(fmt::format("{} {} within {}% of baseline {}", it.name, bytes_both(it.value),
                                        opt.tolerance_pct, bytes_both(bvals[i])));

@@ -60,7 +60,14 @@ void check_categories(const Analysis& a, const CheckOptions& opt, CheckResult& r
 // pairs sites, site_match.h), largest growth first, at most 3 named: at the peak of
 // `device`, or among the leaks for device < 0. "" when no site grew. A site the baseline
 // does not list is new when its list is whole, else its growth is unknown and said so.
-std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, int device, bool all_frames);
+// A GPU is a device of one host: `host` (this run's) and `base_host` (the baseline's) name
+// the hosts of the two GPUs the gate compared ("": every process, as with one trace), and
+// only their processes' sites are compared, never a device index summed across hosts.
+struct GrowthGpu {
+  int device = -1;  // < 0: the leaks
+  std::string host, base_host;
+};
+std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, const GrowthGpu& gpu, bool all_frames);
 // For the same gate (check_categories.cpp): "category grew most: activation +4.00 MiB (8.00
 // MiB -> 12.0 MiB) at the peak" -- from the baseline's `categories` (at the peak of `device`,
 // or of the leaks for device < 0) to this run's. "" when none grew, or either side has no

@@ -46,13 +46,21 @@ std::vector<Frame> frames_of(const nlohmann::json& stack, bool all_frames) {
 // merged over its processes. `complete`: the list holds every site (they add up to the
 // device's peak_held or to leaked_bytes, and no stack was cut with --depth); otherwise a
 // site missing from it may have been cut, and its growth is not known.
-std::map<std::string, GrowSite> baseline_sites(const nlohmann::json& doc, int device, bool all_frames, bool& complete) {
+std::map<std::string, GrowSite> baseline_sites(const nlohmann::json& doc, int device, const std::string& host,
+                                               bool all_frames, bool& complete) {
   std::map<std::string, GrowSite> out;
   complete = true;
   std::vector<const nlohmann::json*> docs;
-  if (doc.contains("processes"))
-    for (const auto& p : doc["processes"]) docs.push_back(&p);
-  else docs.push_back(&doc);
+  auto host_of = [](const nlohmann::json& p) {
+    const auto t = p.find("trace");
+    return t != p.end() && t->is_object() ? t->value("host", std::string()) : std::string();
+  };
+  if (doc.contains("processes")) {
+    for (const auto& p : doc["processes"])
+      if (device < 0 || host.empty() || host_of(p) == host) docs.push_back(&p);
+  } else {
+    docs.push_back(&doc);
+  }
   for (const auto* d : docs) {
     std::int64_t listed = 0, total = -1;
     if (device < 0) {
@@ -76,10 +84,11 @@ std::map<std::string, GrowSite> baseline_sites(const nlohmann::json& doc, int de
   return out;
 }
 
-// This run's sites of the same list, merged over its traces.
-std::map<std::string, GrowSite> current_sites(const Analysis& a, int device, bool all_frames) {
+// This run's sites of the same list, merged over its traces (of `host` at a device's peak).
+std::map<std::string, GrowSite> current_sites(const Analysis& a, int device, const std::string& host, bool all_frames) {
   std::map<std::string, GrowSite> out;
   for (const auto& t : a.traces) {
+    if (device >= 0 && !host.empty() && t->info.hostname != host) continue;
     std::vector<SiteRow> rows;
     if (device < 0) {
       for (const auto& l : t->leaks) rows.push_back({l.stack, l.bytes, l.count, l.allocated});
@@ -124,10 +133,10 @@ std::string growth_text(const Growth& g) {
 
 }  // namespace
 
-std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, int device, bool all_frames) {
+std::string grown_sites(const Analysis& a, const nlohmann::json& baseline, const GrowthGpu& gpu, bool all_frames) {
   bool complete = true;
-  const auto base = baseline_sites(baseline, device, all_frames, complete);
-  const auto now = current_sites(a, device, all_frames);
+  const auto base = baseline_sites(baseline, gpu.device, gpu.base_host, all_frames, complete);
+  const auto now = current_sites(a, gpu.device, gpu.host, all_frames);
   std::vector<const GrowSite*> bs, ns;
   std::vector<const std::vector<Frame>*> bf, nf;
   for (const auto& [k, s] : base) bs.push_back(&s), bf.push_back(&s.frames);

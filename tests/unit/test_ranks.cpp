@@ -154,6 +154,23 @@ TEST(Ranks, PerGpuGateNamesHostDeviceAndRank) {
 }
 
 // The per-rank table comes first, ordered by rank, with the spread across ranks.
+// check --baseline names what grew on the GPU whose peak failed the gate: its own sites, not
+// those of device 0 added up over both hosts (120 GiB -> 130 GiB).
+TEST(Ranks, BaselineGrowthIsOfTheGateGpu) {
+  const std::string base = TraceBuilder::dir() + "/rk_base.json";
+  auto b = sh("summary -q --json " + two_hosts() + " > " + base + " 2>/dev/null");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const std::string now = write_proc({"node-a", 0, 4001, 60 * GiB, 0}, "rk_now_a0.gh") + " " +
+                          write_proc({"node-b", 1, 4001, 70 * GiB, 0}, "rk_now_b1.gh");
+  auto c = sh("check -q --baseline " + base + " " + now);
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_NE(c.out.find("peak requested bytes 70.0 GiB (75161927680 B) on device 0 of host node-b"), std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("grew: +10.0 GiB at "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("(60.0 GiB -> 70.0 GiB)"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("120 GiB"), std::string::npos) << c.out;
+}
+
 TEST(Ranks, PerRankTableAndSpread) {
   const std::string traces = write_proc({"node-b", 2, 302, 30 * GiB, 20}, "rk_t2.gh") + " " +
                              write_proc({"node-a", 0, 300, 10 * GiB, 0}, "rk_t0.gh") + " " +
