@@ -50,21 +50,34 @@ std::uint64_t rel(std::uint64_t ts, const TraceInfo& in) { return ts >= in.mono_
 }  // namespace
 
 void export_csv(const std::vector<std::string>& traces, const ExportOptions& opt, OutFile& out) {
+  // host and rank last: the columns before them keep their places. A pid names a process of
+  // one host only; the traces of a job on several hosts may share pids.
   out.put(
       "pid,time_ns,event,device,kind,ptr,size,requested,stream,tid,flags,stack,"
-      "requested_bytes,allocated_bytes,active_bytes,reserved_bytes\n");
+      "requested_bytes,allocated_bytes,active_bytes,reserved_bytes,host,rank\n");
   for (const auto& path : traces) {
+    std::string who;  // ",HOST,RANK" of this trace, from its process and identity records
+    bool who_known = false;
+    std::int32_t who_rank = -1;
     walk_trace(path, opt.progress, [&](const format::Record& r, const Model& m) {
       int dev = event_device(r);
       if (dev == INT32_MIN || (opt.device >= 0 && dev != opt.device)) return;
       auto it = std::back_inserter(out.buf());
       const auto& in = m.info;
+      if (!who_known || who_rank != in.rank) {
+        fmt::memory_buffer b;
+        b.push_back(',');
+        csv_str(b, utf8_clean(in.hostname));
+        b.push_back(',');
+        if (in.rank >= 0) fmt::format_to(std::back_inserter(b), "{}", in.rank);
+        who.assign(b.data(), b.size()), who_known = true, who_rank = in.rank;
+      }
       auto row = [&](std::uint64_t ts, const char* ev, const char* kind, std::uint64_t ptr, std::uint64_t size,
                      const std::string& req, std::uint64_t stream, std::uint32_t tid, unsigned flags,
                      std::uint32_t stack) {
         auto t = device_totals(m, dev);
-        fmt::format_to(it, "{},{},{},{},{},{:#x},{},{},{},{},{},{},{},{},{},{}\n", in.pid, rel(ts, in), ev, dev, kind,
-                       ptr, size, req, stream, tid, flags, stack, t.requested, t.allocated, t.active, t.reserved);
+        fmt::format_to(it, "{},{},{},{},{},{:#x},{},{},{},{},{},{},{},{},{},{}{}\n", in.pid, rel(ts, in), ev, dev, kind,
+                       ptr, size, req, stream, tid, flags, stack, t.requested, t.allocated, t.active, t.reserved, who);
       };
       switch (r.type) {
         case RecordType::alloc: {

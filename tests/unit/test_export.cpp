@@ -106,10 +106,14 @@ TEST_F(Export, CsvHasEveryEventAndTheReplayTotals) {
   auto rows = csv_rows(slurp(exp("csv")));
   ASSERT_GT(rows.size(), 1u);
   EXPECT_EQ(rows[0][0], "pid");
-  ASSERT_EQ(rows[0].size(), 16u);
+  ASSERT_EQ(rows[0].size(), 18u);
+  EXPECT_EQ(rows[0][16], "host");
+  EXPECT_EQ(rows[0][17], "rank");
   std::map<std::string, int> n;
   for (std::size_t i = 1; i < rows.size(); ++i) {
-    ASSERT_EQ(rows[i].size(), 16u) << i;
+    ASSERT_EQ(rows[i].size(), 18u) << i;
+    EXPECT_EQ(rows[i][16], "testhost") << i;
+    EXPECT_EQ(rows[i][17], "") << i;  // no identity record: no rank
     ++n[rows[i][2]];
   }
   EXPECT_EQ(n["alloc"], 7);  // host_pinned included (device -1)

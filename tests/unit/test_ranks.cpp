@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -169,6 +171,26 @@ TEST(Ranks, BaselineGrowthIsOfTheGateGpu) {
   EXPECT_NE(c.out.find("grew: +10.0 GiB at "), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("(60.0 GiB -> 70.0 GiB)"), std::string::npos) << c.out;
   EXPECT_EQ(c.out.find("120 GiB"), std::string::npos) << c.out;
+}
+
+// Two hosts' processes may share a pid: each CSV row names its host and rank.
+TEST(Ranks, CsvRowsNameHostAndRank) {
+  const std::string out = TraceBuilder::dir() + "/rk_two.csv";
+  auto e = sh("export -q --force --format csv -o " + out + " " + two_hosts());
+  ASSERT_EQ(e.code, 0) << e.out;
+  std::ifstream f(out);
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  EXPECT_EQ(line.substr(line.size() - 10), ",host,rank");
+  std::map<std::string, int> rows;  // "pid,...,host,rank" -> rows
+  while (std::getline(f, line)) {
+    const auto pid = line.substr(0, line.find(','));
+    const auto who = line.substr(line.rfind(',', line.rfind(',') - 1) + 1);
+    ++rows[pid + " " + who];
+  }
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_GT(rows["4001 node-a,0"], 0);
+  EXPECT_EQ(rows["4001 node-a,0"], rows["4001 node-b,1"]);
 }
 
 TEST(Ranks, PerRankTableAndSpread) {
