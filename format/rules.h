@@ -40,6 +40,27 @@ inline constexpr std::uint64_t space_key(std::uint64_t ptr, AllocKind k) noexcep
   return ptr ^ (static_cast<std::uint64_t>(address_space(k)) << 58);
 }
 
+// ---- rolling windows ----
+
+// The records a rolling window's segment (`gpuheap run --aggregate`) copies into its head,
+// ahead of its snapshot: the trace's tables, which later events name by id. The preload
+// copies them at a roll; `gpuheap top` reads them as the head of the segment it moves to.
+inline constexpr bool is_table_record(RecordType t) noexcept {
+  switch (t) {
+    case RecordType::process:
+    case RecordType::identity:
+    case RecordType::device:
+    case RecordType::module:
+    case RecordType::module_unload:
+    case RecordType::stack:
+    case RecordType::thread:
+    case RecordType::py_code:
+    case RecordType::symbol_string:
+    case RecordType::symbol_frames: return true;
+    default: return false;
+  }
+}
+
 // ---- sizes in text ----
 
 // "512 B", "2.00 MiB", "40.0 MiB", "130 GiB": three significant digits, binary units. Both

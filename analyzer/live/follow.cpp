@@ -32,37 +32,9 @@ constexpr int kMaxRollsPerPoll = 4;
 // The events a snapshot counts in events_before (preload/record/aggregate.h: every record the
 // sink's append_event writes), from the run's start: a snapshot's begin sets the count.
 void count_event(const format::Record& r, std::uint64_t& events) {
-  using T = format::RecordType;
-  switch (r.type) {
-    case T::alloc:
-    case T::free:
-    case T::free_completed:
-    case T::segment_alloc:
-    case T::segment_free: ++events; break;
-    case T::snapshot:
-      if (r.snapshot.part == format::SnapshotPart::begin) events = r.snapshot.events_before;
-      break;
-    default: break;
-  }
-}
-
-// The records a roll copies into the next segment's head ahead of the snapshot
-// (preload/record/aggregate.cpp is_table).
-bool head_record(format::RecordType t) {
-  using T = format::RecordType;
-  switch (t) {
-    case T::process:
-    case T::identity:
-    case T::device:
-    case T::module:
-    case T::module_unload:
-    case T::stack:
-    case T::thread:
-    case T::py_code:
-    case T::symbol_string:
-    case T::symbol_frames: return true;
-    default: return false;
-  }
+  if (format::is_event_type(static_cast<std::uint8_t>(r.type))) ++events;
+  else if (r.type == format::RecordType::snapshot && r.snapshot.part == format::SnapshotPart::begin)
+    events = r.snapshot.events_before;
 }
 
 // What heads a segment: where its events start (past the snapshot) and the events before it.
@@ -103,7 +75,7 @@ SegmentHead scan_head(int fd, std::vector<unsigned char>& buf) {
         h.ok = true, h.end = off + pos + used;
         return h;
       }
-      if (!head_record(r.type)) return h;
+      if (!format::is_table_record(r.type)) return h;
     }
     if (pos > 0) {
       off += pos, want = kChunk;

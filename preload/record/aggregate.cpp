@@ -318,21 +318,8 @@ bool agg_write_snapshot(std::uint64_t ts, std::uint32_t segment, AggOut out, voi
 }
 
 namespace {
-bool is_table(std::uint8_t t) {
-  switch (static_cast<format::RecordType>(t)) {
-    case format::RecordType::process:
-    case format::RecordType::identity:
-    case format::RecordType::device:
-    case format::RecordType::module:
-    case format::RecordType::module_unload:
-    case format::RecordType::stack:
-    case format::RecordType::thread:
-    case format::RecordType::py_code:
-    case format::RecordType::symbol_string:
-    case format::RecordType::symbol_frames: return true;
-    default: return false;
-  }
-}
+bool is_table(std::uint8_t t) { return format::is_table_record(static_cast<format::RecordType>(t)); }
+
 // The oom, retry and empty_cache records of the segment being replaced are counted into their
 // device (their payloads: format/trace.h): the next segment's snapshot carries the counts.
 void count_rare(const unsigned char* f, std::size_t len) {
