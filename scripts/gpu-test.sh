@@ -20,16 +20,19 @@
 #                         history, in rounds; allocation latency)
 #   --bench-only          bench/gpu_bench.py alone, from the same wheel/venv (no test cases);
 #                         GPU_BENCH_ARGS="--rounds 5 --configs ..." are passed to it
+#   --alloc-cost          bench/alloc_cost.py alone (ns per allocation from Python under each stack
+#                         mode, by Python depth); GPU_ALLOC_COST_ARGS are passed to it
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-bench=0; bench_only=0; only=""; wheel=""
+bench=0; bench_only=0; alloc_cost=0; only=""; wheel=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) bench=1 ;;
     --bench-only) bench=1; bench_only=1 ;;
+    --alloc-cost) alloc_cost=1; bench_only=1 ;;
     --only) only="$2"; shift ;;
     --wheel) wheel="$2"; shift ;;
-    *) echo "usage: scripts/gpu-test.sh [--bench|--bench-only] [--only CASES] [--wheel FILE]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-test.sh [--bench|--bench-only|--alloc-cost] [--only CASES] [--wheel FILE]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -77,5 +80,9 @@ fi
 if [ "$bench" = 1 ]; then
   # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of words
   "$PY" bench/gpu_bench.py ${GPU_BENCH_ARGS:---latency} --out "${GPU_BENCH_OUT:-bench/results/}" || rc=1
+fi
+if [ "$alloc_cost" = 1 ]; then
+  # shellcheck disable=SC2086  # GPU_ALLOC_COST_ARGS is a list of words
+  "$PY" bench/alloc_cost.py ${GPU_ALLOC_COST_ARGS:-} --out "${GPU_BENCH_OUT:-bench/results/}" || rc=1
 fi
 exit $rc
