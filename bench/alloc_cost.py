@@ -77,13 +77,21 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--depths", default="1,16,48")
     ap.add_argument("--work", default="/tmp/gpuheap-alloc-cost")
+    ap.add_argument("--baseline-preload", help="another libgpuheap.so (e.g. an earlier commit's, from its wheel) "
+                    "measured beside this one: configurations baseline_default and baseline_no_stack_cache")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     drv = os.path.join(a.work, "driver.py")
     with open(drv, "w") as f:
         f.write(DRIVER)
     results, errors = {}, {}
-    for cfg, ghv in CONFIGS.items():
+    plan = [(cfg, ghv, gh.PRELOAD) for cfg, ghv in CONFIGS.items()]
+    if a.baseline_preload:
+        base = os.path.abspath(a.baseline_preload)
+        plan += [("baseline_default", {}, base), ("baseline_no_stack_cache", {"GPUHEAP_STACK_CACHE": "0"}, base)]
+    this_preload = gh.PRELOAD
+    for cfg, ghv, preload in plan:
+        gh.PRELOAD = preload  # gh.run reads it at each call
         tr = os.path.join(a.work, f"{cfg}.trace") if ghv is not None else None
         rc, out, err, dt = gh.run([gh.PY, drv, str(a.n), str(a.reps), a.depths], env=None if ghv is None else NC,
                                   trace=tr, gpuheap=ghv, timeout=500)
@@ -96,13 +104,15 @@ def main():
         j = gh.last_json(out)
         results[cfg] = {k: round(statistics.median(v), 1) for k, v in j.items()}
         print(f"{cfg:24} {json.dumps(results[cfg])} ({dt:.0f} s)", flush=True)
+    gh.PRELOAD = this_preload
     costs = derive(results, a.depths)
     v = {"commit": gh.commit(), "torch": torch_version(), "gpu": gpu_name()}
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     card = "h200" if "H200" in (v["gpu"] or "") else "h100" if "H100" in (v["gpu"] or "") else "gpu"
     doc = {"schema": "gpuheap.alloc-cost/1", "date": date, "versions": v,
            "unit": "ns per allocation+free pair from Python (median of reps)",
-           "settings": {"n": a.n, "reps": a.reps, "depths": a.depths},
+           "settings": {"n": a.n, "reps": a.reps, "depths": a.depths, "preload": this_preload,
+                        "baseline_preload": a.baseline_preload},
            "ns_per_pair": results, "derived_ns": costs, "errors": errors}
     path = a.out if a.out.endswith(".json") else os.path.join(a.out, f"alloc-cost-{date}-{v['commit']}-{card}.json")
     with open(path, "w") as f:
@@ -127,6 +137,8 @@ def derive(r, depths):
                     "python_frames": round(r["gpuheap_default"][k] - r["gpuheap_native_stacks"][k], 1)}
             if "gpuheap_no_stack_cache" in r:
                 o[k]["cache_saves"] = round(r["gpuheap_no_stack_cache"][k] - r["gpuheap_default"][k], 1)
+            if "baseline_default" in r:
+                o[k]["saved_vs_baseline"] = round(r["baseline_default"][k] - r["gpuheap_default"][k], 1)
         lo, hi = f"{op}@{ds[0]}", f"{op}@{ds[-1]}"
         if ds[-1] > ds[0]:
             o["per_python_frame"] = round((o[hi]["python_frames"] - o[lo]["python_frames"]) / (ds[-1] - ds[0]), 1)

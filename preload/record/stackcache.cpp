@@ -29,9 +29,11 @@ constexpr bool kSupported = false;
 // load (still_valid), so looking through them costs little beside the walk a hit saves.
 constexpr int kSets = 16;
 constexpr int kWays = 16;
-constexpr int kMaxFrames = 80;   // native frames kept per entry
-constexpr int kMaxChecks = 192;  // words read per walk (about two per frame)
-constexpr int kSeen = 64;        // keys missed once: a key is cached at its second miss
+constexpr int kMaxFrames = 80;                    // native frames kept per entry
+constexpr int kMaxChecks = 192;                   // words read per walk (about two per frame)
+constexpr int kSeen = 64;                         // keys missed once: a key is cached at its second miss
+constexpr std::uint64_t kNearStack = 1ull << 30;  // a key's rbp0 within this of sp0 is kept exactly
+constexpr std::uint64_t kFarRbp = 0;              // the key's rbp0 for every value farther away
 
 struct Entry {
   StackKey key;  // key.conf == 0: empty
@@ -125,6 +127,23 @@ __attribute__((no_sanitize("address"))) bool still_valid(Entry& e) {
 }
 
 #if defined(__x86_64__)
+// rbp as data. Code built without frame pointers (PyTorch's libraries are) keeps values of its
+// own in rbp across calls, often heap pointers that differ from call to call; checking their
+// saved copies made such stacks miss every time. A walk depends on rbp only in a frame whose CFA
+// rule is based on it, and such a frame reads its return address at rbp plus an offset no larger
+// than the stack is long; a fill keeps only walks whose every read lies on the stack. So a value
+// of rbp farther from the stack than the stack's own length was used by no frame of the walk,
+// and would be used by none of a walk through the same return addresses (the rules are static
+// per ip): it is not checked, and as the key's rbp0 any such value makes one key.
+struct RbpSpan {
+  std::uintptr_t lo, hi;  // the values that may matter: the stack, widened by its length
+};
+inline RbpSpan rbp_span(std::uintptr_t sp0, std::uintptr_t lo, std::uintptr_t hi) {
+  const std::uintptr_t w = hi - lo + 64;
+  return {sp0 > w ? sp0 - w : 0, hi + w};
+}
+inline bool rbp_may_matter(std::uint64_t v, const RbpSpan& s) { return v >= s.lo && v < s.hi; }
+
 // One register's save location in the cursor's frame: its address, 0 when not in memory (kept
 // in the frame's registers, or computed, as rsp is from the CFA); false for a kind not tracked.
 bool save_addr(unw_cursor_t* cur, int reg, std::uintptr_t* addr) {
@@ -136,7 +155,8 @@ bool save_addr(unw_cursor_t* cur, int reg, std::uintptr_t* addr) {
 
 // Steps from the start frame down to raw[last], recording every word read whose save location
 // is new in that frame. False when the walk cannot be cached.
-bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int last, bool ended, std::uintptr_t hi) {
+bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int last, bool ended, std::uintptr_t hi,
+                 const RbpSpan& span) {
   constexpr int kRegs[3] = {UNW_X86_64_RIP, UNW_X86_64_RSP, UNW_X86_64_RBP};
   std::uintptr_t prev[3];
   for (int r = 0; r < 3; ++r)
@@ -166,9 +186,12 @@ bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int l
         if (kRegs[r] == UNW_X86_64_RSP || j > last) continue;
         return false;  // an ip or rbp that is nowhere
       }
-      if (a < sp0 || a + 8 > hi || a - sp0 > 0xFFFFFFF0u || n == kMaxChecks) return false;
+      if (a < sp0 || a + 8 > hi || a - sp0 > 0xFFFFFFF0u) return false;
+      const std::uint64_t v = *reinterpret_cast<const std::uint64_t*>(a);
+      if (kRegs[r] == UNW_X86_64_RBP && !rbp_may_matter(v, span)) continue;  // data, not a frame pointer
+      if (n == kMaxChecks) return false;
       e->off[n] = static_cast<std::uint32_t>(a - sp0);
-      e->val[n] = *reinterpret_cast<const std::uint64_t*>(a);
+      e->val[n] = v;
       ++n;
     }
   }
@@ -219,6 +242,9 @@ Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int 
 
 StackKey stackcache_key(std::uint64_t ip0, std::uint64_t sp0, std::uint64_t rbp0, int skip, int depth,
                         bool py) noexcept {
+  // rbp0 far from sp0 is data (above rbp_span): one key for all such values. The fill checks
+  // that it is also far from the real stack (a stack longer than this window is not cached).
+  if (rbp0 - (sp0 - kNearStack) >= 2 * kNearStack) rbp0 = kFarRbp;
   StackKey k{ip0, sp0, rbp0, 0};
   if (kSupported)
     k.conf = 1u | static_cast<std::uint32_t>(py) << 1 | static_cast<std::uint32_t>(skip & 63) << 2 |
@@ -272,10 +298,13 @@ void stackcache_fill(const StackKey& key, void* const* raw, int start, int last,
       return;
     if (ip == key.ip0 && sp == key.sp0) break;
   }
-  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0 || bp != key.rbp0) return;
+  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0) return;
+  const RbpSpan span = rbp_span(static_cast<std::uintptr_t>(key.sp0), lo, hi);
+  // A key made from a far rbp0 (stackcache_key) serves every far value: this one must be too.
+  if (key.rbp0 == kFarRbp ? rbp_may_matter(bp, span) : bp != key.rbp0) return;
   e.key = key;
   e.key.conf = 0;
-  if (!record_walk(&cur, &e, raw, start, last, ended, hi)) return;
+  if (!record_walk(&cur, &e, raw, start, last, ended, hi, span)) return;
   memcpy(e.ips, ips, 8u * static_cast<std::size_t>(nat));
   e.nat = static_cast<std::uint16_t>(nat);
   e.bad = 0;

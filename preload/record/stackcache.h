@@ -10,6 +10,9 @@
 // all, so a stack that differs anywhere it was read (another caller deeper, another depth, the
 // same frames at other places) misses and is walked in full. The save locations come from
 // libunwind's own walk (unw_get_save_loc), checked against unw_backtrace's ips.
+// rbp values far from the stack are data (code without frame pointers keeps its own in rbp):
+// they cannot be the base of any frame's CFA, so they are neither checked nor keyed exactly
+// (stackcache.cpp, rbp_span).
 // Not covered: a CFA rule that is a DWARF expression reading memory that is no saved register
 // (stack realignment in some main()s, hand-written assembly). An entry is only made for a walk
 // whose every read word lies on the thread's own stack, between the start and its top.

@@ -36,8 +36,8 @@ if(TARGET gpuheap_recorder_core)
   endforeach()
   gtest_discover_tests(test_recorder)
   gtest_discover_tests(test_recorder_files)
-  # Frame pointers in the test's own frames: the cache checks every saved rbp on the stack, so
-  # a caller that keeps a loop counter in rbp (-fomit-frame-pointer) is never served from it.
+  # Frame pointers in the test's own frames: the cache checks every saved rbp near the stack, so
+  # a caller that keeps a stack address of its own in rbp (-fomit-frame-pointer) is not served.
   target_compile_options(test_stackcache PRIVATE -fno-omit-frame-pointer)
   gtest_discover_tests(test_stackcache)
   # TSan does not support threads started after a multi-threaded fork (die_after_fork).

@@ -208,3 +208,84 @@ TEST(StackCache, StacksAtOneStartAllStay) {
   if (kCountsHits) EXPECT_GE(d::stackcache_hits() - hits, std::uint64_t{kChains} * (kRounds - 5));
   d::recorder_stop(f::EndReason::stopped);
 }
+
+#if defined(__x86_64__)
+// uint32_t gh_test_call_with_rbp(uint32_t (*fn)(), uint64_t value): calls fn with rbp set to
+// value, as code built without frame pointers does when it keeps data of its own in rbp across
+// a call. rbp is saved and restored with its CFI; the CFA stays rsp-based.
+asm(R"(
+    .text
+    .globl gh_test_call_with_rbp
+    .type gh_test_call_with_rbp, @function
+gh_test_call_with_rbp:
+    .cfi_startproc
+    push %rbp
+    .cfi_def_cfa_offset 16
+    .cfi_offset %rbp, -16
+    mov %rsi, %rbp
+    call *%rdi
+    pop %rbp
+    .cfi_restore %rbp
+    .cfi_def_cfa_offset 8
+    ret
+    .cfi_endproc
+    .size gh_test_call_with_rbp, .-gh_test_call_with_rbp
+)");
+extern "C" std::uint32_t gh_test_call_with_rbp(std::uint32_t (*fn)(), std::uint64_t value);
+
+namespace {
+// The capture reached with the caller's data still in rbp: no frame pointer of its own, so the
+// key's rbp0 is the data (unless the library's frames below save rbp, then a slot holds it).
+__attribute__((noinline, optimize("omit-frame-pointer"))) std::uint32_t site_keeping_rbp() {
+  std::uint32_t id = d::capture_stack(0);
+  asm volatile("" ::: "memory");
+  return id;
+}
+// Calls fn through the caller that keeps `value` in rbp, from one call site, once walked (cache
+// off) and three times with the cache on; the ids must all be the walked one. Returns it.
+std::uint32_t walked_then_cached(std::uint32_t (*fn)(), std::uint64_t value, int* bad) {
+  std::uint32_t ids[4];
+  volatile int n = 4;
+  for (int i = 0; i < n; ++i) {
+    d::stackcache_enable(i > 0);
+    ids[i] = gh_test_call_with_rbp(fn, value);
+  }
+  d::stackcache_enable(true);
+  for (std::uint32_t id : ids) *bad += id == 0 || id != ids[0];
+  return ids[0];
+}
+}  // namespace
+
+// PyTorch's libraries are built without frame pointers and keep heap pointers in rbp across
+// calls: a saved copy of one (or the key's rbp0) differs on every call while the frames repeat.
+// Such values are far from the stack and cannot be a frame's CFA base: the cache serves the
+// stack anyway. Values near the stack still decide (they might be a frame pointer).
+TEST(StackCache, DataInRbpDoesNotStopHits) {
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  std::uint32_t (*const fns[2])() = {site, site_keeping_rbp};
+  constexpr int kFar = 40, kNear = 8;
+  volatile char local[kNear * 32];
+  std::uint64_t values[kFar + kNear];
+  for (int i = 0; i < kFar; ++i)  // a different "heap pointer" on every call
+    values[i] = 0x100000000ull * static_cast<std::uint64_t>(i + 1) + 0x5a0;
+  // Near the stack: possibly a frame pointer, so every value is its own key or check; the
+  // stacks must still be the walked ones.
+  for (int i = 0; i < kNear; ++i) values[kFar + i] = reinterpret_cast<std::uint64_t>(&local[i * 32]);
+  for (auto* fn : fns) {
+    int bad = 0;
+    std::set<std::uint32_t> ids;
+    const std::uint64_t hits = d::stackcache_hits();
+    std::uint64_t far_hits = 0;
+    for (int i = 0; i < kFar + kNear; ++i) {  // one call site: one stack
+      ids.insert(walked_then_cached(fn, values[i], &bad));
+      if (i == kFar - 1) far_hits = d::stackcache_hits() - hits;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(ids.size(), 1u);
+    if (kCountsHits) EXPECT_GE(far_hits, std::uint64_t{3} * (kFar - 2));
+  }
+  d::recorder_stop(f::EndReason::stopped);
+}
+#endif
