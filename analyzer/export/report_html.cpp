@@ -303,8 +303,8 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   // categories (with their timelines) once for the timelines, flame graphs and summaries.
   SiteLists sites(a, opt.all_frames);
   bool any_categories = false;
-  // Several traces: every timeline by category from one more read of them all, in the merge's
-  // order (the merged ones need it; each process's come with it).
+  // Several traces: every timeline by category from one read of them all in the merge's order
+  // (the merged ones need it; each process's come with it, instead of a read each).
   static const std::vector<MergedCategoryTimeline> kNone;
   const auto& merged_cats = a.traces.size() > 1 ? sites.merged_categories() : kNone;
   for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
