@@ -236,17 +236,25 @@ std::string process_label(const Analysis& a, const TraceInfo& in, const DeviceSt
 }
 
 // Several processes: the simultaneous totals of each GPU (aligned by wall clock), each with
-// its peak marked, and the time axis every chart shares.
-void merged_timelines(const Analysis& a, json& tls, json& data) {
+// its peak marked and its requested bytes by category (`cats`, index-aligned with a.merged;
+// what a process that decided nothing holds is unknown, and said so), and the time axis
+// every chart shares.
+void merged_timelines(const Analysis& a, const std::vector<MergedCategoryTimeline>& cats, json& tls, json& data) {
   std::uint64_t end = 0;
   for (const auto& mp : a.traces)
     end = std::max(end, since_origin(a, mp->info, mp->info.has_end ? mp->info.end_ts : mp->info.last_ts));
   data["time_axis"] = {{"min", 0.0}, {"max", secs(end)}};
-  for (const auto& md : a.merged) {
+  for (std::size_t gi = 0; gi < a.merged.size(); ++gi) {
+    const auto& md = a.merged[gi];
     if (md.device < 0) continue;
     const std::string who = md.traces.size() == 1 ? std::string("its one process")
                                                   : fmt::format("all {} processes on it together", md.traces.size());
     json t = timeline_json(merged_device_name(a, md) + ": " + who, md.timeline, 0, false);
+    if (gi < cats.size() && !cats[gi].at.empty()) {
+      json c = category_series_json(cats[gi].at, cats[gi].saw_training);
+      if (!c.is_null() && cats[gi].undecided) c["undecided"] = cats[gi].undecided;
+      if (!c.is_null()) t["categories"] = std::move(c);
+    }
     if (md.allocated.peak > 0) {
       const std::uint64_t at = md.peak_allocated_wall_ns - std::min(md.peak_allocated_wall_ns, a.merged_start_wall_ns);
       t["markers"].push_back(
@@ -295,6 +303,10 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
   // categories (with their timelines) once for the timelines, flame graphs and summaries.
   SiteLists sites(a, opt.all_frames);
   bool any_categories = false;
+  // Several traces: every timeline by category from one read of them all in the merge's order
+  // (the merged ones need it; each process's come with it, instead of a read each).
+  static const std::vector<MergedCategoryTimeline> kNone;
+  const auto& merged_cats = a.traces.size() > 1 ? sites.merged_categories() : kNone;
   for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
     const auto& mp = a.traces[ti];
     const auto& in = mp->info;
@@ -331,7 +343,7 @@ int report_command(const std::vector<std::string>& traces, const ReportOptions& 
       tls.push_back(std::move(t));
     }
   }
-  if (a.traces.size() > 1) merged_timelines(a, tls, data);
+  if (a.traces.size() > 1) merged_timelines(a, merged_cats, tls, data);
   data["traces"] = std::move(tr);
   data["timelines"] = std::move(tls);
   auto& res = sites.resolvers();

@@ -8,39 +8,12 @@
 #include <spdlog/spdlog.h>
 
 #include "analyzer/base/progress.h"
+#include "analyzer/model/merge_order.h"
 #include "analyzer/trace/reader.h"
 
 namespace gpuheap {
 
 namespace {
-
-// Records that carry no timestamp are processed as soon as they come up (ts of the last
-// event of that trace), so stacks/modules always precede their first use.
-std::uint64_t record_ts(const format::Record& r, std::uint64_t last) {
-  using format::RecordType;
-  switch (r.type) {
-    case RecordType::alloc: return r.alloc.ts;
-    case RecordType::free: return r.free.ts;
-    case RecordType::free_completed: return r.free_completed.ts;
-    case RecordType::segment_alloc:
-    case RecordType::segment_free: return r.segment.ts;
-    case RecordType::oom: return r.oom.ts;
-    case RecordType::retry: return r.retry.ts;
-    case RecordType::empty_cache: return r.empty_cache.ts;
-    case RecordType::module_unload: return r.module_unload.ts;
-    case RecordType::end: return r.end.ts;
-    case RecordType::process: return r.process.mono_ns;
-    default: return last;
-  }
-}
-// The device of a record the merge orders by allocation state (OOM, retry and empty_cache
-// records go through Model::feed like the records about no device).
-int record_device(const format::Record& r) {
-  using format::RecordType;
-  bool pool_event = r.type == RecordType::alloc || r.type == RecordType::free || r.type == RecordType::free_completed ||
-                    r.type == RecordType::segment_alloc || r.type == RecordType::segment_free;
-  return pool_event ? event_device(r) : INT32_MIN;
-}
 
 void warn_trace(const TraceReader& rd, const Model& m) {
   if (rd.shrank())
@@ -133,11 +106,12 @@ void feed_merged_event(Analysis& out, Model& m, const format::Record& rec, int d
 // The process exited: the driver frees everything it still held (its cache, its leaks), so it
 // leaves the simultaneous totals. Without an end record (killed, or still running) nothing is
 // known, and its memory stays counted.
-void release_at_end(Analysis& out, const Model& m, std::uint64_t bw) {
+void release_at_end(Analysis& out, const Model& m, std::uint64_t bw, std::size_t trace) {
   for (auto& md : out.merged) {
     if (md.host != m.info.hostname) continue;
     auto left = m.totals(md.device);
     if (!left.requested && !left.allocated && !left.reserved) continue;
+    md.released_at_end.push_back(trace);
     md.requested.add(-left.requested);
     md.allocated.add(-left.allocated);
     md.reserved.add(-left.reserved);
@@ -146,52 +120,26 @@ void release_at_end(Analysis& out, const Model& m, std::uint64_t bw) {
   }
 }
 
-// Several traces: k-way merge by aligned (wall-clock) time. Each stream holds one decoded
-// record ahead.
+// Several traces: k-way merge by aligned (wall-clock) time (merge_order.h).
 void replay_merged(std::vector<std::unique_ptr<TraceReader>>& readers, Analysis& out, const AnalyzeOptions& opt,
                    Progress& progress) {
-  struct Stream {
-    format::Record rec;
-    bool have = false;
-    std::uint64_t last_ts = 0;
-  };
-  std::vector<Stream> st(readers.size());
-  auto pull = [&](std::size_t i) {
-    st[i].have = readers[i]->next(st[i].rec);
-    if (st[i].have) st[i].last_ts = record_ts(st[i].rec, st[i].last_ts);
-  };
-  // The process record comes first; read it so the clock alignment is known.
-  for (std::size_t i = 0; i < st.size(); ++i) {
-    pull(i);
-    while (st[i].have && st[i].rec.type != format::RecordType::alloc && st[i].rec.type != format::RecordType::free &&
-           st[i].rec.type != format::RecordType::segment_alloc &&
-           st[i].rec.type != format::RecordType::free_completed && st[i].rec.type != format::RecordType::oom) {
-      out.traces[i]->feed(st[i].rec);
-      pull(i);
-    }
-  }
-  auto wall = [&](std::size_t i) { return out.traces[i]->info.to_wall(st[i].last_ts); };
+  MergeOrder order(readers);
+  // The process record comes first; fed here so the clock alignment is known.
+  order.start([&](std::size_t i, const format::Record& r) { out.traces[i]->feed(r); });
   out.merged_start_wall_ns = UINT64_MAX;
   for (auto& t : out.traces) out.merged_start_wall_ns = std::min(out.merged_start_wall_ns, t->info.wall_ns);
-  std::uint64_t n = 0;
-  for (;;) {
-    std::size_t best = SIZE_MAX;
-    std::uint64_t bw = 0;
-    for (std::size_t i = 0; i < st.size(); ++i) {
-      if (!st[i].have) continue;
-      auto w = wall(i);
-      if (best == SIZE_MAX || w < bw) best = i, bw = w;
-    }
-    if (best == SIZE_MAX) break;
+  std::uint64_t n = 0, bw = 0;
+  std::size_t best = 0;
+  const format::Record* rec = nullptr;
+  while (order.next(best, rec, bw)) {
     auto& m = *out.traces[best];
-    int device = record_device(st[best].rec);
+    int device = merged_event_device(*rec);
     if (device != INT32_MIN) {
-      feed_merged_event(out, m, st[best].rec, device, bw, opt);
+      feed_merged_event(out, m, *rec, device, bw, opt);
     } else {
-      m.feed(st[best].rec);
-      if (st[best].rec.type == format::RecordType::end) release_at_end(out, m, bw);
+      m.feed(*rec);
+      if (rec->type == format::RecordType::end) release_at_end(out, m, bw, best);
     }
-    pull(best);
     if ((++n & (Progress::kCheckEvery - 1)) == 0 && progress.active()) {
       std::uint64_t done = 0;
       for (auto& r : readers) done += r->file_pos();

@@ -20,6 +20,10 @@ struct MergedDevice {
   std::int64_t sum_of_peaks_allocated = 0, sum_of_peaks_reserved = 0;
   std::uint64_t peak_allocated_wall_ns = 0;
   Timeline timeline;  // t relative to the earliest process start (wall clock)
+  // The traces whose end record took memory off this GPU (their leftovers: the driver frees
+  // them at exit), in that order: a sample of `timeline` each, which a pass that replays the
+  // merge again (merge_order.h) takes at the same moments.
+  std::vector<std::size_t> released_at_end;
 };
 
 struct Analysis {

@@ -262,10 +262,10 @@ struct Pass {
 
 }  // namespace
 
-CategoryReport categorize(const Model& m, const TraitsFn& traits, bool timelines) {
+CategoryReport categorize(const Model& m, const TraitsFn& traits, CategoryTimelines timelines) {
   Pass p(m, traits);
   std::vector<Category> finals;
-  if (timelines) p.finals = &finals;
+  if (timelines != CategoryTimelines::none) p.finals = &finals;
   TraceReader reader(m.info.path);
   format::Record r;
   while (reader.next(r)) {
@@ -281,7 +281,8 @@ CategoryReport categorize(const Model& m, const TraitsFn& traits, bool timelines
     }
   }
   p.finish();
-  if (timelines && p.rep.decided_anything()) category_timelines(m, finals, p.rep);
+  if (timelines == CategoryTimelines::read && p.rep.decided_anything()) category_timelines(m, finals, p.rep);
+  if (timelines == CategoryTimelines::finals && p.rep.decided_anything()) p.rep.finals = std::move(finals);
   return std::move(p.rep);
 }
 

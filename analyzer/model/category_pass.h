@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analyzer/model/analysis.h"
 #include "analyzer/model/categories.h"
 #include "analyzer/model/model.h"
 
@@ -81,6 +82,10 @@ struct CategoryReport {
   // categorize() was asked for them (a third read of the trace: category_timeline.cpp).
   using Live = std::array<std::uint64_t, kNumCategories>;
   std::vector<std::vector<Live>> timelines;
+  // Every allocation's final category, by alloc record number from 0: kept where
+  // categorize() was asked for CategoryTimelines::finals and decided_anything() (the input of
+  // the merged timelines, category_timelines(Analysis...)).
+  std::vector<Category> finals;
   // The category of most of a site's requested bytes (unknown for a stack never seen).
   Category site_category(std::uint32_t stack) const;
   // Whether anything was decided: a phase found from frames, or a stack rule that named an
@@ -90,11 +95,31 @@ struct CategoryReport {
 
 // Frames of one stack id -> its traits (kept by the caller for as long as the call runs).
 using TraitsFn = std::function<const StackTraits&(std::uint32_t stack)>;
-// Reads m.info.path again (and once more for `timelines`, when decided_anything()). Throws as TraceReader does on an
-// unreadable trace.
-CategoryReport categorize(const Model& m, const TraitsFn& traits, bool timelines = false);
+// What categorize() makes beyond the moments, where decided_anything(): CategoryReport::
+// timelines (`read`: once more through the trace), or CategoryReport::finals, from which
+// category_timelines(Analysis...) makes the timelines of several traces in one read.
+enum class CategoryTimelines : std::uint8_t { none, read, finals };
+// Reads m.info.path again (and once more for CategoryTimelines::read). Throws as TraceReader
+// does on an unreadable trace.
+CategoryReport categorize(const Model& m, const TraitsFn& traits,
+                          CategoryTimelines timelines = CategoryTimelines::none);
 // rep.timelines from the final category of every allocation (`finals`, by alloc record
 // number from 0): category_timeline.cpp.
 void category_timelines(const Model& m, const std::vector<Category>& finals, CategoryReport& rep);
+
+// A GPU's live requested bytes by category across the processes on it (Analysis::merged):
+// one entry per point of its timeline, at the moment of the bucket's requested maximum as the
+// merge reached it, each process's allocations in their final categories and those of a
+// process that decided nothing as `unknown`: the entries of a point sum to its `requested`.
+struct MergedCategoryTimeline {
+  std::vector<CategoryReport::Live> at;  // empty: none (no process on it decided anything)
+  std::size_t undecided = 0;             // processes on it that decided nothing (their bytes: unknown)
+  bool saw_training = false;             // a process on it found phases from frames
+};
+// Several traces: every trace's rep.timelines (reps[i], from categorize(CategoryTimelines::
+// finals); those with timelines already or without decided_anything() are left as they are)
+// and the merged GPUs' (index-aligned with a.merged), in one read of the traces in the
+// order of the merge (merge_order.h). Throws as TraceReader does on an unreadable trace.
+std::vector<MergedCategoryTimeline> category_timelines(const Analysis& a, const std::vector<CategoryReport*>& reps);
 
 }  // namespace gpuheap

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -125,6 +126,10 @@ class SiteLists {
   // `trace`, computed on first use (a second read of the trace, every stack symbolized);
   // with `timelines`, CategoryReport::timelines too (computed again if they were not).
   const CategoryReport& categories(std::size_t trace, bool timelines = false);
+  // Several traces: every trace's categories with their timelines (categories(trace, true))
+  // and the merged GPUs' (index-aligned with Analysis::merged), the timelines of all from
+  // one read of the traces (category_timelines(Analysis...)); computed on first use.
+  const std::vector<MergedCategoryTimeline>& merged_categories();
   // The category rules' view of one stack (its frames as this resolver symbolizes them).
   const StackTraits& traits(std::size_t trace, std::uint32_t stack);
   // The category of most of a site's bytes: what a per-site view (group-by, top) shows.
@@ -139,6 +144,7 @@ class SiteLists {
   bool all_frames_;
   std::vector<std::unique_ptr<StackResolver>> res_;
   std::vector<std::unique_ptr<Lists>> lists_;
+  std::optional<std::vector<MergedCategoryTimeline>> merged_categories_;
 };
 
 std::string summary_text(const Analysis& a, const SummaryOptions& opt);

@@ -135,6 +135,7 @@ struct SiteLists::Lists {
   std::unordered_map<std::uint32_t, StackTraits> traits;
   std::optional<CategoryReport> categories;
   bool category_timelines = false;  // categories has its timelines
+  bool category_finals = false;     // categories has its finals (where decided_anything())
 };
 
 SiteLists::SiteLists(const Analysis& a, bool all_frames) : a_(a), all_frames_(all_frames) {
@@ -220,10 +221,32 @@ const CategoryReport& SiteLists::categories(std::size_t trace, bool timelines) {
   if (!l.categories || (timelines && !l.category_timelines)) {
     l.categories = categorize(
         *a_.traces.at(trace), [&](std::uint32_t stack) -> const StackTraits& { return traits(trace, stack); },
-        timelines);
-    l.category_timelines = timelines;
+        timelines ? CategoryTimelines::read : CategoryTimelines::none);
+    l.category_timelines = timelines, l.category_finals = false;
   }
   return *l.categories;
+}
+
+const std::vector<MergedCategoryTimeline>& SiteLists::merged_categories() {
+  if (merged_categories_) return *merged_categories_;
+  std::vector<CategoryReport*> reps;
+  for (std::size_t ti = 0; ti < a_.traces.size(); ++ti) {
+    auto& l = lists(ti);
+    if (!l.categories || !l.category_finals) {
+      l.categories = categorize(
+          *a_.traces[ti], [&](std::uint32_t stack) -> const StackTraits& { return traits(ti, stack); },
+          CategoryTimelines::finals);
+      l.category_timelines = false, l.category_finals = true;
+    }
+    reps.push_back(&*l.categories);
+  }
+  merged_categories_ = category_timelines(a_, reps);
+  for (std::size_t ti = 0; ti < a_.traces.size(); ++ti) {
+    auto& l = lists(ti);
+    l.category_timelines = true, l.category_finals = false;
+    l.categories->finals = {};  // one byte per allocation, needed no more
+  }
+  return *merged_categories_;
 }
 
 std::vector<SiteRow> SiteLists::shown_leaks(std::size_t trace, bool include_library) {

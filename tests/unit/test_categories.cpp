@@ -4,6 +4,8 @@
 // without library memory, JSON).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -268,8 +270,9 @@ namespace {
 // A trace of one training step, with the frames the rules read stored in it: Python code
 // objects and symbolized native frames (as `gpuheap symbolize` writes them). `activation`:
 // the bytes the forward saves for backward (at most 16 MiB).
-TraceBuilder training_trace(std::uint64_t activation = 8 * MiB) {
-  TraceBuilder b;
+TraceBuilder training_trace(std::uint64_t activation = 8 * MiB, std::uint64_t wall_ns = 1'700'000'000'000'000'000ull,
+                            std::uint32_t pid = 100) {
+  TraceBuilder b(wall_ns, pid);
   b.put(format::ThreadRecord{1, "python3"});
   b.put(format::ThreadRecord{2, "pt_autograd_0"});
   const char* names[] = {"",
@@ -461,6 +464,83 @@ TEST_P(CategoryTimeline, SumsToRequestedInFinalCategories) {
   SiteLists ps(plain, false);
   EXPECT_FALSE(ps.categories(0, true).decided_anything());
   EXPECT_TRUE(ps.categories(0, true).timelines.empty());
+}
+
+// The merged timeline of a GPU shared by processes (Analysis::merged) by category: two
+// training processes, the second 500 ns behind the first (their events interleave), and a
+// process that decided nothing (its 3 MiB: unknown) alive across both. At every point the
+// categories add up to the merged requested line; at its peak (both processes at theirs) they
+// are the processes' own peaks by category plus the unknown 3 MiB; each process's own timeline
+// is the one a report of that trace alone draws.
+TEST_P(CategoryTimeline, MergedProcessesSumToTheMergedLine) {
+  const std::uint64_t wall = 1'700'000'000'000'000'000ull;
+  TraceBuilder plain(wall - 10'000, 102);
+  plain.stack(1, {0x401000});
+  plain.segment(0x7e0000000000ull, 8 * MiB, false);
+  plain.alloc(0x7e0000000000ull, 3 * MiB, 3 * MiB, 1);
+  plain.tick(100'000);
+  plain.end();
+  const std::vector<TraceBuilder> procs = {training_trace(8 * MiB, wall, 100),
+                                           training_trace(12 * MiB, wall + 500, 101), plain};
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; i < procs.size(); ++i) paths.push_back(procs[i].write(fmt::format("merged-cat-{}.gh", i)));
+  AnalyzeOptions o;
+  o.timeline_buckets = GetParam(), o.progress = false, o.warn_truncated = false;
+  const auto a = analyze(paths, o);
+  ASSERT_EQ(a.merged.size(), 1u);
+  SiteLists sites(a, false);
+  const auto& merged = sites.merged_categories();
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_EQ(merged[0].undecided, 1u);
+  EXPECT_TRUE(merged[0].saw_training);
+  const auto pts = a.merged[0].timeline.points();
+  const auto& tl = merged[0].at;
+  ASSERT_EQ(tl.size(), pts.size());
+  std::size_t peak = 0;
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    std::uint64_t sum = 0;
+    for (auto v : tl[i]) sum += v;
+    EXPECT_EQ(sum, static_cast<std::uint64_t>(pts[i].requested)) << "point " << i;
+    if (pts[i].requested > pts[peak].requested) peak = i;
+  }
+  ASSERT_EQ(pts[peak].requested, static_cast<std::int64_t>(19 * MiB + 4 + 23 * MiB + 4 + 3 * MiB));
+  const auto& r0 = sites.categories(0, true);
+  const auto& r1 = sites.categories(1, true);
+  for (std::size_t c = 0; c < kNumCategories; ++c) {
+    const std::uint64_t unknown = c == static_cast<std::size_t>(Category::unknown) ? 3 * MiB : 0;
+    EXPECT_EQ(tl[peak][c], r0.peaks[0].totals.bytes[c] + r1.peaks[0].totals.bytes[c] + unknown)
+        << category_name(static_cast<Category>(c));
+  }
+  EXPECT_EQ(tl[peak][static_cast<std::size_t>(Category::activation)], 20 * MiB);
+  // Each process's own timeline, from the same read: as that trace's alone.
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto one = analyze_one(procs[i], fmt::format("merged-cat-alone-{}.gh", i), GetParam());
+    SiteLists alone(one, false);
+    EXPECT_EQ(sites.categories(i, true).timelines, alone.categories(0, true).timelines) << "trace " << i;
+  }
+  EXPECT_TRUE(sites.categories(2, true).timelines.empty());  // decided nothing: none of its own
+
+  // No process decided anything: nothing to draw.
+  const auto none = analyze({paths[2], plain.write("merged-cat-plain-2.gh")}, o);
+  SiteLists ns(none, false);
+  ASSERT_EQ(ns.merged_categories().size(), 1u);
+  EXPECT_TRUE(ns.merged_categories()[0].at.empty());
+  EXPECT_EQ(ns.merged_categories()[0].undecided, 2u);
+}
+
+// A trace that changed after analyze() read it (replaced by another job's): the categories
+// no longer add up to the merged line, so none are drawn rather than wrong ones.
+TEST(CategoryTimeline, MergedTraceChangedSinceReadShowsNone) {
+  const std::uint64_t wall = 1'700'000'000'000'000'000ull;
+  const std::string a_path = training_trace(8 * MiB, wall, 100).write("merged-changed-0.gh");
+  const std::string b_path = training_trace(8 * MiB, wall + 500, 101).write("merged-changed-1.gh");
+  AnalyzeOptions o;
+  o.progress = false, o.warn_truncated = false;
+  const auto a = analyze({a_path, b_path}, o);
+  training_trace(12 * MiB, wall + 500, 101).write("merged-changed-1.gh");
+  SiteLists sites(a, false);
+  ASSERT_EQ(sites.merged_categories().size(), 1u);
+  EXPECT_TRUE(sites.merged_categories()[0].at.empty());
 }
 
 // Gradients: freed by the zero_grad after the step that used them, over accumulating

@@ -271,6 +271,90 @@ TEST(ReportHtml, TimelineAndFlameGraphByCategory) {
   EXPECT_EQ(st[1], "ok");
 }
 
+// Several processes: the merged timeline of their GPU is stacked by category as each
+// process's is. Two copies of the GPT job's trace (the same clocks: together they hold twice
+// its bytes at each moment) and a process that decided nothing holding 64 MiB throughout: at
+// every point the merged chart's areas add up to its requested line, and at its peak they are
+// twice the trace's own categories at its peak, and 64 MiB more unknown.
+TEST(ReportHtml, MergedTimelineByCategory) {
+  const std::string src = GPUHEAP_SOURCE_DIR "/tests/gpu/traces/h100-gpt-train-v3.trace.zst";
+  const std::string dir = out_dir();
+  ASSERT_EQ(run("cp " + src + " " + dir + "/rank-a.trace.zst && cp " + src + " " + dir + "/rank-b.trace.zst").code, 0);
+  auto s = run(std::string("{ ") + GPUHEAP_CLI + " summary -q --json " + src + " 2>/dev/null; }");
+  ASSERT_EQ(s.code, 0) << s.out.substr(0, 2000);
+  const auto doc = nlohmann::json::parse(s.out);
+  const auto at_peak = doc["categories"]["at_peak"][0]["totals"];
+  // On the GPT job's host and GPU, from its start to after its end.
+  const std::uint64_t wall = doc["trace"]["start_wall_ns"].get<std::uint64_t>();
+  TraceBuilder b(wall, 7);
+  b.data.resize(format::kFileHeaderSize);
+  format::ProcessRecord p;
+  p.pid = 7, p.ppid = 1, p.wall_ns = wall, p.mono_ns = TraceBuilder::kMono;
+  p.hostname = doc["trace"]["host"].get<std::string>(), p.cmdline = "hold", p.version = "0.1.0", p.exe = "/bin/hold";
+  b.put(p);
+  b.put(format::DeviceRecord{0, 80ull << 30, "Test GPU"});
+  b.stack(1, {0x401000});
+  b.segment(0x7e0000000000ull, 64 * MiB, false);
+  b.alloc(0x7e0000000000ull, 64 * MiB, 64 * MiB, 1);
+  b.tick(8'000'000'000);
+  b.end();
+  const std::string plain = b.write("merged-hold.gh");
+  const std::string html = dir + "/report-merged-categories.html";
+  auto r = run(std::string(GPUHEAP_CLI) + " report -q --force -o " + html + " " + dir + "/rank-a.trace.zst " + dir +
+               "/rank-b.trace.zst " + plain);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto data = page_data(slurp(html));
+  const auto& tls = data["timelines"];
+  ASSERT_EQ(tls.size(), 4u);  // each process's device 0, then the GPU they share
+  const auto& tl = tls[3];
+  ASSERT_NE(tl["label"].get<std::string>().find("all 3 processes on it together"), std::string::npos) << tl["label"];
+  ASSERT_TRUE(tl.contains("categories")) << tl.dump().substr(0, 2000);
+  EXPECT_EQ(tl["categories"]["undecided"], 1);
+  EXPECT_FALSE(tls[2].contains("categories"));  // the process that decided nothing has none of its own
+  const auto& names = tl["categories"]["names"];
+  const auto& series = tl["categories"]["bytes"];
+  ASSERT_EQ(names.size(), series.size());
+  const auto& req = tl["requested"];
+  std::size_t peak = 0;
+  for (std::size_t i = 0; i < req.size(); ++i) {
+    std::uint64_t sum = 0;
+    for (const auto& v : series) sum += v[i].get<std::uint64_t>();
+    ASSERT_EQ(sum, req[i].get<std::uint64_t>()) << "point " << i;
+    if (req[i].get<std::uint64_t>() > req[peak].get<std::uint64_t>()) peak = i;
+  }
+  std::uint64_t total = 0;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const std::string name = names[k];
+    const std::uint64_t want = (at_peak.contains(name) ? 2 * at_peak[name]["bytes"].get<std::uint64_t>() : 0) +
+                               (name == "unknown" ? 64 * MiB : 0);
+    EXPECT_EQ(series[k][peak].get<std::uint64_t>(), want) << name;
+    total += want;
+  }
+  EXPECT_EQ(total, req[peak].get<std::uint64_t>());
+  EXPECT_GE(names.size(), 5u) << names.dump();
+  // Each process's chart is the one a report of its trace alone draws (the merged read makes
+  // them too).
+  const std::string alone = dir + "/report-merged-categories-alone.html";
+  ASSERT_EQ(run(std::string(GPUHEAP_CLI) + " report -q --force -o " + alone + " " + src).code, 0);
+  const auto one = page_data(slurp(alone))["timelines"][0]["categories"];
+  for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(tls[k]["categories"], one) << k;
+  std::size_t areas = 0;
+  for (const auto& t : tls)
+    if (t.contains("categories")) areas += t["categories"]["names"].size();
+  auto dom = browse(html, "--dump-dom");
+  ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
+  expect_rendered(dom.out);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom.out, m, std::regex("(\\d+) category areas"))) << dom.out.substr(0, 3000);
+  EXPECT_EQ(std::stoul(m[1]), areas);
+  EXPECT_NE(dom.out.find("1 process on this GPU decided no category: what it holds is unknown."), std::string::npos);
+  auto self = browse(html + "#selftest", "--dump-dom");
+  ASSERT_EQ(self.code, 0) << self.out.substr(0, 2000);
+  std::smatch st;
+  ASSERT_TRUE(std::regex_search(self.out, st, std::regex("data-selftest=\"([^\"]*)\""))) << self.out.substr(0, 2000);
+  EXPECT_EQ(st[1], "ok");
+}
+
 // The site column names a C++ site as summary's default view does (template arguments
 // elided), the whole name in the cell's tooltip: the H100 trace has its frames' names.
 TEST(ReportHtml, SiteColumnElidesTemplateArguments) {
@@ -385,6 +469,7 @@ TEST(ReportHtml, RanksOnTwoHostsRender) {
   ASSERT_EQ(r.code, 0) << r.out;
   auto data = page_data(slurp(html));
   EXPECT_NEAR(data["time_axis"]["max"].get<double>(), 0.3, 0.001);
+  for (const auto& t : data["timelines"]) EXPECT_FALSE(t.contains("categories")) << t["label"];  // none decided
   auto dom = browse(html, "--dump-dom");
   ASSERT_EQ(dom.code, 0) << dom.out.substr(0, 2000);
   expect_rendered(dom.out);

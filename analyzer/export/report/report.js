@@ -163,7 +163,9 @@
     if (tl.categories) {
       box.appendChild(el('div', 'hint categories', 'Areas: the requested bytes by category at each point (' +
         tl.categories.names.join(', ') + '), every allocation in its final category (docs/categories.md); ' +
-        'they add up to the requested line.'));
+        'they add up to the requested line.' + (tl.categories.undecided ? ' ' + tl.categories.undecided +
+        (tl.categories.undecided === 1 ? ' process on this GPU decided no category: what it holds is unknown.'
+          : ' processes on this GPU decided no category: what they hold is unknown.') : '')));
     }
     return u;
   }

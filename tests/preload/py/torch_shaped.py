@@ -10,9 +10,12 @@ torch is imported: the frames have PyTorch's names, the memory its shapes.
                                   its forward runs out of memory at the 4th activation (12 MiB
                                   of parameters and state + 3 x 8 MiB live). Prints "OOM step 4",
                                   frees what the forward held (as unwinding does), exits 0.
-  torch_shaped.py train N DELAY   N steps of the same shapes, "step K" printed as each one ends,
+  torch_shaped.py train N DELAY [GO]
+                                  N steps of the same shapes, "step K" printed as each one ends,
                                   DELAY seconds between steps; the parameters and optimizer state
                                   stay live at the end (as a job that exits without freeing).
+                                  With GO: then prints "held" and waits until the file GO exists
+                                  (at most 30 s; exit 11 if it never does).
 """
 import ctypes
 import os
@@ -140,5 +143,13 @@ if __name__ == "__main__":
         train(6, 0, big_step=4)
     elif sys.argv[1:2] == ["train"]:
         train(int(sys.argv[2]), float(sys.argv[3]))
+        if len(sys.argv) > 4:
+            print("held", flush=True)
+            for _ in range(30000):
+                if os.path.exists(sys.argv[4]):
+                    break
+                time.sleep(0.001)
+            else:
+                sys.exit(11)
     else:
         sys.exit(__doc__)
