@@ -270,18 +270,21 @@ std::uint32_t code_id(std::uintptr_t code, const CodeFields& fields) {
 // frame still holding the address it held before: a frame that returned, a code object freed
 // and another allocated at its address, and a new frame at the old frame's address (exec of new
 // source in a loop) look the same from the frame chain.
-// Direct-mapped by code address, 12 KiB a thread, mapped at its first Python stack (never
-// through malloc: we may be inside its hook) and unmapped when it exits.
+// Two ways a set, 256 sets by a hash of the code address (a training step's stacks name a few
+// hundred code objects; pymalloc places them at regular strides, which a plain multiplicative
+// hash of the address folded onto few sets), the newest in way 0. 24 KiB a thread, mapped at
+// its first Python stack (never through malloc: we may be inside its hook) and unmapped when
+// it exits.
 struct MemoEntry {
   std::uintptr_t code;  // 0: empty
   std::uintptr_t filename, name, linetable;
   std::int32_t firstlineno;
   std::uint64_t frame;  // format::py_frame(id, 0)
 };
-constexpr int kMemoBits = 8;
+constexpr int kMemoSetBits = 8;
 struct Memo {
   std::uint32_t gen;  // the g_code_gen its ids were found in
-  MemoEntry e[1u << kMemoBits];
+  MemoEntry e[1u << kMemoSetBits][2];
 };
 constinit std::atomic<std::uint32_t> g_code_gen{1};  // bumped where ids restart (pystack_reset)
 constinit std::atomic<bool> g_memo_on{true};
@@ -321,16 +324,34 @@ Memo* thread_memo() {
   return m;
 }
 
-// A memo miss: format::py_frame(id, 0) from the table (0: no id), kept in `e` when it belongs
-// to the memo's file.
-__attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* e, std::uintptr_t code) {
+inline MemoEntry* memo_set(Memo* m, std::uintptr_t code) {
+  std::uint64_t x = (code >> 4) * 0x9E3779B97F4A7C15ull;
+  return m->e[(x ^ (x >> 29)) & ((1u << kMemoSetBits) - 1)];
+}
+
+inline bool memo_serves(const MemoEntry& e, std::uintptr_t code, const CodeFields& f) {
+  return e.code == code && e.filename == f.filename && e.name == f.name && e.linetable == f.linetable &&
+         e.firstlineno == f.firstlineno;
+}
+
+// Not in way 0: way 1, which then swaps with way 0, else the table, whose id goes to way 0 (the
+// entry there moves to way 1) when it belongs to the memo's file. format::py_frame(id, 0); 0
+// for no id.
+__attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* set, std::uintptr_t code) {
   const CodeFields f = code_fields(code);
+  if (memo_serves(set[1], code, f)) {
+    const MemoEntry hit = set[1];
+    set[1] = set[0], set[0] = hit;
+    return hit.frame;
+  }
   std::uint32_t id = code_id(code, f);
   if (!id) return 0;
   std::uint64_t frame = format::py_frame(id, 0);
   // A new file may have started during the look-up (its ids restart): such an id is not kept.
-  if (g_code_gen.load(std::memory_order_acquire) == m->gen)
-    *e = {code, f.filename, f.name, f.linetable, f.firstlineno, frame};
+  if (g_code_gen.load(std::memory_order_acquire) == m->gen) {
+    if (set[0].code != code) set[1] = set[0];
+    set[0] = {code, f.filename, f.name, f.linetable, f.firstlineno, frame};
+  }
   return frame;
 }
 
@@ -338,12 +359,13 @@ __attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* e, std::ui
 template <int V>
 inline std::uint64_t memo_frame(Memo* m, std::uintptr_t code) {
   constexpr const PyLayout& L = kPyLayouts[V];
-  MemoEntry& e = m->e[(code >> 4) * 0x9E3779B97F4A7C15ull >> (64 - kMemoBits)];
-  if (e.code == code && e.filename == at<std::uintptr_t>(code, L.co_filename) &&
-      e.name == at<std::uintptr_t>(code, L.co_name) && e.linetable == at<std::uintptr_t>(code, L.co_linetable) &&
-      e.firstlineno == at<std::int32_t>(code, L.co_firstlineno))
-    return e.frame;
-  return memo_miss(m, &e, code);
+  MemoEntry* set = memo_set(m, code);
+  if (set[0].code == code && set[0].filename == at<std::uintptr_t>(code, L.co_filename) &&
+      set[0].name == at<std::uintptr_t>(code, L.co_name) &&
+      set[0].linetable == at<std::uintptr_t>(code, L.co_linetable) &&
+      set[0].firstlineno == at<std::int32_t>(code, L.co_firstlineno))
+    return set[0].frame;
+  return memo_miss(m, set, code);
 }
 
 bool safe_read(std::uintptr_t addr, void* out, std::size_t n) {
