@@ -64,7 +64,9 @@ if [ -n "$before" ]; then
   row "before: stacks (default)" "$before"
   row "before: native stacks" "$before" GPUHEAP_PYTHON_STACKS=0
 fi
-out="bench/results/stacks-$(date +%Y-%m-%d)-$commit.json"
+# With PYTHON= the interpreter's version is in the name (a second file beside the default's)
+pytag=""; [ -n "${PYTHON:-}" ] && pytag="-py$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+out="bench/results/stacks-$(date +%Y-%m-%d)-$commit$pytag.json"
 python3 - "$out" "$commit" "$dirty" "$before" "$($py --version 2>&1)" "${rows[@]}" <<'PY'
 import datetime, json, os, platform, sys
 out, commit, dirty, before, pyver, *rows = sys.argv[1:]
