@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -17,6 +18,9 @@
 #include "preload/record/modules.h"
 #include "preload/record/pystack_layout.h"
 #include "preload/record/sink.h"
+
+extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
+extern "C" void* __dso_handle;
 
 namespace gpuheap {
 namespace preload {
@@ -169,12 +173,25 @@ std::size_t read_str(std::uintptr_t s, char* out, std::size_t cap) {
   return n;
 }
 
-inline std::uint32_t code_check(std::uintptr_t code) {
+// The fields that identify a code object's content, as far as its record goes: a code object
+// freed and another allocated at its address differs in at least one of them unless it names
+// the same file, name, first line and line table objects.
+struct CodeFields {
+  std::uintptr_t filename, name, linetable;
+  std::int32_t firstlineno;
+};
+
+inline CodeFields code_fields(std::uintptr_t code) {
   const PyLayout& L = *g_py.layout;
-  std::uint64_t h = at<std::uintptr_t>(code, L.co_filename) * 0x9E3779B97F4A7C15ull;
-  h ^= at<std::uintptr_t>(code, L.co_name) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
-  h ^= static_cast<std::uint32_t>(at<std::int32_t>(code, L.co_firstlineno)) * 0xFF51AFD7ED558CCDull;
-  h ^= at<std::uintptr_t>(code, L.co_linetable);
+  return {at<std::uintptr_t>(code, L.co_filename), at<std::uintptr_t>(code, L.co_name),
+          at<std::uintptr_t>(code, L.co_linetable), at<std::int32_t>(code, L.co_firstlineno)};
+}
+
+inline std::uint32_t code_check(const CodeFields& f) {
+  std::uint64_t h = f.filename * 0x9E3779B97F4A7C15ull;
+  h ^= f.name + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+  h ^= static_cast<std::uint32_t>(f.firstlineno) * 0xFF51AFD7ED558CCDull;
+  h ^= f.linetable;
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
@@ -204,8 +221,8 @@ std::uint32_t write_code_locked(std::uintptr_t code) {
 }
 
 // The id of a code object in this file, writing its record on first sight.
-std::uint32_t code_id(std::uintptr_t code) {
-  std::uint32_t check = code_check(code);
+std::uint32_t code_id(std::uintptr_t code, const CodeFields& fields) {
+  std::uint32_t check = code_check(fields);
   std::size_t mask = kCodeSlots - 1;
   std::size_t h = static_cast<std::size_t>((code >> 4) * 0x9E3779B97F4A7C15ull >> 40);
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
@@ -245,6 +262,112 @@ std::uint32_t code_id(std::uintptr_t code) {
   return id;
 }
 
+// A thread's memo of the code ids it found last (GPUHEAP_STACK_CACHE): the table above costs a
+// hash and a probe per frame, and a deep program's stacks name the same few hundred code objects
+// at every allocation. An entry serves a frame only when the code object's identifying fields,
+// read again now, are exactly those its id was found for: the table's own condition (its check
+// is a hash of the same fields), compared in full instead of hashed. Nothing is inferred from a
+// frame still holding the address it held before: a frame that returned, a code object freed
+// and another allocated at its address, and a new frame at the old frame's address (exec of new
+// source in a loop) look the same from the frame chain.
+// Two ways a set, 256 sets by a hash of the code address (a training step's stacks name a few
+// hundred code objects; pymalloc places them at regular strides, which a plain multiplicative
+// hash of the address folded onto few sets), the newest in way 0. 24 KiB a thread, mapped at
+// its first Python stack (never through malloc: we may be inside its hook) and unmapped when
+// it exits.
+struct MemoEntry {
+  std::uintptr_t code;  // 0: empty
+  std::uintptr_t filename, name, linetable;
+  std::int32_t firstlineno;
+  std::uint64_t frame;  // format::py_frame(id, 0)
+};
+constexpr int kMemoSetBits = 8;
+struct Memo {
+  std::uint32_t gen;  // the g_code_gen its ids were found in
+  MemoEntry e[1u << kMemoSetBits][2];
+};
+constinit std::atomic<std::uint32_t> g_code_gen{1};  // bumped where ids restart (pystack_reset)
+constinit std::atomic<bool> g_memo_on{true};
+thread_local Memo* t_memo __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local bool t_no_memo __attribute__((tls_model("initial-exec"))) = false;
+thread_local bool t_walking __attribute__((tls_model("initial-exec"))) = false;
+
+void release_memo(void* p) {
+  t_no_memo = true;
+  if (t_memo == p) t_memo = nullptr;
+  munmap(p, sizeof(Memo));
+}
+
+// The calling thread's memo, holding ids of the current file only; nullptr when off.
+Memo* thread_memo() {
+  if (!g_memo_on.load(std::memory_order_relaxed)) return nullptr;
+  if (!t_memo && !t_no_memo) {
+    void* p = mmap(nullptr, sizeof(Memo), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // The initial thread keeps its memo to the end: exit handlers may still allocate.
+    if (p != MAP_FAILED && syscall(SYS_gettid) != getpid() &&
+        __cxa_thread_atexit_impl(release_memo, p, &__dso_handle)) {
+      munmap(p, sizeof(Memo));
+      p = MAP_FAILED;
+    }
+    if (p == MAP_FAILED) {
+      t_no_memo = true;
+      return nullptr;
+    }
+    t_memo = static_cast<Memo*>(p);
+  }
+  Memo* m = t_memo;
+  std::uint32_t gen = g_code_gen.load(std::memory_order_acquire);
+  if (m && m->gen != gen) {
+    memset(m->e, 0, sizeof m->e);
+    m->gen = gen;
+  }
+  return m;
+}
+
+inline MemoEntry* memo_set(Memo* m, std::uintptr_t code) {
+  std::uint64_t x = (code >> 4) * 0x9E3779B97F4A7C15ull;
+  return m->e[(x ^ (x >> 29)) & ((1u << kMemoSetBits) - 1)];
+}
+
+inline bool memo_serves(const MemoEntry& e, std::uintptr_t code, const CodeFields& f) {
+  return e.code == code && e.filename == f.filename && e.name == f.name && e.linetable == f.linetable &&
+         e.firstlineno == f.firstlineno;
+}
+
+// Not in way 0: way 1, which then swaps with way 0, else the table, whose id goes to way 0 (the
+// entry there moves to way 1) when it belongs to the memo's file. format::py_frame(id, 0); 0
+// for no id.
+__attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* set, std::uintptr_t code) {
+  const CodeFields f = code_fields(code);
+  if (memo_serves(set[1], code, f)) {
+    const MemoEntry hit = set[1];
+    set[1] = set[0], set[0] = hit;
+    return hit.frame;
+  }
+  std::uint32_t id = code_id(code, f);
+  if (!id) return 0;
+  std::uint64_t frame = format::py_frame(id, 0);
+  // A new file may have started during the look-up (its ids restart): such an id is not kept.
+  if (g_code_gen.load(std::memory_order_acquire) == m->gen) {
+    if (set[0].code != code) set[1] = set[0];
+    set[0] = {code, f.filename, f.name, f.linetable, f.firstlineno, frame};
+  }
+  return frame;
+}
+
+// format::py_frame(code's id, 0), 0 when it has none.
+template <int V>
+inline std::uint64_t memo_frame(Memo* m, std::uintptr_t code) {
+  constexpr const PyLayout& L = kPyLayouts[V];
+  MemoEntry* set = memo_set(m, code);
+  if (set[0].code == code && set[0].filename == at<std::uintptr_t>(code, L.co_filename) &&
+      set[0].name == at<std::uintptr_t>(code, L.co_name) &&
+      set[0].linetable == at<std::uintptr_t>(code, L.co_linetable) &&
+      set[0].firstlineno == at<std::int32_t>(code, L.co_firstlineno))
+    return set[0].frame;
+  return memo_miss(m, set, code);
+}
+
 bool safe_read(std::uintptr_t addr, void* out, std::size_t n) {
   iovec local{out, n}, remote{reinterpret_cast<void*>(addr), n};
   return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
@@ -273,6 +396,64 @@ bool check_layout(std::uintptr_t fr) {
   return codes > 0;
 }
 
+// The frames from `fr` outwards into out[0..cap), with kPyLayouts[V]'s offsets as constants: a
+// deep program pays this per frame at every allocation, and offsets read from the layout
+// doubled the instructions of each read.
+template <int V, bool kMemo>
+int walk_frames(std::uintptr_t fr, std::uint64_t* out, int cap, Memo* memo) {
+  static_assert(kPyLayouts[V].minor == 10 + V);
+  constexpr const PyLayout& L = kPyLayouts[V];
+  const std::uintptr_t code_type = g_py.code_type;
+  int n = 0;
+  // A chain longer than this is no stack (a cycle would be corruption): stop.
+  for (int guard = 0; fr && (fr & 7) == 0 && n < cap && guard < 100000; ++guard) {
+    const std::uintptr_t prev = at<std::uintptr_t>(fr, L.fr_previous);
+    if (L.fr_owner >= 0 && at<std::int8_t>(fr, L.fr_owner) == kOwnedByCStack) {
+      fr = prev;
+      continue;
+    }
+    const std::uintptr_t code = at<std::uintptr_t>(fr, L.fr_code);
+    if (!is_type(code, code_type)) {
+      if (L.minor >= 13) {  // f_executable may be another object (not a Python function)
+        fr = prev;
+        continue;
+      }
+      break;  // not what the layout says: stop rather than follow garbage
+    }
+    std::uint32_t lasti = format::kPyNoLasti;
+    if (L.fr_lasti_is_int) {
+      auto li = at<std::int32_t>(fr, L.fr_instr);
+      if (li >= 0) lasti = static_cast<std::uint32_t>(li);
+    } else {
+      std::uintptr_t ip = at<std::uintptr_t>(fr, L.fr_instr), first = code + static_cast<std::uintptr_t>(L.co_code);
+      if (ip >= first) lasti = static_cast<std::uint32_t>((ip - first) / 2);
+    }
+    std::uint64_t frame = 0;
+    if (kMemo) {
+      frame = memo_frame<V>(memo, code);
+    } else if (std::uint32_t id = code_id(code, code_fields(code))) {
+      frame = format::py_frame(id, 0);
+    }
+    if (frame == 0) break;  // the sink refused the record: the frames would name nothing
+    out[n++] = frame | lasti;
+    fr = prev;
+  }
+  return n;
+}
+
+int walk_any(int minor, std::uintptr_t fr, std::uint64_t* out, int cap, Memo* memo) {
+  switch (minor * 2 + (memo ? 1 : 0)) {
+    case 20: return walk_frames<0, false>(fr, out, cap, memo);
+    case 21: return walk_frames<0, true>(fr, out, cap, memo);
+    case 22: return walk_frames<1, false>(fr, out, cap, memo);
+    case 23: return walk_frames<1, true>(fr, out, cap, memo);
+    case 24: return walk_frames<2, false>(fr, out, cap, memo);
+    case 25: return walk_frames<2, true>(fr, out, cap, memo);
+    case 26: return walk_frames<3, false>(fr, out, cap, memo);
+    default: return walk_frames<3, true>(fr, out, cap, memo);
+  }
+}
+
 }  // namespace
 
 void pystack_configure(bool enabled) noexcept {
@@ -282,6 +463,8 @@ void pystack_configure(bool enabled) noexcept {
   probe_locked();
   pthread_mutex_unlock(&g_mu);
 }
+
+void pystack_cache_enable(bool on) noexcept { g_memo_on.store(on); }
 
 bool pystack_available() noexcept { return g_ready.load(std::memory_order_acquire); }
 
@@ -321,35 +504,15 @@ int pystack_capture(std::uint64_t* out, int cap) noexcept {
       return 0;
     }
   }
-  int n = 0;
-  // A chain longer than this is no stack (a cycle would be corruption): stop.
-  for (int guard = 0; fr && (fr & 7) == 0 && n < cap && guard < 100000; ++guard) {
-    std::uintptr_t prev = at<std::uintptr_t>(fr, L.fr_previous);
-    if (L.fr_owner >= 0 && at<std::int8_t>(fr, L.fr_owner) == kOwnedByCStack) {
-      fr = prev;
-      continue;
-    }
-    std::uintptr_t code = at<std::uintptr_t>(fr, L.fr_code);
-    if (!is_type(code, P.code_type)) {
-      if (L.minor >= 13) {  // f_executable may be another object (not a Python function)
-        fr = prev;
-        continue;
-      }
-      break;  // not what the layout says: stop rather than follow garbage
-    }
-    std::uint32_t lasti = format::kPyNoLasti;
-    if (L.fr_lasti_is_int) {
-      auto li = at<std::int32_t>(fr, L.fr_instr);
-      if (li >= 0) lasti = static_cast<std::uint32_t>(li);
-    } else {
-      std::uintptr_t ip = at<std::uintptr_t>(fr, L.fr_instr), first = code + static_cast<std::uintptr_t>(L.co_code);
-      if (ip >= first) lasti = static_cast<std::uint32_t>((ip - first) / 2);
-    }
-    std::uint32_t id = code_id(code);
-    if (id == 0) break;  // the sink refused the record: the frames would name nothing
-    out[n++] = format::py_frame(id, lasti);
-    fr = prev;
-  }
+  // A capture nested in this one (a signal handler's allocation during the walk) leaves the
+  // memo alone: the walk it interrupted may be reading the very entry it would write.
+  const bool nested = t_walking;
+  Memo* memo = nested ? nullptr : thread_memo();
+  t_walking = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  int n = walk_any(L.minor, fr, out, cap, memo);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_walking = nested;
   return n;
 }
 
@@ -363,6 +526,7 @@ void pystack_reset() noexcept {
   if (g_codes && g_code_fill) madvise(g_codes, kCodeSlots * sizeof(CodeSlot), MADV_DONTNEED);
   g_code_fill = 0;
   g_next_code = 1;
+  g_code_gen.fetch_add(1, std::memory_order_release);  // the threads' memos are stale
   pthread_mutex_unlock(&g_mu);
 }
 

@@ -26,6 +26,8 @@ namespace preload {
 // GPUHEAP_PYTHON_STACKS. Looks for the interpreter (cheap when absent).
 void pystack_configure(bool enabled) noexcept;
 bool pystack_available() noexcept;  // an interpreter of a known version was found
+// GPUHEAP_STACK_CACHE: each thread keeps the code ids it found last (pystack.cpp's memo).
+void pystack_cache_enable(bool on) noexcept;
 
 // Objects were loaded since the last look (modules.h): look for an interpreter again if none
 // was found. Called on the rare path that writes a new stack record.

@@ -24,6 +24,7 @@
 #include "preload/core/stderr_line.h"
 #include "preload/record/modules.h"
 #include "preload/record/outpath.h"
+#include "preload/record/pystack.h"
 #include "preload/record/scratch.h"
 #include "preload/record/signals.h"
 #include "preload/record/sink.h"
@@ -65,6 +66,7 @@ void configure(const Settings& s) {
   sink_set_aggregate(s.aggregate);
   stacks_configure(g_cfg.stacks, g_cfg.max_depth, s.python_stacks);
   stackcache_enable(s.stack_cache);
+  pystack_cache_enable(s.stack_cache);
 }
 
 void warn_errno(const char* what, const char* path, int err) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -178,6 +179,86 @@ TEST(PyStacks, StackCacheChangesNoStack) {
     EXPECT_EQ(out[0].find("stack=0"), std::string::npos) << py << ": every allocation has its stack";
     EXPECT_EQ(out[1], out[0]) << py;
   }
+}
+
+// Each thread keeps the code ids it found last (record/pystack.cpp's memo): one serves a frame
+// only while the code object's identifying fields are unchanged. Here every function is freed
+// before the next one is compiled, which usually takes the freed one's address: each must still
+// get its own py_code record and its own name and line, not those of the code object before.
+TEST(PyStacks, CodeAtAFreedCodesAddressGetsItsOwnRecord) {
+  constexpr int kFunctions = 40;
+  ProgRun r = run(PYTHON3_EXE, {kScript, "redefine", std::to_string(kFunctions)}, {});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 1u) << r.err;
+  std::map<std::string, int> line_of;
+  std::map<std::string, int> at_address;  // functions whose code object had this address
+  std::istringstream in(r.out);
+  std::string tag, name, address;
+  int line = 0;
+  while (in >> tag >> name >> line >> address)
+    if (tag == "CODE") line_of[name] = line, ++at_address[address];
+  ASSERT_EQ(line_of.size(), std::size_t{kFunctions}) << r.out;
+  int reused = 0;
+  for (const auto& [a, n] : at_address) reused += n - 1;
+  ASSERT_GT(reused, 0) << "no code object took a freed one's address: nothing tested\n" << r.out;
+  auto js = run_cmd(kBuild + "/gpuheap summary --json --top 100 " + r.traces[0]);
+  ASSERT_EQ(js.status, 0) << js.out;
+  auto summary = nlohmann::json::parse(js.out, nullptr, false);
+  ASSERT_EQ(summary["leaks"].size(), std::size_t{kFunctions}) << summary["leaks"].dump();
+  for (int i = 0; i < kFunctions; ++i) {
+    char fn[16];
+    snprintf(fn, sizeof fn, "f_%03d", i);
+    nlohmann::json leak;
+    for (const auto& l : summary["leaks"])
+      if (l["bytes"] == std::uint64_t(i + 1) * 4096) leak = l;
+    ASSERT_TRUE(leak.is_object()) << fn << ": " << summary["leaks"].dump();
+    const auto& f = leak["stack"][0];
+    EXPECT_EQ(f["function"], fn) << f.dump();
+    EXPECT_EQ(f["file"], "<redefine>") << f.dump();
+    EXPECT_EQ(f["line"], line_of[fn]) << f.dump();
+  }
+  auto dump = run_cmd(kBuild + "/gpuheap dump " + r.traces[0] + " | grep -c '^py_code .*name=\"f_'");
+  EXPECT_EQ(dump.out, std::to_string(kFunctions) + "\n") << "one record per code object";
+}
+
+// Code ids restart in each trace file: a forked child writes its own file, and the ids its
+// thread kept from the parent's must not name frames there. In each file, every Python frame
+// of every stack names a py_code record of that file, and the leaf is named.
+TEST(PyStacks, ForkedChildWritesItsOwnCodeRecords) {
+  ProgRun r = run(PYTHON3_EXE, {kScript, "fork"}, {});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.traces.size(), 2u) << r.err;
+  for (const auto& t : r.traces) {
+    auto dump = run_cmd(kBuild + "/gpuheap dump -q " + t);
+    ASSERT_EQ(dump.status, 0) << dump.out;
+    std::set<std::string> defined, used;
+    std::istringstream in(dump.out);
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind("py_code id=", 0) == 0) defined.insert(l.substr(11, l.find(' ', 11) - 11));
+      if (l.rfind("stack ", 0) != 0) continue;
+      for (std::size_t at = 0; (at = l.find("py:", at)) != std::string::npos; at += 3)
+        used.insert(l.substr(at + 3, l.find('@', at) - at - 3));
+    }
+    EXPECT_GE(defined.size(), 12u) << t << "\n" << dump.out;
+    for (const auto& id : used) EXPECT_EQ(defined.count(id), 1u) << t << ": py:" << id << " has no py_code record";
+    auto text = run_cmd(kBuild + "/gpuheap summary " + t + " 2>&1").out;
+    EXPECT_NE(text.find("[python] level_8 (<chain>:"), std::string::npos) << t << "\n" << text;
+  }
+}
+
+// Deep stacks (40 Python frames, as a transformer's forward and backward have) come out the same
+// with the per-thread caches (the native stack cache and the code-id memo) as without.
+TEST(PyStacks, DeepChainSameWithoutStackCaches) {
+  if (run_cmd("setarch -R true 2>&1").status != 0) GTEST_SKIP() << "setarch -R is not permitted here";
+  std::string out[2];
+  for (int cache = 0; cache < 2; ++cache) {
+    ProgRun r = run("/usr/bin/setarch", {"-R", PYTHON3_EXE, kScript, "chain", "300", "40"},
+                    {std::string("GPUHEAP_STACK_CACHE=") + (cache ? "1" : "0")});
+    out[cache] = stacks_of(r);
+  }
+  EXPECT_EQ(std::count(out[1].begin(), out[1].end(), '\n'), 300 + 16 + 40) << out[1];
+  EXPECT_EQ(out[1].find("stack=0"), std::string::npos) << "every allocation has its stack";
+  EXPECT_EQ(out[1], out[0]);
 }
 
 }  // namespace
