@@ -56,8 +56,20 @@ for _ in range(reps):
     for name, fn in ops.items():
         for d in depths:
             res[f"{name}@{d}"].append(chain(d, fn))
+import ctypes
+class Stats(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in STACK_FIELDS]
+try:
+    st = Stats(); st.size = ctypes.sizeof(Stats)
+    if ctypes.CDLL(None).gpuheap_stack_stats(ctypes.byref(st)) == 0:
+        res["stack_stats"] = {f: getattr(st, f) for f in STACK_FIELDS}
+except AttributeError:  # no gpuheap, or one without the call
+    pass
 print(json.dumps(res), flush=True)
 """
+STACK_FIELDS = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "fill_failures",
+                "native_frames", "python_frames"]
+DRIVER = DRIVER.replace("import ctypes\n", f"import ctypes\nSTACK_FIELDS = {STACK_FIELDS!r}\n", 1)
 
 NC = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 # name -> (GPUHEAP_* variables, or None without gpuheap)
@@ -84,12 +96,21 @@ def main():
     drv = os.path.join(a.work, "driver.py")
     with open(drv, "w") as f:
         f.write(DRIVER)
-    results, errors = {}, {}
+    results, errors, stack_stats = {}, {}, {}
     plan = [(cfg, ghv, gh.PRELOAD) for cfg, ghv in CONFIGS.items()]
     if a.baseline_preload:
         base = os.path.abspath(a.baseline_preload)
         plan += [("baseline_default", {}, base), ("baseline_no_stack_cache", {"GPUHEAP_STACK_CACHE": "0"}, base)]
     this_preload = gh.PRELOAD
+    v = {"commit": gh.commit(), "torch": torch_version(), "gpu": gpu_name()}
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    card = "h200" if "H200" in (v["gpu"] or "") else "h100" if "H100" in (v["gpu"] or "") else "gpu"
+    path = a.out if a.out.endswith(".json") else os.path.join(a.out, f"alloc-cost-{date}-{v['commit']}-{card}.json")
+    doc = {"schema": "gpuheap.alloc-cost/1", "date": date, "versions": v,
+           "unit": "ns per allocation+free pair from Python (median of reps)",
+           "settings": {"n": a.n, "reps": a.reps, "depths": a.depths, "preload": this_preload,
+                        "baseline_preload": a.baseline_preload},
+           "ns_per_pair": results, "derived_ns": {}, "stack_stats": stack_stats, "errors": errors}
     for cfg, ghv, preload in plan:
         gh.PRELOAD = preload  # gh.run reads it at each call
         tr = os.path.join(a.work, f"{cfg}.trace") if ghv is not None else None
@@ -102,22 +123,15 @@ def main():
             print(f"{cfg}: rc={rc} {err[-500:]}", flush=True)
             continue
         j = gh.last_json(out)
+        if "stack_stats" in j:
+            stack_stats[cfg] = j.pop("stack_stats")
         results[cfg] = {k: round(statistics.median(v), 1) for k, v in j.items()}
-        print(f"{cfg:24} {json.dumps(results[cfg])} ({dt:.0f} s)", flush=True)
+        print(f"{cfg:24} {json.dumps(results[cfg])} {json.dumps(stack_stats.get(cfg))} ({dt:.0f} s)", flush=True)
+        doc["derived_ns"] = derive(results, a.depths)
+        with open(path, "w") as f:  # after every configuration: a run cut short keeps what it measured
+            json.dump(doc, f, indent=1)
     gh.PRELOAD = this_preload
-    costs = derive(results, a.depths)
-    v = {"commit": gh.commit(), "torch": torch_version(), "gpu": gpu_name()}
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    card = "h200" if "H200" in (v["gpu"] or "") else "h100" if "H100" in (v["gpu"] or "") else "gpu"
-    doc = {"schema": "gpuheap.alloc-cost/1", "date": date, "versions": v,
-           "unit": "ns per allocation+free pair from Python (median of reps)",
-           "settings": {"n": a.n, "reps": a.reps, "depths": a.depths, "preload": this_preload,
-                        "baseline_preload": a.baseline_preload},
-           "ns_per_pair": results, "derived_ns": costs, "errors": errors}
-    path = a.out if a.out.endswith(".json") else os.path.join(a.out, f"alloc-cost-{date}-{v['commit']}-{card}.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(json.dumps(costs, indent=1))
+    print(json.dumps(doc["derived_ns"], indent=1))
     print(f"written: {path}", flush=True)
     return 1 if errors else 0
 

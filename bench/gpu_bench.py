@@ -150,6 +150,8 @@ def run_one(a, r, job, cfg):
         rec.update(step_ms_median=j["step_ms_median"], step_ms_min=j["step_ms_min"], step_ms_q1=j.get("step_ms_q1"),
                    losses=j["losses"],
                    max_memory_reserved=j.get("max_memory_reserved"))
+        if j.get("gpuheap_stack_stats"):  # cache hits and walks: where a stack's cost comes from
+            rec["gpuheap_stack_stats"] = j["gpuheap_stack_stats"]
         if CONFIGS[cfg][2]:  # torch's recorder: proof that it was on, and the signature that was called
             rec.update(torch_history_on=j.get("torch_history_on"),
                        record_memory_history_signature=j.get("record_memory_history_signature"))

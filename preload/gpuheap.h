@@ -19,8 +19,8 @@
 extern "C" {
 #endif
 
-/* Version of the API described here: 1 (the first with phases and stats). */
-#define GPUHEAP_API_VERSION 1
+/* Version of the API described here: 2 (1: phases and stats; 2: gpuheap_stack_stats). */
+#define GPUHEAP_API_VERSION 2
 
 /* GPUHEAP_API_VERSION of the loaded library (a newer library keeps every older call). */
 int gpuheap_api_version(void);
@@ -81,6 +81,26 @@ int gpuheap_stats(int device, gpuheap_stats_t* out);
 /* Restarts the peaks of `device` (-1: every device) from the current values, e.g. at the
  * start of a test whose own peak is wanted. */
 void gpuheap_reset_peak(int device);
+
+/* What recording call stacks did in this process, summed over its threads since the start
+ * (a forked child's include its parent's before the fork): what a stack costs depends on how
+ * many the stack cache served and how many were walked. Appended-to like gpuheap_stats_t. */
+typedef struct gpuheap_stack_stats_t {
+  size_t size;            /* in: sizeof(gpuheap_stack_stats_t) as the caller knows it */
+  uint64_t captures;      /* stacks taken */
+  uint64_t cache_hits;    /* served by the stack cache (GPUHEAP_STACK_CACHE) without a walk */
+  uint64_t walks;         /* libunwind walks, repeated ones included */
+  uint64_t rewalks;       /* walks repeated in full (the interpreter was deeper than last time) */
+  uint64_t fills;         /* stack cache entries made */
+  uint64_t fill_waits;    /* walked stacks not cached now: a key's first miss, or rationed */
+  uint64_t fill_failures; /* walked stacks the cache cannot hold (a word off the stack...) */
+  uint64_t native_frames; /* frames the walks returned */
+  uint64_t python_frames; /* Python frames read */
+} gpuheap_stack_stats_t;
+
+/* Fills at most out->size bytes of *out. Returns 0, or -1 when out is NULL or out->size is
+ * smaller than the first two fields. All zeros with stacks off (GPUHEAP_STACKS=0). */
+int gpuheap_stack_stats(gpuheap_stack_stats_t* out);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include "preload/hooks/nvtx.h"
 #include "preload/hooks/real.h"
 #include "preload/record/recorder.h"
+#include "preload/record/stackstats.h"
 #include "preload/record/unwind.h"
 
 using namespace gpuheap::preload;
@@ -424,6 +425,15 @@ GPUHEAP_EXPORT int gpuheap_stats(int device, gpuheap_stats_t* out) {
   return 0;
 }
 GPUHEAP_EXPORT void gpuheap_reset_peak(int device) { stats_reset_peak(device); }
+GPUHEAP_EXPORT int gpuheap_stack_stats(gpuheap_stack_stats_t* out) {
+  static_assert(sizeof(gpuheap_stack_stats_t) == sizeof(std::size_t) + 8 * static_cast<int>(StackCounter::count));
+  if (!out || out->size < sizeof(std::size_t) + sizeof(std::uint64_t)) return -1;
+  std::uint64_t v[static_cast<int>(StackCounter::count)];
+  stackstats_read(v);  // in the struct's order (stackstats.h)
+  std::size_t n = out->size < sizeof(gpuheap_stack_stats_t) ? out->size : sizeof(gpuheap_stack_stats_t);
+  std::memcpy(reinterpret_cast<char*>(out) + sizeof(std::size_t), v, n - sizeof(std::size_t));
+  return 0;
+}
 // NVTX's injection entry point (NVTX_INJECTION64_PATH names this library): 1 = attached.
 GPUHEAP_EXPORT int InitializeInjectionNvtx2(const void* (*get_export_table)(uint32_t)) {
   return nvtx_attach(get_export_table);

@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "preload/record/scratch.h"
+#include "preload/record/stackstats.h"
 
 extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
 extern "C" void* __dso_handle;
@@ -275,45 +276,63 @@ void stackcache_set_id(void* entry, std::uint32_t id) noexcept {
   e->id = id;
 }
 
-void stackcache_fill(const StackKey& key, void* const* raw, int start, int last, bool ended, const std::uint64_t* ips,
-                     int nat, std::uint32_t id) noexcept {
+namespace {
+enum class Fill { off, waited, failed, made };
+
+// The fill itself (stackcache.h); what became of it is counted by the caller.
+Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended, const std::uint64_t* ips, int nat,
+          std::uint32_t id) {
 #if defined(__x86_64__)
-  if (!key.conf || !g_on.load(std::memory_order_relaxed) || nat > kMaxFrames || last < start) return;
-  if (reinterpret_cast<std::uintptr_t>(raw[start]) != key.ip0) return;
+  if (!key.conf || !g_on.load(std::memory_order_relaxed)) return Fill::off;
+  if (nat > kMaxFrames || last < start) return Fill::failed;
+  if (reinterpret_cast<std::uintptr_t>(raw[start]) != key.ip0) return Fill::failed;
   std::uintptr_t lo = 0, hi = 0;
-  if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return;
+  if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return Fill::failed;
   Cache* c = cache();
-  if (!c) return;
+  if (!c) return Fill::failed;
   Entry* at = way_to_fill(c, key, ips, nat);
-  if (!at) return;
+  if (!at) return Fill::waited;
   Entry& e = *at;
   e.key.conf = 0;  // empty while being written
   unw_context_t uc;
   unw_cursor_t cur;
-  if (unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0) return;
+  if (unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0) return Fill::failed;
   // Down to the key's frame: through this function, the capture and the hook's own frames.
   unw_word_t ip = 0, sp = 0, bp = 0;
   for (int i = 0; i < 24; ++i) {
     if (unw_step(&cur) <= 0 || unw_get_reg(&cur, UNW_REG_IP, &ip) != 0 || unw_get_reg(&cur, UNW_REG_SP, &sp) != 0)
-      return;
+      return Fill::failed;
     if (ip == key.ip0 && sp == key.sp0) break;
   }
-  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0) return;
+  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0) return Fill::failed;
   const RbpSpan span = rbp_span(static_cast<std::uintptr_t>(key.sp0), lo, hi);
   // A key made from a far rbp0 (stackcache_key) serves every far value: this one must be too.
-  if (key.rbp0 == kFarRbp ? rbp_may_matter(bp, span) : bp != key.rbp0) return;
+  if (key.rbp0 == kFarRbp ? rbp_may_matter(bp, span) : bp != key.rbp0) return Fill::failed;
   e.key = key;
   e.key.conf = 0;
-  if (!record_walk(&cur, &e, raw, start, last, ended, hi, span)) return;
+  if (!record_walk(&cur, &e, raw, start, last, ended, hi, span)) return Fill::failed;
   memcpy(e.ips, ips, 8u * static_cast<std::size_t>(nat));
   e.nat = static_cast<std::uint16_t>(nat);
   e.bad = 0;
   e.gen = g_gen.load(std::memory_order_relaxed);
   e.id = id;
   e.key.conf = key.conf;  // complete
+  return Fill::made;
 #else
   (void)key, (void)raw, (void)start, (void)last, (void)ended, (void)ips, (void)nat, (void)id;
+  return Fill::off;
 #endif
+}
+}  // namespace
+
+void stackcache_fill(const StackKey& key, void* const* raw, int start, int last, bool ended, const std::uint64_t* ips,
+                     int nat, std::uint32_t id) noexcept {
+  switch (fill(key, raw, start, last, ended, ips, nat, id)) {
+    case Fill::off: break;
+    case Fill::waited: stackstats_add(StackCounter::fill_waits); break;
+    case Fill::failed: stackstats_add(StackCounter::fill_failures); break;
+    case Fill::made: stackstats_add(StackCounter::fills); break;
+  }
 }
 
 void stackcache_new_generation() noexcept { g_gen.fetch_add(1, std::memory_order_relaxed); }

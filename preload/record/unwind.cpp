@@ -19,6 +19,7 @@
 #include "preload/record/scratch.h"
 #include "preload/record/sink.h"
 #include "preload/record/stackcache.h"
+#include "preload/record/stackstats.h"
 
 namespace gpuheap {
 namespace preload {
@@ -305,12 +306,16 @@ __attribute__((always_inline)) inline Walk walk(void** raw, int first, int npy, 
   int want = npy > 0 && t_py_budget > 0 && t_py_budget < depth ? t_py_budget : depth;
   int asked = want + first + kSelfFrames;
   int n = unw_backtrace(raw, asked);
+  stackstats_add(StackCounter::walks);
   int cut = npy > 0 ? find_eval(raw, first, n) : -1;
   if (npy > 0 && cut < 0 && want < depth && n == asked) {  // the budget was too small
     asked = depth + first + kSelfFrames;
     n = unw_backtrace(raw, asked);
+    stackstats_add(StackCounter::walks);
+    stackstats_add(StackCounter::rewalks);
     cut = find_eval(raw, first, n);
   }
+  stackstats_add(StackCounter::native_frames, static_cast<std::uint64_t>(n > 0 ? n : 0));
   // The result depends on the eval frame it was cut at, else on every frame looked at for one.
   Walk w{n, cut >= 0 ? cut : n - 1, cut < 0 && n < asked};
   if (cut >= 0) {
@@ -333,6 +338,8 @@ __attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
   std::uint64_t py[format::kMaxStackDepth];
   void* raw[kRaw];
   int npy = pystack_capture(py, format::kMaxStackDepth);
+  stackstats_add(StackCounter::captures);
+  if (npy > 0) stackstats_add(StackCounter::python_frames, static_cast<std::uint64_t>(npy));
   // unw_backtrace's first entry is the return address into this function, then come run_deep
   // (and the switch below it, on the scratch stack) and stacks_capture: dropped too.
   const int start = 3 + (on_scratch ? 1 : 0);  // raw[start]: ip0, in stacks_capture's caller
@@ -344,6 +351,7 @@ __attribute__((noinline)) void capture_deep(void* arg, bool on_scratch) {
   const StackKey key = nested.was ? StackKey{} : stackcache_key(c->ip0, c->sp0, c->rbp0, c->skip, depth, npy > 0);
   StackHit hit;
   if (stackcache_find(key, &hit)) {
+    stackstats_add(StackCounter::cache_hits);
     c->id = from_cache(hit, py, npy);
     return;
   }

@@ -251,7 +251,26 @@ def main():
     }
     if a.category_truth:
         res["category_truth"] = category_truth(net, opt, saved)
+    res["gpuheap_stack_stats"] = gpuheap_stack_stats()
     print(json.dumps(res), flush=True)
+
+
+def gpuheap_stack_stats():
+    """gpuheap's stack counters (preload/gpuheap.h) when running under it, else None: how many
+    stacks the cache served and how many were walked over the whole run, all threads."""
+    import ctypes
+    fields = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "fill_failures",
+              "native_frames", "python_frames"]
+
+    class Stats(ctypes.Structure):
+        _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in fields]
+    try:
+        fn = ctypes.CDLL(None).gpuheap_stack_stats
+    except AttributeError:
+        return None
+    st = Stats()
+    st.size = ctypes.sizeof(Stats)
+    return {f: getattr(st, f) for f in fields} if fn(ctypes.byref(st)) == 0 else None
 
 
 def category_truth(net, opt, saved):

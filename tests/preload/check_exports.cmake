@@ -26,7 +26,7 @@ if(count LESS 40)
   message(FATAL_ERROR "only ${count} interposers exported")
 endif()
 set(required gpuheap_api_version gpuheap_version gpuheap_active gpuheap_trace_path gpuheap_flush
-    gpuheap_empty_cache gpuheap_mark gpuheap_push gpuheap_pop gpuheap_stats gpuheap_reset_peak
+    gpuheap_empty_cache gpuheap_mark gpuheap_push gpuheap_pop gpuheap_stats gpuheap_reset_peak gpuheap_stack_stats
     InitializeInjectionNvtx2 _exit _Exit execve execv execvp execvpe fexecve execl execlp execle)
 foreach(sym ${required})
   if(NOT out MATCHES " T ${sym}\n")

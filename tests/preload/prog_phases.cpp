@@ -21,7 +21,56 @@ F* api(const char* name) {
   return reinterpret_cast<F*>(dlsym(RTLD_DEFAULT, name));
 }
 
+// One call site, allocating n times (the stack cache serves it after its first misses).
+__attribute__((noinline)) int churn(int n) {
+  for (int i = 0; i < n; ++i) {
+    void* p = nullptr;
+    EXPECT(cudaMalloc(&p, 512) == cudaSuccess && cudaFree(p) == cudaSuccess);
+  }
+  return 0;
+}
+
+// gpuheap_stack_stats: what the stacks cost is in its counters, over every thread. "stacks_off":
+// run with GPUHEAP_STACKS=0, every counter stays 0.
+int stack_stats(bool on) {
+  auto* stack_stats = api<int(gpuheap_stack_stats_t*)>("gpuheap_stack_stats");
+  EXPECT(stack_stats != nullptr);
+  EXPECT(stack_stats(nullptr) == -1);
+  gpuheap_stack_stats_t st{};
+  st.size = sizeof st.size;
+  EXPECT(stack_stats(&st) == -1);
+  int rc = 0;
+  std::thread t([&rc] { rc = churn(100); });
+  t.join();
+  EXPECT(rc == 0 && churn(200) == 0);
+  st.size = sizeof st;
+  EXPECT(stack_stats(&st) == 0);
+  std::printf("captures %llu hits %llu walks %llu fills %llu waits %llu failures %llu frames %llu\n",
+              (unsigned long long)st.captures, (unsigned long long)st.cache_hits, (unsigned long long)st.walks,
+              (unsigned long long)st.fills, (unsigned long long)st.fill_waits, (unsigned long long)st.fill_failures,
+              (unsigned long long)st.native_frames);
+  if (!on) {
+    EXPECT(st.captures == 0 && st.cache_hits == 0 && st.walks == 0 && st.native_frames == 0);
+    return 0;
+  }
+  EXPECT(st.captures >= 300 && st.captures < 320);  // 300 allocations, and what start-up took
+  EXPECT(st.cache_hits + st.walks - st.rewalks == st.captures);
+  EXPECT(st.cache_hits >= 290);  // each thread: walked twice, filled, then served
+  EXPECT(st.fills >= 2 && st.fill_waits >= 2 && st.fills + st.fill_waits + st.fill_failures <= st.walks);
+  EXPECT(st.native_frames >= st.walks && st.python_frames == 0);
+  // An older caller's shorter struct: only its fields are written.
+  struct {
+    gpuheap_stack_stats_t head;
+    unsigned char canary[8];
+  } old{};
+  old.head.size = offsetof(gpuheap_stack_stats_t, walks);
+  old.head.walks = 77;
+  EXPECT(stack_stats(&old.head) == 0 && old.head.cache_hits >= 290 && old.head.walks == 77);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]).rfind("stacks", 0) == 0) return stack_stats(std::string(argv[1]) == "stacks");
   auto* push = api<void(const char*)>("gpuheap_push");
   auto* pop = api<void()>("gpuheap_pop");
   auto* mark = api<void(const char*)>("gpuheap_mark");

@@ -65,6 +65,17 @@ TEST(Phases, NvtxRangesAreRecordedThroughInjection) {
   EXPECT_EQ(api_pushes, 403u);
 }
 
+// gpuheap_stack_stats counts captures, cache hits and walks over every thread; prog_phases
+// checks the counts and that stacks off leaves them at 0.
+TEST(Phases, StackStatsCountHitsAndWalks) {
+  ProgRun r = run("prog_phases", {"stacks"});
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("captures "), std::string::npos) << r.out;
+  ProgRun off = run("prog_phases", {"stacks_off"}, {"GPUHEAP_STACKS=0"});
+  ASSERT_EQ(off.status, 0) << off.err << off.out;
+  EXPECT_NE(off.out.find("captures 0 hits 0 walks 0"), std::string::npos) << off.out;
+}
+
 TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
   ProgRun r = run("prog_phases", {"absent"}, {}, false);
   EXPECT_EQ(r.status, 0) << r.err;
