@@ -67,8 +67,9 @@ except AttributeError:  # no gpuheap, or one without the call
     pass
 print(json.dumps(res), flush=True)
 """
-STACK_FIELDS = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "fill_failures",
-                "native_frames", "python_frames"]
+STACK_FIELDS = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "native_frames",
+                "python_frames", "cache_stale", "fill_failed_size", "fill_failed_off_stack",
+                "fill_failed_register", "fill_failed_walk"]
 DRIVER = DRIVER.replace("import ctypes\n", f"import ctypes\nSTACK_FIELDS = {STACK_FIELDS!r}\n", 1)
 
 NC = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}

@@ -93,9 +93,14 @@ typedef struct gpuheap_stack_stats_t {
   uint64_t rewalks;       /* walks repeated in full (the interpreter was deeper than last time) */
   uint64_t fills;         /* stack cache entries made */
   uint64_t fill_waits;    /* walked stacks not cached now: a key's first miss, or rationed */
-  uint64_t fill_failures; /* walked stacks the cache cannot hold (a word off the stack...) */
   uint64_t native_frames; /* frames the walks returned */
   uint64_t python_frames; /* Python frames read */
+  uint64_t cache_stale;   /* misses where a cached stack of that start failed on a saved
+                           * frame pointer rather than on a caller (rbp holding data) */
+  /* walked stacks the cache cannot hold, by why: more frames or words than an entry holds; a
+   * word off the thread's stack; a register saved in another register (or rbp near the stack
+   * at the start); the cache's stepping walk disagreeing with the first walk */
+  uint64_t fill_failed_size, fill_failed_off_stack, fill_failed_register, fill_failed_walk;
 } gpuheap_stack_stats_t;
 
 /* Fills at most out->size bytes of *out. Returns 0, or -1 when out is NULL or out->size is

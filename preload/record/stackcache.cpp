@@ -45,6 +45,7 @@ struct Entry {
   std::uint32_t off[kMaxChecks];  // address - sp0 of each word read
   std::uint64_t val[kMaxChecks];
   std::uint64_t ips[kMaxFrames];
+  std::uint8_t is_rbp[kMaxChecks / 8];  // bit i: check i is a saved rbp (for stackstats' cache_stale)
 };
 
 struct Cache {
@@ -127,6 +128,9 @@ __attribute__((no_sanitize("address"))) bool still_valid(Entry& e) {
   return true;
 }
 
+// What became of a fill (counted in stackstats.h).
+enum class Fill { off, waited, failed_size, failed_off_stack, failed_register, failed_walk, made };
+
 #if defined(__x86_64__)
 // rbp as data. Code built without frame pointers (PyTorch's libraries are) keeps values of its
 // own in rbp across calls, often heap pointers that differ from call to call; checking their
@@ -155,13 +159,13 @@ bool save_addr(unw_cursor_t* cur, int reg, std::uintptr_t* addr) {
 }
 
 // Steps from the start frame down to raw[last], recording every word read whose save location
-// is new in that frame. False when the walk cannot be cached.
-bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int last, bool ended, std::uintptr_t hi,
+// is new in that frame; otherwise why the walk cannot be cached.
+Fill record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int last, bool ended, std::uintptr_t hi,
                  const RbpSpan& span) {
   constexpr int kRegs[3] = {UNW_X86_64_RIP, UNW_X86_64_RSP, UNW_X86_64_RBP};
   std::uintptr_t prev[3];
   for (int r = 0; r < 3; ++r)
-    if (!save_addr(cur, kRegs[r], &prev[r])) return false;
+    if (!save_addr(cur, kRegs[r], &prev[r])) return Fill::failed_register;
   const auto sp0 = static_cast<std::uintptr_t>(e->key.sp0);
   int n = 0;
   // One step past the last frame when the stack ended there: that step must end too, and the
@@ -170,34 +174,37 @@ bool record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int l
     unw_word_t ip = 0;
     int stepped = unw_step(cur);
     if (j > last) {
-      if (stepped != 0) return false;
+      if (stepped != 0) return Fill::failed_walk;
     } else if (stepped <= 0 || unw_get_reg(cur, UNW_REG_IP, &ip) != 0 || ip != reinterpret_cast<unw_word_t>(raw[j])) {
-      return false;
+      return Fill::failed_walk;
     }
     // The last frame's ip is the last thing the result depends on: its rsp and rbp would only
     // be used by a step further down, which is not taken unless the stack ended there.
     const int regs = j == last && !ended ? 1 : 3;
     for (int r = 0; r < regs; ++r) {
       std::uintptr_t a = 0;
-      if (!save_addr(cur, kRegs[r], &a)) return false;
+      if (!save_addr(cur, kRegs[r], &a)) return Fill::failed_register;
       if (a == prev[r]) continue;  // the same word as in the frame above: already checked
       prev[r] = a;
       if (a == 0) {
         // rsp is the CFA, from the rule and registers above; past the end nothing was read.
         if (kRegs[r] == UNW_X86_64_RSP || j > last) continue;
-        return false;  // an ip or rbp that is nowhere
+        return Fill::failed_register;  // an ip or rbp that is nowhere
       }
-      if (a < sp0 || a + 8 > hi || a - sp0 > 0xFFFFFFF0u) return false;
+      if (a < sp0 || a + 8 > hi || a - sp0 > 0xFFFFFFF0u) return Fill::failed_off_stack;
       const std::uint64_t v = *reinterpret_cast<const std::uint64_t*>(a);
       if (kRegs[r] == UNW_X86_64_RBP && !rbp_may_matter(v, span)) continue;  // data, not a frame pointer
-      if (n == kMaxChecks) return false;
+      if (n == kMaxChecks) return Fill::failed_size;
       e->off[n] = static_cast<std::uint32_t>(a - sp0);
       e->val[n] = v;
+      const auto bit = static_cast<std::uint8_t>(1u << (n % 8));
+      e->is_rbp[n / 8] = static_cast<std::uint8_t>(kRegs[r] == UNW_X86_64_RBP ? e->is_rbp[n / 8] | bit
+                                                                              : e->is_rbp[n / 8] & ~bit);
       ++n;
     }
   }
   e->nchecks = static_cast<std::uint16_t>(n);
-  return true;
+  return Fill::made;
 }
 
 // The entry a walked stack goes to, or nullptr when it is not to be cached now (above).
@@ -257,9 +264,17 @@ bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
   if (!key.conf || !t_cache || !g_on.load(std::memory_order_relaxed)) return false;
   Entry* set = t_cache->e[key_hash(key) % kSets];
   Entry* found = nullptr;
+  bool stale = false;
   for (int w = 0; w < kWays && !found; ++w)
-    if (same_key(set[w].key, key) && still_valid(set[w])) found = &set[w];
-  if (!found) return false;
+    if (same_key(set[w].key, key)) {
+      Entry& e = set[w];
+      if (still_valid(e)) found = &e;
+      else stale |= (e.is_rbp[e.bad / 8] >> (e.bad % 8)) & 1;  // a frame pointer, not a caller, changed
+    }
+  if (!found) {
+    if (stale) stackstats_add(StackCounter::cache_stale);
+    return false;
+  }
   Entry& e = *found;
   hit->ips = e.ips;
   hit->nat = e.nat;
@@ -277,40 +292,40 @@ void stackcache_set_id(void* entry, std::uint32_t id) noexcept {
 }
 
 namespace {
-enum class Fill { off, waited, failed, made };
 
 // The fill itself (stackcache.h); what became of it is counted by the caller.
 Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended, const std::uint64_t* ips, int nat,
           std::uint32_t id) {
 #if defined(__x86_64__)
   if (!key.conf || !g_on.load(std::memory_order_relaxed)) return Fill::off;
-  if (nat > kMaxFrames || last < start) return Fill::failed;
-  if (reinterpret_cast<std::uintptr_t>(raw[start]) != key.ip0) return Fill::failed;
+  if (nat > kMaxFrames) return Fill::failed_size;
+  if (last < start) return Fill::failed_walk;
+  if (reinterpret_cast<std::uintptr_t>(raw[start]) != key.ip0) return Fill::failed_walk;
   std::uintptr_t lo = 0, hi = 0;
-  if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return Fill::failed;
+  if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return Fill::failed_off_stack;
   Cache* c = cache();
-  if (!c) return Fill::failed;
+  if (!c) return Fill::failed_size;
   Entry* at = way_to_fill(c, key, ips, nat);
   if (!at) return Fill::waited;
   Entry& e = *at;
   e.key.conf = 0;  // empty while being written
   unw_context_t uc;
   unw_cursor_t cur;
-  if (unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0) return Fill::failed;
+  if (unw_getcontext(&uc) != 0 || unw_init_local(&cur, &uc) != 0) return Fill::failed_walk;
   // Down to the key's frame: through this function, the capture and the hook's own frames.
   unw_word_t ip = 0, sp = 0, bp = 0;
   for (int i = 0; i < 24; ++i) {
     if (unw_step(&cur) <= 0 || unw_get_reg(&cur, UNW_REG_IP, &ip) != 0 || unw_get_reg(&cur, UNW_REG_SP, &sp) != 0)
-      return Fill::failed;
+      return Fill::failed_walk;
     if (ip == key.ip0 && sp == key.sp0) break;
   }
-  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0) return Fill::failed;
+  if (ip != key.ip0 || sp != key.sp0 || unw_get_reg(&cur, UNW_X86_64_RBP, &bp) != 0) return Fill::failed_walk;
   const RbpSpan span = rbp_span(static_cast<std::uintptr_t>(key.sp0), lo, hi);
   // A key made from a far rbp0 (stackcache_key) serves every far value: this one must be too.
-  if (key.rbp0 == kFarRbp ? rbp_may_matter(bp, span) : bp != key.rbp0) return Fill::failed;
+  if (key.rbp0 == kFarRbp ? rbp_may_matter(bp, span) : bp != key.rbp0) return Fill::failed_register;
   e.key = key;
   e.key.conf = 0;
-  if (!record_walk(&cur, &e, raw, start, last, ended, hi, span)) return Fill::failed;
+  if (const Fill f = record_walk(&cur, &e, raw, start, last, ended, hi, span); f != Fill::made) return f;
   memcpy(e.ips, ips, 8u * static_cast<std::size_t>(nat));
   e.nat = static_cast<std::uint16_t>(nat);
   e.bad = 0;
@@ -330,7 +345,10 @@ void stackcache_fill(const StackKey& key, void* const* raw, int start, int last,
   switch (fill(key, raw, start, last, ended, ips, nat, id)) {
     case Fill::off: break;
     case Fill::waited: stackstats_add(StackCounter::fill_waits); break;
-    case Fill::failed: stackstats_add(StackCounter::fill_failures); break;
+    case Fill::failed_size: stackstats_add(StackCounter::fill_failed_size); break;
+    case Fill::failed_off_stack: stackstats_add(StackCounter::fill_failed_off_stack); break;
+    case Fill::failed_register: stackstats_add(StackCounter::fill_failed_register); break;
+    case Fill::failed_walk: stackstats_add(StackCounter::fill_failed_walk); break;
     case Fill::made: stackstats_add(StackCounter::fills); break;
   }
 }

@@ -16,9 +16,14 @@ enum class StackCounter : int {
   rewalks,        // walks repeated in full: the interpreter was deeper than the budget
   fills,          // cache entries made
   fill_waits,     // walked stacks not cached now: a key's first miss, a quiet key, rationing
-  fill_failures,  // walked stacks the cache cannot hold (a word off the stack, a rule it cannot check)
   native_frames,  // frames the walks returned
   python_frames,  // Python frames read
+  cache_stale,    // misses where a cached stack of that start failed on a saved rbp (not a caller)
+  // Walked stacks the cache cannot hold, by why:
+  fill_failed_size,       // more frames or words than an entry holds (or no cache memory)
+  fill_failed_off_stack,  // a word read off the thread's stack (a signal stack, no known bounds)
+  fill_failed_register,   // a register kept in another register, or rbp near the stack at the start
+  fill_failed_walk,       // the stepping walk disagreed with unw_backtrace's
   count,
 };
 

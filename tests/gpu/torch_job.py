@@ -259,8 +259,9 @@ def gpuheap_stack_stats():
     """gpuheap's stack counters (preload/gpuheap.h) when running under it, else None: how many
     stacks the cache served and how many were walked over the whole run, all threads."""
     import ctypes
-    fields = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "fill_failures",
-              "native_frames", "python_frames"]
+    fields = ["captures", "cache_hits", "walks", "rewalks", "fills", "fill_waits", "native_frames",
+              "python_frames", "cache_stale", "fill_failed_size", "fill_failed_off_stack",
+              "fill_failed_register", "fill_failed_walk"]
 
     class Stats(ctypes.Structure):
         _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in fields]

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "preload/record/stackcache.h"
+#include "preload/record/stackstats.h"
 #include "test_recorder_util.h"
 
 using namespace rec_test;
@@ -241,6 +242,11 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) std::uint32_t site_kee
   asm volatile("" ::: "memory");
   return id;
 }
+std::uint64_t stale_count() {
+  std::uint64_t v[static_cast<int>(d::StackCounter::count)];
+  d::stackstats_read(v);
+  return v[static_cast<int>(d::StackCounter::cache_stale)];
+}
 // Calls fn through the caller that keeps `value` in rbp, from one call site, once walked (cache
 // off) and three times with the cache on; the ids must all be the walked one. Returns it.
 std::uint32_t walked_then_cached(std::uint32_t (*fn)(), std::uint64_t value, int* bad) {
@@ -278,14 +284,43 @@ TEST(StackCache, DataInRbpDoesNotStopHits) {
     std::set<std::uint32_t> ids;
     const std::uint64_t hits = d::stackcache_hits();
     std::uint64_t far_hits = 0;
+    std::uint64_t stale[2] = {};
     for (int i = 0; i < kFar + kNear; ++i) {  // one call site: one stack
       ids.insert(walked_then_cached(fn, values[i], &bad));
-      if (i == kFar - 1) far_hits = d::stackcache_hits() - hits;
+      if (i == kFar - 1) far_hits = d::stackcache_hits() - hits, stale[0] = stale_count();
     }
+    stale[1] = stale_count();
     EXPECT_EQ(bad, 0);
     EXPECT_EQ(ids.size(), 1u);
     if (kCountsHits) EXPECT_GE(far_hits, std::uint64_t{3} * (kFar - 2));
+    // The far values' entry never checked the word: near values use it too (no rule read rbp).
+    if (kCountsHits) EXPECT_EQ(stale[1] - stale[0], 0u);
   }
+  d::recorder_stop(f::EndReason::stopped);
+}
+
+// Near values only, on a thread of their own (its own cache): the entry checks the saved copy,
+// each new value misses on it, and gpuheap_stack_stats counts those misses as cache_stale.
+TEST(StackCache, NearRbpValuesCountAsStale) {
+  if (!kThreadStacks) GTEST_SKIP() << "TSan: threads that unwound cannot exit";
+  TempDir dir;
+  use_dir(dir);
+  ASSERT_TRUE(start_recorder());
+  constexpr int kNear = 8;
+  int bad = 0;
+  std::uint64_t stale = 0;
+  std::set<std::uint32_t> ids;
+  std::thread t([&] {
+    volatile char local[kNear * 32];
+    const std::uint64_t before = stale_count();
+    for (int i = 0; i < kNear; ++i)
+      ids.insert(walked_then_cached(site, reinterpret_cast<std::uint64_t>(&local[i * 32]), &bad));
+    stale = stale_count() - before;
+  });
+  t.join();
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(ids.size(), 1u);
+  if (kCountsHits) EXPECT_GE(stale, std::uint64_t{kNear - 1});
   d::recorder_stop(f::EndReason::stopped);
 }
 #endif
