@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/category_areas.h"
+
 #include "test_analyzer_util.h"
 
 using namespace gpuheap;
@@ -211,13 +213,8 @@ TEST(ReportHtml, TimelineAndFlameGraphByCategory) {
   for (const char* c : {"parameter", "gradient", "optimizer_state", "activation", "library"})
     EXPECT_NE(std::find(names.begin(), names.end(), c), names.end()) << c << " in " << names.dump();
   const auto& req = tl["requested"];
-  std::size_t peak = 0;
-  for (std::size_t i = 0; i < req.size(); ++i) {
-    std::uint64_t sum = 0;
-    for (const auto& v : series) sum += v[i].get<std::uint64_t>();
-    ASSERT_EQ(sum, req[i].get<std::uint64_t>()) << "point " << i;
-    if (req[i].get<std::uint64_t>() > req[peak].get<std::uint64_t>()) peak = i;
-  }
+  const std::size_t peak = gpuheap::test::areas_sum_to_requested(tl["categories"], req);
+  if (::testing::Test::HasFailure()) return;
   std::uint64_t peak_total = 0;
   for (const auto& [name, v] : at_peak.items()) {
     peak_total += v["bytes"].get<std::uint64_t>();
@@ -315,13 +312,8 @@ TEST(ReportHtml, MergedTimelineByCategory) {
   const auto& series = tl["categories"]["bytes"];
   ASSERT_EQ(names.size(), series.size());
   const auto& req = tl["requested"];
-  std::size_t peak = 0;
-  for (std::size_t i = 0; i < req.size(); ++i) {
-    std::uint64_t sum = 0;
-    for (const auto& v : series) sum += v[i].get<std::uint64_t>();
-    ASSERT_EQ(sum, req[i].get<std::uint64_t>()) << "point " << i;
-    if (req[i].get<std::uint64_t>() > req[peak].get<std::uint64_t>()) peak = i;
-  }
+  const std::size_t peak = gpuheap::test::areas_sum_to_requested(tl["categories"], req);
+  if (::testing::Test::HasFailure()) return;
   std::uint64_t total = 0;
   for (std::size_t k = 0; k < names.size(); ++k) {
     const std::string name = names[k];
