@@ -286,8 +286,9 @@ TEST(ReportHtml, MergedTimelineByCategory) {
   TraceBuilder b(wall, 7);
   b.data.resize(format::kFileHeaderSize);
   format::ProcessRecord p;
+  const std::string host = doc["trace"]["host"].get<std::string>();  // p's fields are views
   p.pid = 7, p.ppid = 1, p.wall_ns = wall, p.mono_ns = TraceBuilder::kMono;
-  p.hostname = doc["trace"]["host"].get<std::string>(), p.cmdline = "hold", p.version = "0.1.0", p.exe = "/bin/hold";
+  p.hostname = host, p.cmdline = "hold", p.version = "0.1.0", p.exe = "/bin/hold";
   b.put(p);
   b.put(format::DeviceRecord{0, 80ull << 30, "Test GPU"});
   b.stack(1, {0x401000});
