@@ -168,6 +168,15 @@ def run_one(a, r, job, cfg):
     return rec
 
 
+def stack_line(st):
+    """gpuheap's stack counters of a run, short: where its stacks' cost went."""
+    if not st:
+        return ""
+    failed = sum(v for k, v in st.items() if k.startswith("fill_failed"))
+    return (f" stacks={st['captures']} hits={st['cache_hits']} walks={st['walks']} rewalks={st['rewalks']}"
+            f" fills={st['fills']} waits={st['fill_waits']} failed={failed} stale={st['cache_stale']}")
+
+
 def spread(vals):
     """Median, min/max and quartiles of a list (None for an empty one)."""
     if not vals:
@@ -358,7 +367,8 @@ def main():
             rec = run_one(a, r, job, cfg)
             records.append(rec)
             print(f"round {r} {job:5} {cfg:22} rc={rec['rc']} step_ms={rec.get('step_ms_median')} "
-                  f"wall={rec['wall_s']}s" + (f" ERROR {rec['error'][-300:]!r}" if "error" in rec else ""), flush=True)
+                  f"wall={rec['wall_s']}s" + stack_line(rec.get("gpuheap_stack_stats")) +
+                  (f" ERROR {rec['error'][-300:]!r}" if "error" in rec else ""), flush=True)
         longest = max(longest, time.monotonic() - tr0)
         step = {job: per_job(records, job, configs) for job in jobs}
         doc = {"schema": "gpuheap.gpu-bench/2", "date": date, "versions": v, "card": card(v["gpu"]),
