@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -17,10 +16,8 @@
 #include "format/trace.h"
 #include "preload/record/modules.h"
 #include "preload/record/pystack_layout.h"
+#include "preload/record/scratch.h"
 #include "preload/record/sink.h"
-
-extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
-extern "C" void* __dso_handle;
 
 namespace gpuheap {
 namespace preload {
@@ -303,9 +300,7 @@ Memo* thread_memo() {
   if (!g_memo_on.load(std::memory_order_relaxed)) return nullptr;
   if (!t_memo && !t_no_memo) {
     void* p = mmap(nullptr, sizeof(Memo), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    // The initial thread keeps its memo to the end: exit handlers may still allocate.
-    if (p != MAP_FAILED && syscall(SYS_gettid) != getpid() &&
-        __cxa_thread_atexit_impl(release_memo, p, &__dso_handle)) {
+    if (p != MAP_FAILED && !release_at_thread_exit(release_memo, p)) {
       munmap(p, sizeof(Memo));
       p = MAP_FAILED;
     }

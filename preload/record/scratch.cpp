@@ -140,16 +140,16 @@ unsigned char* scratch() {
     return nullptr;
   }
   t_scratch = static_cast<unsigned char*>(p);
-  // The process's initial thread keeps it to the end (exit runs thread-exit destructors before
-  // the atexit handlers and static destructors, which may still free memory); any other
-  // thread gives it back when it exits.
-  if (!t_no_dtor && syscall(SYS_gettid) != getpid() && __cxa_thread_atexit_impl(thread_exit, p, &__dso_handle) != 0)
-    t_no_dtor = true;
+  if (!t_no_dtor && !release_at_thread_exit(thread_exit, p)) t_no_dtor = true;
   return t_scratch;
 }
 #endif
 
 }  // namespace
+
+bool release_at_thread_exit(void (*dtor)(void*), void* p) noexcept {
+  return syscall(SYS_gettid) == getpid() || __cxa_thread_atexit_impl(dtor, p, &__dso_handle) == 0;
+}
 
 std::size_t stack_room() noexcept {
   auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));

@@ -36,6 +36,12 @@ bool stack_bounds(std::uintptr_t sp, std::uintptr_t* lo, std::uintptr_t* hi) noe
 inline constexpr std::size_t kDeepMinRoom = 48u << 10;
 inline constexpr std::size_t kScratchBytes = 96u << 10;  // the scratch stack's usable size
 
+// Has dtor(p) run when the calling thread exits, for memory of gpuheap's own that a thread maps
+// at its first need (its scratch stack, stack cache, Python code memo). The process's initial
+// thread is left alone: exit runs thread-exit destructors before the atexit handlers and static
+// destructors, which may still allocate. False when it could not be registered.
+bool release_at_thread_exit(void (*dtor)(void*), void* p) noexcept;
+
 // How many times run_deep refused (tests and counters).
 std::size_t deep_refused_count() noexcept;
 

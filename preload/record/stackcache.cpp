@@ -4,16 +4,12 @@
 #include <libunwind.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 
 #include "preload/record/scratch.h"
 #include "preload/record/stackstats.h"
-
-extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
-extern "C" void* __dso_handle;
 
 namespace gpuheap {
 namespace preload {
@@ -92,7 +88,7 @@ Cache* cache() {
     t_no_cache = true;
     return nullptr;
   }
-  if (syscall(SYS_gettid) != getpid() && __cxa_thread_atexit_impl(release, p, &__dso_handle) != 0) {
+  if (!release_at_thread_exit(release, p)) {
     munmap(p, sizeof(Cache));
     t_no_cache = true;
     return nullptr;
