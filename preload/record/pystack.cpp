@@ -178,8 +178,7 @@ struct CodeFields {
   std::int32_t firstlineno;
 };
 
-inline CodeFields code_fields(std::uintptr_t code) {
-  const PyLayout& L = *g_py.layout;
+inline CodeFields code_fields(std::uintptr_t code, const PyLayout& L) {
   return {at<std::uintptr_t>(code, L.co_filename), at<std::uintptr_t>(code, L.co_name),
           at<std::uintptr_t>(code, L.co_linetable), at<std::int32_t>(code, L.co_firstlineno)};
 }
@@ -332,8 +331,7 @@ inline bool memo_serves(const MemoEntry& e, std::uintptr_t code, const CodeField
 // Not in way 0: way 1, which then swaps with way 0, else the table, whose id goes to way 0 (the
 // entry there moves to way 1) when it belongs to the memo's file. format::py_frame(id, 0); 0
 // for no id.
-__attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* set, std::uintptr_t code) {
-  const CodeFields f = code_fields(code);
+__attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* set, std::uintptr_t code, const CodeFields& f) {
   if (memo_serves(set[1], code, f)) {
     const MemoEntry hit = set[1];
     set[1] = set[0], set[0] = hit;
@@ -353,14 +351,9 @@ __attribute__((noinline)) std::uint64_t memo_miss(Memo* m, MemoEntry* set, std::
 // format::py_frame(code's id, 0), 0 when it has none.
 template <int V>
 inline std::uint64_t memo_frame(Memo* m, std::uintptr_t code) {
-  constexpr const PyLayout& L = kPyLayouts[V];
+  const CodeFields f = code_fields(code, kPyLayouts[V]);  // the layout's offsets as constants
   MemoEntry* set = memo_set(m, code);
-  if (set[0].code == code && set[0].filename == at<std::uintptr_t>(code, L.co_filename) &&
-      set[0].name == at<std::uintptr_t>(code, L.co_name) &&
-      set[0].linetable == at<std::uintptr_t>(code, L.co_linetable) &&
-      set[0].firstlineno == at<std::int32_t>(code, L.co_firstlineno))
-    return set[0].frame;
-  return memo_miss(m, set, code);
+  return memo_serves(set[0], code, f) ? set[0].frame : memo_miss(m, set, code, f);
 }
 
 bool safe_read(std::uintptr_t addr, void* out, std::size_t n) {
@@ -426,7 +419,7 @@ int walk_frames(std::uintptr_t fr, std::uint64_t* out, int cap, Memo* memo) {
     std::uint64_t frame = 0;
     if (kMemo) {
       frame = memo_frame<V>(memo, code);
-    } else if (std::uint32_t id = code_id(code, code_fields(code))) {
+    } else if (std::uint32_t id = code_id(code, code_fields(code, L))) {
       frame = format::py_frame(id, 0);
     }
     if (frame == 0) break;  // the sink refused the record: the frames would name nothing
