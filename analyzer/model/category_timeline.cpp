@@ -29,16 +29,57 @@ bool table_kind(format::AllocKind k) {
          k == format::AllocKind::pitch;
 }
 
+// Live bytes by category on a timeline's grid of buckets, sampled as the timeline was.
 struct Grid {
+  using Live = CategoryReport::Live;
   std::uint64_t t0 = 0, width = 1;
   struct Bucket {
     bool used = false;
     std::uint64_t total = 0;
-    CategoryReport::Live at{}, last{};  // at the bucket's maximum; after its last sample
+    Live at{}, last{};  // at the bucket's maximum; after its last sample
   };
   std::vector<Bucket> b;
-  std::uint64_t cur = ~0ull;  // the bucket of the last sample (its `last` is live_by, kept on leaving)
+  std::uint64_t cur = ~0ull;  // the bucket of the last sample (its `last` is the live state, kept on leaving)
   std::map<std::uint64_t, std::uint64_t> segments;  // live segments: ptr -> size (Model::on_segment)
+
+  // The grid of `tl` (none for an empty timeline).
+  void cover(const Timeline& tl) {
+    const auto pts = tl.points();
+    if (pts.empty()) return;
+    t0 = tl.start(), width = tl.bucket_ns();
+    b.resize(pts.back().t / tl.bucket_ns() + 1);
+  }
+  std::uint64_t index(std::uint64_t t) const { return (t > t0 ? t - t0 : 0) / width; }
+  // As Timeline::sample: the bucket of t keeps its maximum (the first moment that reached it).
+  void sample(std::uint64_t t, std::uint64_t total, const Live& live) {
+    const std::uint64_t idx = index(t);
+    if (idx >= b.size()) return;
+    auto& x = b[idx];
+    if (!x.used || total > x.total) x.total = total, x.at = live;
+    x.used = true, cur = idx;
+  }
+  // Before a change of the live bytes at t: leaving the bucket of the last sample, that
+  // bucket's state after its last sample is the live state now.
+  void leave(std::uint64_t t, const Live& live) {
+    if (cur >= b.size()) return;
+    if (index(t) != cur) b[cur].last = live, cur = ~0ull;
+  }
+  // The state at each of the timeline's points (`live`: the state at the end): a bucket it has
+  // and this grid did not sample (none, but for a damaged trace) reads the state after the
+  // bucket before it.
+  std::vector<Live> at_points(const std::vector<Timeline::Point>& pts, const Live& live) {
+    std::vector<Live> out;
+    if (cur < b.size()) b[cur].last = live;
+    Live carry{};
+    std::size_t next = 0;
+    for (const auto& p : pts) {
+      const std::size_t idx = static_cast<std::size_t>(p.t / width);
+      for (; next < idx && next < b.size(); ++next)
+        if (b[next].used) carry = b[next].last;
+      out.push_back(idx < b.size() && b[idx].used ? b[idx].at : carry);
+    }
+    return out;
+  }
 };
 
 struct TimelinePass {
@@ -67,10 +108,7 @@ struct TimelinePass {
     for (std::size_t i = 0; i < m.devices.size(); ++i) {
       const auto& tl = m.devices[i].timeline;
       dev_ids.push_back(m.devices[i].device);
-      const auto pts = tl.points();
-      if (pts.empty() || !with_grids) continue;
-      grids[i].t0 = tl.start(), grids[i].width = tl.bucket_ns();
-      grids[i].b.resize(pts.back().t / tl.bucket_ns() + 1);
+      if (with_grids) grids[i].cover(tl);
     }
   }
 
@@ -78,24 +116,10 @@ struct TimelinePass {
     return static_cast<std::size_t>(std::find(dev_ids.begin(), dev_ids.end(), device) - dev_ids.begin());
   }
 
-  // As Timeline::sample: the bucket of ts keeps its maximum (the first moment that reached it).
   void sample(std::size_t di, std::uint64_t ts) {
-    if (di >= grids.size() || grids[di].b.empty()) return;
-    auto& g = grids[di];
-    const std::uint64_t idx = (ts > g.t0 ? ts - g.t0 : 0) / g.width;
-    if (idx >= g.b.size()) return;
-    auto& x = g.b[idx];
-    if (!x.used || live_total[di] > x.total) x.total = live_total[di], x.at = live_by[di];
-    x.used = true, g.cur = idx;
+    if (di < grids.size()) grids[di].sample(ts, live_total[di], live_by[di]);
   }
-  // Before a change of device di's live bytes at ts: leaving the bucket of its last sample, that
-  // bucket's state after its last sample is the live state now.
-  void leave(std::size_t di, std::uint64_t ts) {
-    auto& g = grids[di];
-    if (g.cur >= g.b.size()) return;
-    const std::uint64_t idx = (ts > g.t0 ? ts - g.t0 : 0) / g.width;
-    if (idx != g.cur) g.b[g.cur].last = live_by[di], g.cur = ~0ull;
-  }
+  void leave(std::size_t di, std::uint64_t ts) { grids[di].leave(ts, live_by[di]); }
 
   void release(std::uint64_t k, std::uint64_t ts) {
     Entry e;
@@ -136,8 +160,6 @@ struct TimelinePass {
     sample(di, r.ts);
   }
 
-  // Model's points: a bucket it has and this pass did not sample (none, but for a damaged
-  // trace) reads the state after the bucket before it.
   // Starts loading the live entry a record will look up (MergeOrder::next's `ahead`).
   void prefetch(const format::Record& r) const {
     if (r.type == format::RecordType::alloc) live.prefetch(format::space_key(r.alloc.ptr, r.alloc.kind));
@@ -159,20 +181,8 @@ struct TimelinePass {
 
   void finish(CategoryReport& rep) {
     rep.timelines.assign(m.devices.size(), {});
-    for (std::size_t di = 0; di < m.devices.size(); ++di) {
-      auto& g = grids[di];
-      if (g.b.empty()) continue;
-      if (g.cur < g.b.size()) g.b[g.cur].last = live_by[di];
-      CategoryReport::Live carry{};
-      std::size_t next = 0;
-      for (const auto& p : m.devices[di].timeline.points()) {
-        const std::size_t idx = static_cast<std::size_t>(p.t / g.width);
-        for (; next < idx && next < g.b.size(); ++next)
-          if (g.b[next].used) carry = g.b[next].last;
-        const bool used = idx < g.b.size() && g.b[idx].used;
-        rep.timelines[di].push_back(used ? g.b[idx].at : carry);
-      }
-    }
+    for (std::size_t di = 0; di < m.devices.size(); ++di)
+      if (!grids[di].b.empty()) rep.timelines[di] = grids[di].at_points(m.devices[di].timeline.points(), live_by[di]);
   }
 };
 
@@ -186,9 +196,9 @@ struct MergedPass {
   std::vector<std::vector<std::pair<int, std::size_t>>> gpu_of;  // per trace: (device, index in a.merged)
   struct Gpu {
     bool on = false;  // some process on it decided something
-    std::uint64_t t0 = 0, width = 1, total = 0;
+    std::uint64_t total = 0;
     CategoryReport::Live live{};
-    std::vector<Grid::Bucket> b;
+    Grid grid;
     std::size_t released = 0;  // how much of released_at_end was replayed
   };
   std::vector<Gpu> gpus;
@@ -203,13 +213,8 @@ struct MergedPass {
       for (std::size_t ti = 0; ti < a.traces.size(); ++ti)
         if (a.traces[ti]->info.hostname == md.host) gpu_of[ti].emplace_back(md.device, g);
       for (auto ti : md.traces) gpus[g].on = gpus[g].on || reps[ti]->decided_anything();
-      const auto pts = md.timeline.points();
-      if (!gpus[g].on || md.device < 0 || pts.empty()) {
-        gpus[g].on = false;
-        continue;
-      }
-      gpus[g].t0 = md.timeline.start(), gpus[g].width = md.timeline.bucket_ns();
-      gpus[g].b.resize(pts.back().t / md.timeline.bucket_ns() + 1);
+      if (gpus[g].on && md.device >= 0) gpus[g].grid.cover(md.timeline);
+      gpus[g].on = gpus[g].on && !gpus[g].grid.b.empty();
     }
     for (std::size_t ti = 0; ti < a.traces.size(); ++ti) {
       const bool grids = reps[ti]->decided_anything() && reps[ti]->timelines.empty();
@@ -217,14 +222,8 @@ struct MergedPass {
     }
   }
 
-  void sample(Gpu& g, std::uint64_t bw) {
-    const std::uint64_t t = bw - std::min(bw, a.merged_start_wall_ns);
-    const std::uint64_t idx = (t > g.t0 ? t - g.t0 : 0) / g.width;
-    if (idx >= g.b.size()) return;
-    auto& x = g.b[idx];
-    if (!x.used || g.total > x.total) x.total = g.total, x.at = g.live;
-    x.used = true, x.last = g.live;
-  }
+  // The merged timeline's clock: since the earliest process start.
+  std::uint64_t since_start(std::uint64_t bw) const { return bw - std::min(bw, a.merged_start_wall_ns); }
 
   // An event of trace ti about `device` (merged_event_device).
   void on_event(std::size_t ti, const format::Record& r, int device, std::uint64_t bw) {
@@ -235,12 +234,13 @@ struct MergedPass {
     auto it = std::find_if(gpu_of[ti].begin(), gpu_of[ti].end(), [&](const auto& x) { return x.first == device; });
     if (it == gpu_of[ti].end() || !gpus[it->second].on) return;
     auto& g = gpus[it->second];
+    g.grid.leave(since_start(bw), g.live);
     if (di < p.live_by.size())
       for (std::size_t c = 0; c < kNumCategories; ++c) {  // what changed, wrapping as the totals' sums do
         const std::uint64_t d = p.live_by[di][c] - before[c];
         g.live[c] += d, g.total += d;
       }
-    sample(g, bw);
+    g.grid.sample(since_start(bw), g.total, g.live);
   }
 
   // The trace's end record: its leftovers leave the GPUs where analyze() took them off
@@ -254,9 +254,10 @@ struct MergedPass {
       ++g.released;
       if (!g.on) continue;
       const std::size_t di = p.dev(a.merged[gi].device);
+      g.grid.leave(since_start(bw), g.live);
       if (di < p.live_by.size())
         for (std::size_t c = 0; c < kNumCategories; ++c) g.live[c] -= p.live_by[di][c], g.total -= p.live_by[di][c];
-      sample(g, bw);
+      g.grid.sample(since_start(bw), g.total, g.live);
     }
   }
 
@@ -272,13 +273,11 @@ struct MergedPass {
     }
     auto& g = gpus[gi];
     if (!g.on) return out;
-    CategoryReport::Live carry{};
-    std::size_t next = 0;
-    for (const auto& p : md.timeline.points()) {
-      const std::size_t idx = static_cast<std::size_t>(p.t / g.width);
-      for (; next < idx && next < g.b.size(); ++next)
-        if (g.b[next].used) carry = g.b[next].last;
-      const auto& at = idx < g.b.size() && g.b[idx].used ? g.b[idx].at : carry;
+    const auto pts = md.timeline.points();
+    out.at = g.grid.at_points(pts, g.live);
+    for (std::size_t k = 0; k < out.at.size(); ++k) {
+      const auto& at = out.at[k];
+      const auto& p = pts[k];
       std::uint64_t sum = 0;
       for (auto v : at) sum += v;
       if (sum != static_cast<std::uint64_t>(p.requested)) {
@@ -289,7 +288,6 @@ struct MergedPass {
         out.at.clear();
         return out;
       }
-      out.at.push_back(at);
     }
     return out;
   }
