@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "analyzer/trace/reader.h"
+#include "analyzer/trace/tables.h"
 
 namespace gpuheap {
 
@@ -59,7 +60,7 @@ class MergeOrder {
     last_ = SIZE_MAX;
     for (std::size_t k = 0; k < st_.size(); ++k) {
       if (!st_[k].have) continue;
-      const std::uint64_t w = st_[k].wall_ns + (st_[k].last_ts - st_[k].mono_ns);
+      const std::uint64_t w = st_[k].clock.to_wall(st_[k].last_ts);
       if (last_ == SIZE_MAX || w < bw) last_ = k, bw = w;
     }
     if (last_ == SIZE_MAX) return false;
@@ -73,7 +74,7 @@ class MergeOrder {
     format::Record rec;
     bool have = false;
     std::uint64_t last_ts = 0;
-    std::uint64_t wall_ns = 0, mono_ns = 0;  // the clocks of the process record handed out last
+    TraceInfo clock;  // wall_ns and mono_ns: those of the process record handed out last
   };
 
   // The events the merge orders; what comes before a trace's first one goes first.
@@ -109,7 +110,7 @@ class MergeOrder {
   // Model::info (TraceInfo::to_wall) when it is fed.
   void clock(std::size_t i) {
     if (st_[i].rec.type != format::RecordType::process) return;
-    st_[i].wall_ns = st_[i].rec.process.wall_ns, st_[i].mono_ns = st_[i].rec.process.mono_ns;
+    st_[i].clock.wall_ns = st_[i].rec.process.wall_ns, st_[i].clock.mono_ns = st_[i].rec.process.mono_ns;
   }
 
   std::vector<std::unique_ptr<TraceReader>>& readers_;
