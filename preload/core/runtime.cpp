@@ -24,7 +24,7 @@
 namespace gpuheap {
 namespace preload {
 
-thread_local int t_hook_depth = 0;
+constinit thread_local int t_hook_depth = 0;
 
 namespace {
 

@@ -20,7 +20,7 @@ namespace preload {
 // cudart's cudaMalloc calls cuMemAlloc_v2 underneath (through the pointers it got from our
 // cuGetProcAddress), and our pool grows through the driver: one user call must be recorded
 // once, so an interposer entered while another is active on this thread passes through.
-extern thread_local int t_hook_depth;
+extern constinit thread_local int t_hook_depth;
 
 class HookScope {
  public:
