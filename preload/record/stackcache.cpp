@@ -28,7 +28,7 @@ constexpr int kSets = 16;
 constexpr int kWays = 16;
 constexpr int kMaxFrames = 80;                    // native frames kept per entry
 constexpr int kMaxChecks = 192;                   // words read per walk (about two per frame)
-constexpr int kSeen = 64;                         // keys missed once: a key is cached at its second miss
+constexpr int kSeenSets = 64, kSeenWays = 4;      // keys missed once: a key is cached at its second miss
 constexpr std::uint64_t kNearStack = 1ull << 30;  // a key's rbp0 within this of sp0 is kept exactly
 constexpr std::uint64_t kFarRbp = 0;              // the key's rbp0 for every value farther away
 
@@ -47,7 +47,10 @@ struct Entry {
 struct Cache {
   Entry e[kSets][kWays];
   std::uint8_t next[kSets];  // the way the set's next new key goes to
-  std::uint64_t seen[kSeen];
+  // Associative, so that keys sharing a slot do not erase each other's first miss on every
+  // pass and never reach a second one (a training step's hundreds of stacks did).
+  std::uint64_t seen[kSeenSets][kSeenWays];
+  std::uint8_t seen_next[kSeenSets];
 };
 
 constinit std::atomic<std::uint32_t> g_gen{1};
@@ -203,6 +206,18 @@ Fill record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int l
   return Fill::made;
 }
 
+// At a key's second miss, the slot that noted its first; at its first, nullptr, having
+// noted it in place of the set's oldest.
+std::uint64_t* second_miss(Cache* c, std::uint64_t h) {
+  std::uint64_t* set = c->seen[h % kSeenSets];
+  for (int w = 0; w < kSeenWays; ++w)
+    if (set[w] == h) return &set[w];
+  std::uint8_t& next = c->seen_next[h % kSeenSets];
+  set[next] = h;
+  next = static_cast<std::uint8_t>((next + 1) % kSeenWays);
+  return nullptr;
+}
+
 // The entry a walked stack goes to, or nullptr when it is not to be cached now (above).
 Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int nat) {
   const std::uint64_t h = key_hash(key);
@@ -221,17 +236,14 @@ Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int 
     old.quiet = kQuiet;  // kept by the fill below: the next misses wait
     return &old;
   }
-  std::uint64_t& seen = c->seen[h % kSeen];
-  if (seen != h) {  // first miss: a stack seen once is not worth the slower walk below
-    seen = h;
-    return nullptr;
-  }
+  std::uint64_t* seen = second_miss(c, h);
+  if (!seen) return nullptr;  // a stack seen once is not worth the slower walk below
   if (t_thrashing && ++t_passed % kBackoff != 0) return nullptr;
   if (++t_window_fills == kWindow) {
     t_thrashing = t_window_hits < kWindow * kHitsPerFill;
     t_window_fills = t_window_hits = 0;
   }
-  seen = 0;  // the next miss of this key waits for the one after
+  *seen = 0;  // the next miss of this key waits for the one after
   // A key that misses again after its fill is another stack at the same start (two callers at
   // one depth): it takes the set's next way, the oldest filled.
   std::uint8_t& next = c->next[h % kSets];
