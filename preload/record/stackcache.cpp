@@ -37,6 +37,7 @@ struct Entry {
   std::uint32_t gen, id;
   std::uint16_t nat, nchecks;
   std::uint16_t quiet;            // misses left before this key is filled again (kQuiet)
+  std::uint32_t hits;             // since its fill (whether the fill paid: SetState)
   std::uint16_t bad;              // the check that failed last (still_valid)
   std::uint32_t off[kMaxChecks];  // address - sp0 of each word read
   std::uint64_t val[kMaxChecks];
@@ -44,9 +45,18 @@ struct Entry {
   std::uint8_t is_rbp[kMaxChecks / 8];  // bit i: check i is a saved rbp (for stackstats' cache_stale)
 };
 
+// Whether a set's fills pay, judged by the entries they evict (way_to_fill).
+struct SetState {
+  std::uint8_t next;     // the way the set's next new key goes to
+  bool thrashing;        // one fill in kBackoff misses until a window of evictions pays
+  std::uint8_t evicted;  // in this window
+  std::uint8_t wasted;   // of them, entries evicted before they earned kHitsPerFill hits
+  std::uint16_t passed;  // misses not filled while thrashing
+};
+
 struct Cache {
   Entry e[kSets][kWays];
-  std::uint8_t next[kSets];  // the way the set's next new key goes to
+  SetState set[kSets];
   // Associative, so that keys sharing a slot do not erase each other's first miss on every
   // pass and never reach a second one (a training step's hundreds of stacks did).
   std::uint64_t seen[kSeenSets][kSeenWays];
@@ -65,18 +75,16 @@ thread_local std::uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0
 // rbp across calls; the saved copy is a word the entry checks, so such a stack misses every time
 // though its frames repeat. A key whose entry holds the very frames just walked is such a one:
 // it is filled again only after kQuiet more misses (its entry still serves the calls whose words
-// match). And a thread whose last kWindow fills earned fewer than kHitsPerFill hits each (more
-// stacks at one start than ways, evicting each other) tries one fill in kBackoff until a window
-// of fills pays again: judged by the recent window, since hits counted before a program changes
-// what it runs would otherwise keep every fill going at many times a walk's cost.
+// match). And a set whose last kWindow evictions threw away mostly entries that had not earned
+// kHitsPerFill hits (more stacks at one start than ways, evicting each other) tries one fill in
+// kBackoff misses until a window of evictions pays again. Judged by what an entry earned over
+// its whole stay, not by the hits of a recent stretch: a training step's stacks recur once a
+// step, so a window of fills made in its first step had earned little by the window's end and
+// stopped the thread's fills for thousands of misses (prog_stackmix).
 constexpr std::uint16_t kQuiet = 1024;
-thread_local std::uint32_t t_window_fills __attribute__((tls_model("initial-exec"))) = 0;
-thread_local std::uint32_t t_window_hits __attribute__((tls_model("initial-exec"))) = 0;
-thread_local bool t_thrashing __attribute__((tls_model("initial-exec"))) = false;
-thread_local std::uint32_t t_passed __attribute__((tls_model("initial-exec"))) = 0;
-constexpr std::uint32_t kWindow = 64;
+constexpr std::uint8_t kWindow = kWays;
 constexpr std::uint32_t kHitsPerFill = 16;  // a fill costs about that many of the walks a hit saves
-constexpr std::uint32_t kBackoff = 256;
+constexpr std::uint16_t kBackoff = 256;
 
 void release(void* p) {
   t_no_cache = true;
@@ -206,6 +214,13 @@ Fill record_walk(unw_cursor_t* cur, Entry* e, void* const* raw, int start, int l
   return Fill::made;
 }
 
+void judge_eviction(SetState& st, const Entry& victim) {
+  st.wasted = static_cast<std::uint8_t>(st.wasted + (victim.hits < kHitsPerFill ? 1 : 0));
+  if (++st.evicted < kWindow) return;
+  st.thrashing = st.wasted > kWindow / 2;
+  st.evicted = st.wasted = 0;
+}
+
 // At a key's second miss, the slot that noted its first; at its first, nullptr, having
 // noted it in place of the set's oldest.
 std::uint64_t* second_miss(Cache* c, std::uint64_t h) {
@@ -238,17 +253,14 @@ Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int 
   }
   std::uint64_t* seen = second_miss(c, h);
   if (!seen) return nullptr;  // a stack seen once is not worth the slower walk below
-  if (t_thrashing && ++t_passed % kBackoff != 0) return nullptr;
-  if (++t_window_fills == kWindow) {
-    t_thrashing = t_window_hits < kWindow * kHitsPerFill;
-    t_window_fills = t_window_hits = 0;
-  }
+  SetState& st = c->set[h % kSets];
+  if (st.thrashing && ++st.passed % kBackoff != 0) return nullptr;
   *seen = 0;  // the next miss of this key waits for the one after
   // A key that misses again after its fill is another stack at the same start (two callers at
   // one depth): it takes the set's next way, the oldest filled.
-  std::uint8_t& next = c->next[h % kSets];
-  Entry* e = &set[next];
-  next = static_cast<std::uint8_t>((next + 1) % kWays);
+  Entry* e = &set[st.next];
+  st.next = static_cast<std::uint8_t>((st.next + 1) % kWays);
+  if (e->key.conf) judge_eviction(st, *e);
   e->quiet = 0;
   return e;
 }
@@ -289,7 +301,7 @@ bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
   hit->id = e.gen == g_gen.load(std::memory_order_relaxed) ? e.id : 0;
   hit->entry = &e;
   ++t_hits;
-  if (t_window_hits < UINT32_MAX) ++t_window_hits;
+  if (e.hits < UINT32_MAX) ++e.hits;
   return true;
 }
 
@@ -337,6 +349,7 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   memcpy(e.ips, ips, 8u * static_cast<std::size_t>(nat));
   e.nat = static_cast<std::uint16_t>(nat);
   e.bad = 0;
+  e.hits = 0;
   e.gen = g_gen.load(std::memory_order_relaxed);
   e.id = id;
   e.key.conf = key.conf;  // complete

@@ -23,7 +23,7 @@
 
 namespace {
 
-constexpr int kPaths = 160;
+constexpr int kPaths = 320;
 bool g_varied = false;
 
 template <int N>
