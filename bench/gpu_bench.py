@@ -15,6 +15,9 @@
      gpuheap_native_stacks  `gpuheap run` with GPUHEAP_PYTHON_STACKS=0 (run has no option for it)
      gpuheap_no_stacks      `gpuheap run --no-stacks`
      gpuheap_no_stack_cache (optional) the default with GPUHEAP_STACK_CACHE=0: what the stack cache saves
+     gpuheap_base           (optional) the default run by another gpuheap CLI, --base-cli (an earlier
+                            build, e.g. an unpacked older wheel's gpuheap/bin/gpuheap): before and after
+                            a change in the same rounds
      gpuheap_keep           `gpuheap run --framework-pools=keep` (torch's cache kept: gpuheap sees its segments)
      native_again           (optional) a second native run per round: the machine's own noise floor
      nocache_raw            (optional) PYTORCH_NO_CUDA_MEMORY_CACHING=1 without gpuheap
@@ -54,6 +57,7 @@ CONFIGS = {
     "gpuheap_default": ([], {}, []),
     "gpuheap_native_stacks": ([], {"GPUHEAP_PYTHON_STACKS": "0"}, []),
     "gpuheap_no_stack_cache": ([], {"GPUHEAP_STACK_CACHE": "0"}, []),
+    "gpuheap_base": ([], {}, []),
     "gpuheap_no_stacks": (["--no-stacks"], {}, []),
     "gpuheap_keep": (["--framework-pools=keep"], {}, []),
     "native_again": (None, {}, []),
@@ -118,13 +122,14 @@ print(json.dumps(r), flush=True)
 """
 
 
-def command(cfg, job, warmup, steps, trace):
+def command(cfg, job, warmup, steps, trace, base_cli=None):
     """The command line of one run; a gpuheap configuration is `gpuheap run` around the job."""
     ghopts, _, jobargs = CONFIGS[cfg]
     cmd = [gh.PY, JOB, *JOBS[job], "--warmup", str(warmup), "--steps", str(steps), *jobargs]
     if ghopts is None:
         return cmd
-    return [gh.CLI, "run", "-q", "--no-symbolize", "--no-compress", "--force", "-o", trace, *ghopts, "--", *cmd]
+    cli = base_cli if cfg == "gpuheap_base" else gh.CLI
+    return [cli, "run", "-q", "--no-symbolize", "--no-compress", "--force", "-o", trace, *ghopts, "--", *cmd]
 
 
 def round_plan(r, configs, jobs):
@@ -138,7 +143,7 @@ def round_plan(r, configs, jobs):
 def run_one(a, r, job, cfg):
     tr = os.path.join(a.work, f"{job}.{cfg}.{r}.trace") if CONFIGS[cfg][0] is not None else None
     rec = {"round": r, "job": job, "config": cfg}
-    rc, out, err, dt = gh.run(command(cfg, job, a.warmup, a.steps, tr), env=CONFIGS[cfg][1], timeout=a.run_timeout)
+    rc, out, err, dt = gh.run(command(cfg, job, a.warmup, a.steps, tr, a.base_cli), env=CONFIGS[cfg][1], timeout=a.run_timeout)
     rec.update(rc=rc, wall_s=round(dt, 2))
     try:
         j = gh.last_json(out) if rc == 0 else None
@@ -292,7 +297,7 @@ def print_plan(a, configs, jobs):
         for job, cfg in round_plan(r, configs, jobs):
             env = " ".join(f"{k}={v}" for k, v in CONFIGS[cfg][1].items())
             tr = os.path.join(a.work, f"{job}.{cfg}.{r}.trace") if CONFIGS[cfg][0] is not None else None
-            print(f"round {r} {job:5} {cfg:22} {env + ' ' if env else ''}{' '.join(command(cfg, job, a.warmup, a.steps, tr))}")
+            print(f"round {r} {job:5} {cfg:22} {env + ' ' if env else ''}{' '.join(command(cfg, job, a.warmup, a.steps, tr, a.base_cli))}")
     print(f"{a.rounds * len(configs) * len(jobs)} runs; ratios against {BASE} of the same round and job")
 
 
@@ -338,6 +343,7 @@ def main():
     ap.add_argument("--run-timeout", type=int, default=180)
     ap.add_argument("--latency", action="store_true", help="also the C++ allocation-latency part")
     ap.add_argument("--work", default="/tmp/gpuheap-bench")
+    ap.add_argument("--base-cli", help="the gpuheap CLI of configuration gpuheap_base")
     ap.add_argument("--dry-run", action="store_true", help="print the plan of runs and exit")
     ap.add_argument("--combine", nargs="+", metavar="RESULT",
                     help="merge the runs of these result files (same commit, card, settings) into one and exit")
@@ -349,6 +355,8 @@ def main():
     if bad or BASE not in configs or a.rounds < 1:
         ap.error(f"unknown job/configuration {bad}, or {BASE} missing, or no rounds")
     configs = [BASE] + [c for c in configs if c != BASE]
+    if "gpuheap_base" in configs and not (a.base_cli and os.access(a.base_cli, os.X_OK)):
+        ap.error("gpuheap_base needs --base-cli, an executable gpuheap CLI")
     if a.dry_run:
         print_plan(a, configs, jobs)
         return 0
@@ -375,6 +383,7 @@ def main():
                "settings": {"rounds_planned": a.rounds, "rounds_done": r + 1, "steps_timed": a.steps,
                             "warmup": a.warmup, "jobs": jobs, "configs": configs, "budget_s": a.budget_s,
                             "gpuheap_run": "gpuheap run -q --no-symbolize --no-compress --force -o TRACE [opts] -- JOB",
+                            "base_cli": base_version(a.base_cli) if "gpuheap_base" in configs else None,
                             "seconds": round(time.monotonic() - t0, 1), "stopped": stopped},
                "step_time": step, "targets": targets(step),
                "runs": [{k: x for k, x in rec.items() if k != "losses"} for rec in records]}
@@ -391,6 +400,12 @@ def main():
     if failed:
         print(f"{len(failed)} of {len(records)} runs failed (their errors are in the JSON)", flush=True)
     return 1 if failed else 0
+
+
+def base_version(cli):
+    """What gpuheap_base ran: the CLI's path and its --version line."""
+    r = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=30)
+    return {"path": cli, "version": (r.stdout or r.stderr).strip()}
 
 
 def latency(a):
