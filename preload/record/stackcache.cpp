@@ -22,10 +22,11 @@ constexpr bool kSupported = false;
 #endif
 
 // Ways a set, by key: the stacks that share a start (PyTorch allocates from one call site of
-// its allocator, at a few depths) all stay, up to kWays of them; a wrong one fails after one
-// load (still_valid), so looking through them costs little beside the walk a hit saves.
+// its allocator, at a few depths, and many ops reach it at the same one) all stay, up to kWays
+// of them; a wrong one fails after one load (still_valid), and only ways whose tag matches are
+// looked at, so looking through them costs little beside the walk a hit saves.
 constexpr int kSets = 16;
-constexpr int kWays = 16;
+constexpr int kWays = 32;
 constexpr int kMaxFrames = 80;                    // native frames kept per entry
 constexpr int kMaxChecks = 192;                   // words read per walk (about two per frame)
 constexpr int kSeenSets = 64, kSeenWays = 4;      // keys missed once: a key is cached at its second miss
@@ -55,6 +56,9 @@ struct SetState {
 };
 
 struct Cache {
+  // Each way's key hash (tag_of), 0 while empty or being written: a lookup reads a set's tags
+  // (four cache lines), not a line and a page of every entry.
+  std::uint64_t tag[kSets][kWays];
   Entry e[kSets][kWays];
   SetState set[kSets];
   // Associative, so that keys sharing a slot do not erase each other's first miss on every
@@ -112,6 +116,8 @@ inline std::uint64_t key_hash(const StackKey& k) {
   std::uint64_t h = (k.ip0 ^ (k.sp0 * 0x9E3779B97F4A7C15ull) ^ (k.rbp0 * 0xFF51AFD7ED558CCDull)) + k.conf;
   return h ^ (h >> 29) ^ (h >> 41);
 }
+
+inline std::uint64_t tag_of(std::uint64_t h) { return h | 1; }
 
 inline bool same_key(const StackKey& a, const StackKey& b) {
   return a.ip0 == b.ip0 && a.sp0 == b.sp0 && a.rbp0 == b.rbp0 && a.conf == b.conf;
@@ -237,7 +243,9 @@ std::uint64_t* second_miss(Cache* c, std::uint64_t h) {
 Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int nat) {
   const std::uint64_t h = key_hash(key);
   Entry* set = c->e[h % kSets];
+  const std::uint64_t* tags = c->tag[h % kSets];
   for (int w = 0; w < kWays; ++w) {
+    if (tags[w] != tag_of(h)) continue;
     Entry& old = set[w];
     // The very frames (all of them: stacks at one start may differ only a few frames deep,
     // where a sample of three would call them the same and starve the others of a way).
@@ -282,11 +290,13 @@ StackKey stackcache_key(std::uint64_t ip0, std::uint64_t sp0, std::uint64_t rbp0
 
 bool stackcache_find(const StackKey& key, StackHit* hit) noexcept {
   if (!key.conf || !t_cache || !g_on.load(std::memory_order_relaxed)) return false;
-  Entry* set = t_cache->e[key_hash(key) % kSets];
+  const std::uint64_t h = key_hash(key);
+  Entry* set = t_cache->e[h % kSets];
+  const std::uint64_t* tags = t_cache->tag[h % kSets];
   Entry* found = nullptr;
   bool stale = false;
   for (int w = 0; w < kWays && !found; ++w)
-    if (same_key(set[w].key, key)) {
+    if (tags[w] == tag_of(h) && same_key(set[w].key, key)) {
       Entry& e = set[w];
       if (still_valid(e)) found = &e;
       else stale |= (e.is_rbp[e.bad / 8] >> (e.bad % 8)) & 1;  // a frame pointer, not a caller, changed
@@ -328,6 +338,8 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   Entry* at = way_to_fill(c, key, ips, nat);
   if (!at) return Fill::waited;
   Entry& e = *at;
+  std::uint64_t& tag = c->tag[0][at - &c->e[0][0]];
+  tag = 0;
   e.key.conf = 0;  // empty while being written
   unw_context_t uc;
   unw_cursor_t cur;
@@ -353,6 +365,7 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   e.gen = g_gen.load(std::memory_order_relaxed);
   e.id = id;
   e.key.conf = key.conf;  // complete
+  tag = tag_of(key_hash(key));
   return Fill::made;
 #else
   (void)key, (void)raw, (void)start, (void)last, (void)ended, (void)ips, (void)nat, (void)id;

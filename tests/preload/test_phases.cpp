@@ -104,6 +104,17 @@ TEST(Phases, StackCacheHoldsATrainingStepsStacks) {
   EXPECT_EQ(c["hits"] + c["walks"], c["captures"]) << r.out;
 }
 
+// 30 stacks a thread that reach the allocator at one stack depth (one cache key): all held,
+// each walked twice. With 16 ways a set they evicted each other: 4,100 walks of 15,000.
+TEST(Phases, StackCacheHoldsThirtyStacksAtOneStart) {
+  ProgRun r = run("prog_stackmix", {"same", "12", "20", "10", "30"});
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  auto c = counters(r.out);
+  EXPECT_EQ(c["captures"], 2 * 30 * (12 * 20 + 10)) << r.out;
+  EXPECT_EQ(c["fills"], 60) << r.out;
+  EXPECT_LE(c["walks"], 2 * 60) << r.out;
+}
+
 TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
   ProgRun r = run("prog_phases", {"absent"}, {}, false);
   EXPECT_EQ(r.status, 0) << r.err;
