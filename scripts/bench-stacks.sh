@@ -4,7 +4,9 @@
 # (tests/preload/py/nested_alloc.py churn N; each allocation is freed), the same script's chains
 # of 6 and 40 Python frames (nested_alloc.py chain N D: 16 stacks sharing their outer frames, as
 # a model's forward and backward do) and a C++ program (tests/preload/prog_load 1 N: N/2
-# allocations, each freed). Each count is the difference between two run lengths divided by the
+# allocations, each freed) and a training step's pattern in native code (tests/preload/prog_stackmix
+# varied 4 40 80: 240 allocations a step on each of two threads from 120 call paths, 40 of them
+# once per layer). Each count is the difference between two run lengths divided by the
 # allocations added: start-up and exit cancel out.
 #   scripts/bench-stacks.sh [BEFORE_LIB]   BEFORE_LIB: another libgpuheap.so measured beside
 #   this build's (e.g. the one before a change); writes bench/results/stacks-<date>-<commit>.json
@@ -32,9 +34,9 @@ ir() {
   rm -f "$tmp"/t.*.trace
   sed -n 's/^totals: //p' "$tmp/cg.out"
 }
-# per_alloc LIB ENV...: instructions per allocation of each workload, as "py py6 py40 native"
+# per_alloc LIB ENV...: instructions per allocation of each workload, as "py py6 py40 native step"
 per_alloc() {
-  local a b c d e f g h
+  local a b c d e f g h i j
   a=$(ir "$@" -- "$py" tests/preload/py/nested_alloc.py churn 200)
   b=$(ir "$@" -- "$py" tests/preload/py/nested_alloc.py churn 1200)
   e=$(ir "$@" -- "$py" tests/preload/py/nested_alloc.py chain 200 6)
@@ -44,16 +46,19 @@ per_alloc() {
   # prog_load: one thread, N/2 cudaMalloc and N/2 cudaFree; 10000 calls more are 5000 allocations
   c=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_load" 1 2000)
   d=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_load" 1 12000)
-  echo "$(( (b - a) / 1000 )) $(( (f - e) / 1000 )) $(( (h - g) / 1000 )) $(( (d - c) / 5000 ))"
+  # prog_stackmix: 480 allocations a step; 20 steps more are 9600
+  i=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_stackmix" varied 4 40 80 5)
+  j=$(ir "$@" -- "$BUILD_DIR/tests/preload/prog_stackmix" varied 4 40 80 25)
+  echo "$(( (b - a) / 1000 )) $(( (f - e) / 1000 )) $(( (h - g) / 1000 )) $(( (d - c) / 5000 )) $(( (j - i) / 9600 ))"
 }
 rows=()
 row() {  # name LIB ENV...
   local name=$1; shift
-  read -r p p6 p40 n < <(per_alloc "$@")
-  printf '%-34s %10s %10s %10s %10s\n' "$name" "$p" "$p6" "$p40" "$n" >&2
-  rows+=("$name $p $p6 $p40 $n")
+  read -r p p6 p40 n st < <(per_alloc "$@")
+  printf '%-34s %10s %10s %10s %10s %10s\n' "$name" "$p" "$p6" "$p40" "$n" "$st" >&2
+  rows+=("$name $p $p6 $p40 $n $st")
 }
-printf '%-34s %10s %10s %10s %10s\n' "instructions per allocation" "python" "python_6" "python_40" "native" >&2
+printf '%-34s %10s %10s %10s %10s %10s\n' "instructions per allocation" "python" "python_6" "python_40" "native" "step" >&2
 row "no gpuheap" -
 row "gpuheap, no stacks" "$lib" GPUHEAP_STACKS=0
 row "gpuheap, stacks, cache off" "$lib" GPUHEAP_STACK_CACHE=0
@@ -79,11 +84,13 @@ res = {"date": datetime.date.today().isoformat(), "commit": commit, "dirty": dir
        "workloads": {"python": "nested_alloc.py churn: 1000 allocations (200 vs 1200), Python frames 4-8 deep",
                      "python_6": "nested_alloc.py chain N 6: 1000 allocations (200 vs 1200), 6 Python frames",
                      "python_40": "nested_alloc.py chain N 40: 1000 allocations (200 vs 1200), 40 Python frames",
-                     "native": "tests/preload/prog_load 1 N: 5000 allocations (N 2000 vs 12000), stacks 4 frames deep"},
+                     "native": "tests/preload/prog_load 1 N: 5000 allocations (N 2000 vs 12000), stacks 4 frames deep",
+                     "step": "tests/preload/prog_stackmix varied 4 40 80 N: 9600 allocations (N 5 vs 25 steps), 120 call paths a thread on two threads"},
        "results": {}}
 for r in rows:
-    name, p, p6, p40, n = r.rsplit(" ", 4)
-    res["results"][name] = {"python": int(p), "python_6": int(p6), "python_40": int(p40), "native": int(n)}
+    name, p, p6, p40, n, st = r.rsplit(" ", 5)
+    res["results"][name] = {"python": int(p), "python_6": int(p6), "python_40": int(p40), "native": int(n),
+                            "step": int(st)}
 json.dump(res, open(out, "w"), indent=2)
 print("written", out)
 PY
