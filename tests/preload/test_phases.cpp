@@ -86,34 +86,30 @@ std::map<std::string, long> counters(const std::string& out) {
   while (in >> name >> v) m[name] = v;
   return m;
 }
-}  // namespace
 
-// A training step's pattern (prog_stackmix): 20 call paths x 12 layers and 20 paths once a step,
-// on two threads, 30 steps. Each thread's 40 stacks are walked twice (the second miss fills)
-// and served from the cache after: with first misses noted in a direct-mapped table, keys
-// sharing a slot erased each other's note and were walked every time (70 of 80 fills, walks
-// growing by ~60 a step).
-TEST(Phases, StackCacheHoldsATrainingStepsStacks) {
-  ProgRun r = run("prog_stackmix", {"varied", "12", "20", "20", "30"});
+// prog_stackmix MODE 12 K ONCE 30 on two threads: every capture counted, each thread's K + ONCE
+// stacks filled once and walked twice (the second miss fills), served from the cache after.
+void expect_each_stack_walked_twice(const char* mode, int k, int once) {
+  ProgRun r = run("prog_stackmix", {mode, "12", std::to_string(k), std::to_string(once), "30"});
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   auto c = counters(r.out);
-  EXPECT_EQ(c["captures"], 2 * 30 * (12 * 20 + 20)) << r.out;
-  EXPECT_EQ(c["fills"], 80) << r.out;
-  EXPECT_LE(c["walks"], 2 * 80) << r.out;
+  const long stacks = 2L * (k + once);
+  EXPECT_EQ(c["captures"], 2L * 30 * (12 * k + once)) << r.out;
+  EXPECT_EQ(c["fills"], stacks) << r.out;
+  EXPECT_LE(c["walks"], 2 * stacks) << r.out;
   EXPECT_EQ(c["failed"], 0) << r.out;
   EXPECT_EQ(c["hits"] + c["walks"], c["captures"]) << r.out;
 }
+}  // namespace
 
-// 30 stacks a thread that reach the allocator at one stack depth (one cache key): all held,
-// each walked twice. With 16 ways a set they evicted each other: 4,100 walks of 15,000.
-TEST(Phases, StackCacheHoldsThirtyStacksAtOneStart) {
-  ProgRun r = run("prog_stackmix", {"same", "12", "20", "10", "30"});
-  ASSERT_EQ(r.status, 0) << r.err << r.out;
-  auto c = counters(r.out);
-  EXPECT_EQ(c["captures"], 2 * 30 * (12 * 20 + 10)) << r.out;
-  EXPECT_EQ(c["fills"], 60) << r.out;
-  EXPECT_LE(c["walks"], 2 * 60) << r.out;
-}
+// A training step's pattern: 20 call paths x 12 layers and 20 paths once a step. With first
+// misses noted in a direct-mapped table, keys sharing a slot erased each other's note and were
+// walked every time (66-72 of 80 fills, 2,744-5,232 walks in 50 steps).
+TEST(Phases, StackCacheHoldsATrainingStepsStacks) { expect_each_stack_walked_twice("varied", 20, 20); }
+
+// 30 stacks a thread that reach the allocator at one stack depth (one cache key). With 16 ways
+// a set they evicted each other: 4,240 walks of 15,000 captures.
+TEST(Phases, StackCacheHoldsThirtyStacksAtOneStart) { expect_each_stack_walked_twice("same", 20, 10); }
 
 TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
   ProgRun r = run("prog_phases", {"absent"}, {}, false);
