@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,11 +82,12 @@ int main(int argc, char** argv) {
   gpuheap_stack_stats_t st{};
   st.size = sizeof st;
   if (!stack_stats || stack_stats(&st) != 0) return 0;  // not under gpuheap: nothing to print
-  std::printf("captures %llu\nhits %llu\nwalks %llu\nrewalks %llu\nfills %llu\nwaits %llu\n",
-              (unsigned long long)st.captures, (unsigned long long)st.cache_hits, (unsigned long long)st.walks,
-              (unsigned long long)st.rewalks, (unsigned long long)st.fills, (unsigned long long)st.fill_waits);
-  std::printf("stale %llu\nfailed %llu\n", (unsigned long long)st.cache_stale,
-              (unsigned long long)(st.fill_failed_size + st.fill_failed_off_stack + st.fill_failed_register +
-                                   st.fill_failed_walk));
+  const std::uint64_t failed = st.fill_failed_size + st.fill_failed_off_stack + st.fill_failed_register +
+                               st.fill_failed_walk;
+  const std::pair<const char*, std::uint64_t> shown[] = {{"captures", st.captures}, {"hits", st.cache_hits},
+                                                         {"walks", st.walks},       {"rewalks", st.rewalks},
+                                                         {"fills", st.fills},       {"waits", st.fill_waits},
+                                                         {"stale", st.cache_stale}, {"failed", failed}};
+  for (const auto& [name, v] : shown) std::printf("%s %llu\n", name, static_cast<unsigned long long>(v));
   return 0;
 }
