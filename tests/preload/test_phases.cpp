@@ -88,7 +88,7 @@ std::map<std::string, long> counters(const std::string& out) {
 }
 
 // prog_stackmix MODE 12 K ONCE 30 on two threads: every capture counted, each thread's K + ONCE
-// stacks filled once and walked twice (the second miss fills), served from the cache after.
+// stacks filled once and walked about twice (the second miss fills), served from the cache after.
 void expect_each_stack_walked_twice(const char* mode, int k, int once) {
   ProgRun r = run("prog_stackmix", {mode, "12", std::to_string(k), std::to_string(once), "30"});
   ASSERT_EQ(r.status, 0) << r.err << r.out;
@@ -96,7 +96,9 @@ void expect_each_stack_walked_twice(const char* mode, int k, int once) {
   const long stacks = 2L * (k + once);
   EXPECT_EQ(c["captures"], 2L * 30 * (12 * k + once)) << r.out;
   EXPECT_EQ(c["fills"], stacks) << r.out;
-  EXPECT_LE(c["walks"], 2 * stacks) << r.out;
+  // Twice each in every run seen; the slack covers first misses of more keys than one set of
+  // the 4-way table holds (their hashes follow ASLR), and is far below a cache that misses.
+  EXPECT_LE(c["walks"], 3 * stacks) << r.out;
   EXPECT_EQ(c["failed"], 0) << r.out;
   EXPECT_EQ(c["hits"] + c["walks"], c["captures"]) << r.out;
 }
