@@ -210,6 +210,31 @@ TEST(StackCache, StacksAtOneStartAllStay) {
   d::recorder_stop(f::EndReason::stopped);
 }
 
+// The counters are per thread: 255 threads get a slot of their own, written inline, and the
+// threads after them share one, added to atomically. Every count must be in the sum, from the
+// threads with slots and from those past them, all running at once.
+TEST(StackStats, ThreadsPastTheSlotsAreAllCounted) {
+  constexpr int kThreads = 320, kBatch = 40, kCounts = 20000;
+  constexpr int kCaptures = static_cast<int>(d::StackCounter::captures);
+  constexpr int kFrames = static_cast<int>(d::StackCounter::native_frames);
+  std::uint64_t before[static_cast<int>(d::StackCounter::count)], after[static_cast<int>(d::StackCounter::count)];
+  d::stackstats_read(before);
+  for (int b = 0; b < kThreads / kBatch; ++b) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kBatch; ++t)
+      ts.emplace_back([] {
+        for (int i = 0; i < kCounts; ++i) {
+          d::stackstats_add(d::StackCounter::captures);
+          d::stackstats_add(d::StackCounter::native_frames, 3);
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  d::stackstats_read(after);
+  EXPECT_EQ(after[kCaptures] - before[kCaptures], std::uint64_t{kThreads} * kCounts);
+  EXPECT_EQ(after[kFrames] - before[kFrames], std::uint64_t{kThreads} * kCounts * 3);
+}
+
 #if defined(__x86_64__)
 // uint32_t gh_test_call_with_rbp(uint32_t (*fn)(), uint64_t value): calls fn with rbp set to
 // value, as code built without frame pointers does when it keeps data of its own in rbp across
