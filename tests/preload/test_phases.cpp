@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -112,6 +113,64 @@ TEST(Phases, StackCacheHoldsATrainingStepsStacks) { expect_each_stack_walked_twi
 // 30 stacks a thread that reach the allocator at one stack depth (one cache key). With 16 ways
 // a set they evicted each other: 4,240 walks of 15,000 captures.
 TEST(Phases, StackCacheHoldsThirtyStacksAtOneStart) { expect_each_stack_walked_twice("same", 20, 10); }
+
+namespace {
+// Each thread's allocations in order, each as its stack's frames as dumped (the main thread's
+// and the other's: prog_stackmix runs two).
+std::map<std::string, std::vector<std::string>> stacks_by_thread(const ProgRun& r) {
+  std::map<std::string, std::vector<std::string>> by;
+  if (r.status != 0 || r.traces.size() != 1) return by;
+  std::istringstream in(run_cmd(kBuild + "/gpuheap dump -q " + r.traces[0]).out);
+  std::map<std::string, std::string> frames;  // stack id: its ips
+  std::string pid;
+  for (std::string line; std::getline(in, line);) {
+    auto field = [&line](const std::string& k) {
+      std::size_t p = line.find(" " + k + "=");
+      if (p == std::string::npos) return std::string();
+      p += k.size() + 2;
+      return line.substr(p, line.find(' ', p) - p);
+    };
+    if (line.rfind("process ", 0) == 0) pid = field("pid");
+    else if (line.rfind("stack ", 0) == 0) frames[field("id")] = field("ips");
+    else if (line.rfind("alloc ", 0) == 0) by[field("tid") == pid ? "main" : "other"].push_back(frames[field("stack")]);
+  }
+  return by;
+}
+}  // namespace
+
+// Far more stacks at one start than a set has ways (160 a thread at one key): entries are
+// evicted, their ways written again with other stacks, and the set rations its fills. Every
+// allocation must still get the stack a full walk finds: run twice without address
+// randomisation, cache off and on, each thread's allocations have the same frames in turn.
+TEST(Phases, StackCacheServesWalkedStacksThroughEvictions) {
+  if (run_cmd("setarch -R true 2>&1").status != 0) GTEST_SKIP() << "setarch -R is not permitted here";
+  constexpr int kSteps = 8, kPerStep = 2 * 60 + 100;
+  std::map<std::string, std::vector<std::string>> by[2];
+  std::map<std::string, long> c;
+  for (int cache = 0; cache < 2; ++cache) {
+    ProgRun r = run("/usr/bin/setarch",
+                    {"-R", kProgs + "/prog_stackmix", "same", "2", "60", "100", std::to_string(kSteps)},
+                    {std::string("GPUHEAP_STACK_CACHE=") + (cache ? "1" : "0")});
+    ASSERT_EQ(r.status, 0) << r.err << r.out;
+    by[cache] = stacks_by_thread(r);
+    c = counters(r.out);
+  }
+  for (const char* t : {"main", "other"}) {
+    const std::vector<std::string>& walked = by[0][t];
+    const std::vector<std::string>& cached = by[1][t];
+    ASSERT_EQ(walked.size(), std::size_t{kSteps * kPerStep}) << t;
+    ASSERT_EQ(cached.size(), walked.size()) << t;
+    EXPECT_EQ(std::set<std::string>(walked.begin(), walked.end()).size(), 160u) << t;
+    std::size_t differ = 0, first = 0;
+    for (std::size_t i = 0; i < walked.size(); ++i)
+      if (cached[i] != walked[i] && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << t << ": allocations given another stack than the walked one, the first #" << first << ": "
+                          << cached[first] << " for " << walked[first];
+  }
+  // Not vacuous: stacks were served, and ways were filled again (32 a set, two threads).
+  EXPECT_GT(c["hits"], 0) << c["captures"];
+  EXPECT_GT(c["fills"], 2 * 32) << c["fills"];
+}
 
 TEST(Phases, ProgramWithoutPreloadFindsNoApi) {
   ProgRun r = run("prog_phases", {"absent"}, {}, false);
