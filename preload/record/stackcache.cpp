@@ -338,8 +338,8 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   Entry* at = way_to_fill(c, key, ips, nat);
   if (!at) return Fill::waited;
   Entry& e = *at;
-  const auto at_index = at - &c->e[0][0];
-  std::uint64_t& tag = c->tag[at_index / kWays][at_index % kWays];
+  const std::uint64_t set = key_hash(key) % kSets;  // way_to_fill's: a way of this set
+  std::uint64_t& tag = c->tag[set][at - c->e[set]];
   tag = 0;
   e.key.conf = 0;  // empty while being written
   unw_context_t uc;
