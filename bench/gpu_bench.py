@@ -173,6 +173,13 @@ def run_one(a, r, job, cfg):
     return rec
 
 
+def hit_shares(records, job, cfg):
+    """Each run's stacks served by the stack cache, as a share of the stacks it took: a stack
+    cost that does not fall with the cache on is a cache that misses."""
+    return [x["gpuheap_stack_stats"]["cache_hits"] / x["gpuheap_stack_stats"]["captures"] for x in records
+            if x["job"] == job and x["config"] == cfg and (x.get("gpuheap_stack_stats") or {}).get("captures")]
+
+
 def stack_line(st):
     """gpuheap's stack counters of a run, short: where its stacks' cost went."""
     if not st:
@@ -239,6 +246,7 @@ def per_job(records, job, configs):
                                             x["config"] == c and "trace_bytes" in x])},
            "errors": [{k: x[k] for k in ("round", "config", "rc", "error")} for x in records
                       if x["job"] == job and "error" in x]}
+    out["stack_cache_hit_share"] = {c: spread(v) for c in configs if (v := hit_shares(records, job, c))}
     d = by.get((0, "gpuheap_default"), {})
     out["gpuheap_allocs_per_step"] = d.get("allocs_per_step")
     out["gpuheap_reserved_peak"] = d.get("gpuheap_reserved_peak")
