@@ -221,6 +221,7 @@ TEST(StackStats, ThreadsPastTheSlotsAreAllCounted) {
   d::stackstats_read(before);
   for (int b = 0; b < kThreads / kBatch; ++b) {
     std::vector<std::thread> ts;
+    ts.reserve(kBatch);
     for (int t = 0; t < kBatch; ++t)
       ts.emplace_back([] {
         for (int i = 0; i < kCounts; ++i) {
