@@ -389,12 +389,13 @@ class TopLines:
                 self.cv.wait(left)
 
     def finish(self, timeout=60):
-        try:
-            err = self.proc.communicate(timeout=timeout)[1]
-        except subprocess.TimeoutExpired:
+        # stdout is the reader thread's: communicate() would read it too, taking the last lines.
+        self.reader.join(timeout)
+        if self.reader.is_alive():
             self.proc.kill()
             fail(f"top did not end within {timeout} s of the job's end (a hang)")
-        self.reader.join(10)
+        err = self.proc.stderr.read()  # a line or two: never fills the pipe before the end
+        self.proc.wait()
         return self.proc.returncode, err, [j for j in self.lines if j is not None]
 
 
