@@ -166,20 +166,27 @@ TraceFollower::~TraceFollower() {
 }
 
 // A compressed trace is a finished one (compressed after its process ended): the whole
-// stream, through the ordinary reader.
-void TraceFollower::read_compressed() {
+// stream, through the ordinary reader; with skip_head, the records after its snapshot only
+// (a rolling window's last segment going on where the one read before stopped).
+void TraceFollower::read_compressed(bool skip_head) {
   TraceReader rd(path_);
   format::Record r;
-  while (rd.next(r)) {
+  std::uint64_t fed = 0;
+  for (bool head = skip_head; rd.next(r);) {
+    if (head) {
+      head = !(r.type == format::RecordType::snapshot && r.snapshot.part == format::SnapshotPart::end);
+      continue;
+    }
     if (r.type == format::RecordType::phase && steps_.on_phase(r.phase) && step_cb_) step_cb_();
     if (record_cb_) record_cb_(r);
     model_->feed(r);
+    ++fed;
   }
-  records_ = rd.records();
+  records_ = skip_head ? records_ + fed : rd.records();
   has_end_ = rd.has_end();
   gone_ = !has_end_;
-  read_ = rd.file_pos();
-  ::close(fd_);
+  read_ += rd.file_pos();
+  if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
 }
 
@@ -209,7 +216,7 @@ std::size_t TraceFollower::decode(const unsigned char* p, std::size_t n) {
 std::uint64_t TraceFollower::poll() {
   if (fd_ < 0 || ended()) return 0;
   if (compressed_) {
-    read_compressed();
+    read_compressed(false);
     return read_;
   }
   std::uint64_t consumed = read_appended();
@@ -220,7 +227,8 @@ std::uint64_t TraceFollower::poll() {
 bool TraceFollower::follow_roll(std::uint64_t& consumed) {
   struct stat now {};
   struct stat mine {};
-  if (::stat(path_.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || ::fstat(fd_, &mine) != 0) return false;
+  if (::stat(path_.c_str(), &now) != 0) return follow_finished(consumed);
+  if (!S_ISREG(now.st_mode) || ::fstat(fd_, &mine) != 0) return false;
   if ((now.st_dev == mine.st_dev && now.st_ino == mine.st_ino) ||
       (now.st_dev == not_segment_.first && now.st_ino == not_segment_.second))
     return false;
@@ -253,19 +261,51 @@ bool TraceFollower::follow_roll(std::uint64_t& consumed) {
   return true;
 }
 
-void TraceFollower::reseed(int fd, bool compact, std::uint64_t& consumed) {
-  const std::unique_ptr<Model> prev = std::move(model_);
+// The path is gone: `gpuheap run` finished the trace (stored its symbols, compressed it to
+// TRACE.zst, removed TRACE) after its process rolled to a segment not read yet and exited.
+// The finished trace is that last segment, whole: it is read as a roll is followed (its head
+// skipped when the events go on, else a new Model from its snapshot). Without TRACE.zst the
+// old segment stays, the trace incomplete.
+bool TraceFollower::follow_finished(std::uint64_t& consumed) {
+  const std::string done = path_ + ".zst";
+  struct stat st {};
+  if (::stat(done.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  consumed += read_appended();  // the old segment to its end first
+  if (ended()) return false;
+  std::uint64_t events_before = 0;
+  {
+    TraceReader rd(done);
+    format::Record r;
+    bool got = false;
+    while ((got = rd.next(r)) && format::is_table_record(r.type)) {
+    }
+    // No snapshot after the tables: no segment of a rolling window, left alone.
+    if (!got || r.type != format::RecordType::snapshot || r.snapshot.part != format::SnapshotPart::begin) return false;
+    events_before = r.snapshot.events_before;
+  }
+  ++rolls_;
+  path_ = done;
+  const bool goes_on = events_before == events_;
+  std::unique_ptr<Model> prev = goes_on ? nullptr : new_model();
+  const std::uint64_t before = read_;
+  read_compressed(goes_on);
+  consumed += read_ - before;
+  if (prev) keep_peaks(*prev);
+  return true;
+}
+
+std::unique_ptr<Model> TraceFollower::new_model() {
+  std::unique_ptr<Model> prev = std::move(model_);
   model_ = std::make_unique<Model>(path_);
   ++missed_;
   if (new_model_cb_) new_model_cb_();
-  ::close(fd_);
-  fd_ = fd, off_ = format::kFileHeaderSize, read_ += off_, at_zeros_ = false;
-  compact_ = format::CompactState{};
-  compact_.enabled = compact;
-  consumed += read_appended();
-  // The seeded Model's statistics start from the live set; the peaks this follower saw before
-  // stay (the run reached them).
-  for (const auto& od : prev->devices)
+  return prev;
+}
+
+// The seeded Model's statistics start from the live set; the peaks this follower saw before
+// stay (the run reached them).
+void TraceFollower::keep_peaks(const Model& prev) {
+  for (const auto& od : prev.devices)
     for (auto& nd : model_->devices) {
       if (nd.device != od.device) continue;
       for (int p = 0; p < 3; ++p)
@@ -274,7 +314,18 @@ void TraceFollower::reseed(int fd, bool compact, std::uint64_t& consumed) {
     }
 }
 
+void TraceFollower::reseed(int fd, bool compact, std::uint64_t& consumed) {
+  const std::unique_ptr<Model> prev = new_model();
+  ::close(fd_);
+  fd_ = fd, off_ = format::kFileHeaderSize, read_ += off_, at_zeros_ = false;
+  compact_ = format::CompactState{};
+  compact_.enabled = compact;
+  consumed += read_appended();
+  keep_peaks(*prev);
+}
+
 std::uint64_t TraceFollower::read_appended() {
+  if (fd_ < 0) return 0;  // a finished trace read whole (follow_finished)
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw InputError(fmt::format("{}: cannot stat: {}", path_, std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(st.st_size);

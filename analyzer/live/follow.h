@@ -22,7 +22,9 @@
 // otherwise a segment was replaced before it could be read (two rolls between polls), and a
 // new Model is seeded from the snapshot, which is exact for the peak held, the live set and
 // the per-site totals (model_seed.cpp). A file at the path that no snapshot heads is not a
-// segment and is left alone; TRACE.roll, not yet renamed, is never opened.
+// segment and is left alone; TRACE.roll, not yet renamed, is never opened. A path gone with
+// TRACE.zst there (`gpuheap run` finished the trace after a roll not followed yet) is followed
+// as a roll to that finished segment.
 #pragma once
 
 #include <sys/types.h>
@@ -102,10 +104,13 @@ class TraceFollower {
 
  private:
   std::size_t decode(const unsigned char* p, std::size_t n);  // whole frames fed; bytes used
-  void read_compressed();
+  void read_compressed(bool skip_head);
   std::uint64_t read_appended();                               // poll()'s read of the open file
   bool follow_roll(std::uint64_t& consumed);                   // the path names the next segment: moved to it
   void reseed(int fd, bool compact, std::uint64_t& consumed);  // a segment missed: a new Model
+  bool follow_finished(std::uint64_t& consumed);               // the path gone: TRACE.zst read
+  std::unique_ptr<Model> new_model();                          // a segment missed: returns the old one
+  void keep_peaks(const Model& prev);                          // the peaks the old Model saw
 
   std::string path_;
   int fd_ = -1;

@@ -297,6 +297,7 @@ void Job::Impl::poll(Followed& t) {
     const auto& info = t.f->model().info;
     const bool gone = info.have_process && info.hostname == host && process_gone(info.pid);
     t.f->poll();
+    if (t.f->path() != t.path) known.insert(t.path = t.f->path());  // moved on to TRACE.zst
     if (t.f->segments_missed() && missed_noted.insert(t.path).second)
       note(
           fmt::format("{}: a segment of the rolling window was replaced before it could be read; the figures "

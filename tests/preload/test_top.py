@@ -3,7 +3,7 @@
 (ctest Top.*). The job is prog_grow (one more allocation of N MiB at step N, inside a
 "step" range).
 
-  test_top.py BUILD_DIR growth|killed|run_live|tmux|categories|rolling|rolling_missed
+  test_top.py BUILD_DIR growth|killed|run_live|tmux|categories|rolling|rolling_missed|rolling_compressed
 
 growth:   top --interval 0.2 --json follows the job: the JSON lines show the growth in order,
           and the last one equals `gpuheap summary --json` of the finished trace.
@@ -21,6 +21,11 @@ rolling:  a job under a rolling window (GPUHEAP_AGGREGATE=64KiB, prog_roll) roll
 rolling_missed: the same, with top stopped (SIGSTOP) while one step rolls the trace at least
           twice: top goes on from the newest segment's snapshot (current, peak held and live
           sites exact, a note, the step number unknown) and ends equal to the summary.
+rolling_compressed: top (following the trace file) stopped (SIGSTOP) before the last step,
+          which rolls the trace once, then (a second job) two or more times; the job exits and its trace is finished as
+          `gpuheap run` finishes it (symbolized, compressed to TRACE.zst, TRACE removed) before
+          top goes on: top ends "process ended" on the finished trace's figures (equal to its
+          summary), never on the segment it had open (flagged incomplete).
 categories: a job shaped like a PyTorch one (py/torch_shaped.py) followed with --json: the
           live bytes by category, provisional while it runs, final in the last line, where
           parameter and optimizer_state equal `summary --json`'s categories live at the end;
@@ -494,6 +499,82 @@ def follow_rolls(e, job, top, go, steps, big):
           f"step's growth shown, final = summary of the window")
 
 
+def case_rolling_compressed(e):
+    # The last step makes 3 x the churn (a segment's events or more: one roll or two) or 8 x
+    # (two or more: the segment before the finished one never read).
+    for big_churn in (3 * 800, 8 * 800):
+        godir = os.path.join(e.dir, f"go{big_churn}")
+        os.mkdir(godir)
+        one_job_finished_unseen(e, godir, big_churn)
+        for t in e.traces():
+            os.unlink(t)
+
+
+def one_job_finished_unseen(e, godir, big_churn):
+    steps, churn = 6, 800
+    go = lambda k: open(os.path.join(godir, f"go.{k}"), "w").close()  # noqa: E731
+    job = e.start_roll(steps, churn, godir, steps, big_churn)
+    top = None
+    try:
+        go(1)
+        wait_line(job, "step 1")
+        trace = e.traces()[0]
+        top = TopLines(e, "--interval", 0.2, "--json", trace)
+        finish_then_refresh(e, job, top, go, steps, trace)
+    finally:  # on a failure: neither may outlive the test (ctest waits for its output pipes)
+        for proc in (job, top and top.proc):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def finish_then_refresh(e, job, top, go, steps, trace):
+    cum = lambda k: sum(range(1, k + 1)) * MIB  # noqa: E731
+
+    def current(j):
+        return j["processes"] and j["processes"][0]["devices"] and \
+            device0(j["processes"][0])["requested_bytes"]["current"]
+
+    for k in range(2, steps):
+        go(k)
+        wait_line(job, f"step {k}")
+        top.wait(f"step {k}'s bytes ({cum(k)})", lambda j: current(j) == cum(k))
+    before = window_segment(e, trace)
+    os.kill(top.proc.pid, signal.SIGSTOP)
+    go(steps)
+    job.stdout.read()
+    if job.wait() != 0:
+        fail(f"the job exited {job.returncode}")
+    rolls = window_segment(e, trace) - before
+    if rolls < 1:
+        fail(f"the last step rolled the trace {rolls} times (want 1 or more)")
+    for cmd in ("symbolize", "compress"):  # as `gpuheap run` finishes it (run_finish.cpp)
+        r = subprocess.run([e.gpuheap, cmd, trace], env=e.env, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"gpuheap {cmd} failed: {r.stderr}")
+    if os.path.exists(trace) or not os.path.exists(trace + ".zst"):
+        fail(f"compress left {os.listdir(e.dir)}")
+    os.kill(top.proc.pid, signal.SIGCONT)
+    rc, err, snaps = top.finish()
+    last = snaps[-1]
+    p = last["processes"][0]
+    if rc != 0 or "process ended" not in err or last.get("message") != "process ended" or p["state"] != "ended":
+        fail(f"top exited {rc}, state {p['state']}, notes {last['notes']}, stderr {err!r}")
+    notes = last["notes"]
+    missed = [n for n in notes if "replaced before it could be read" in n]
+    if len(notes) != len(missed) or (rolls > 1) != bool(missed):
+        fail(f"after {rolls} rolls: notes {notes}")
+    want_step = steps if rolls == 1 else None  # two rolls unread: a segment's steps missed
+    if p["step"] != {"name": "step", "number": want_step}:
+        fail(f"after {rolls} rolls: step {p['step']} (want number {want_step})")
+    growth = [x["growth"] for x in device0(p)["steps"]]
+    if rolls == 1 and growth != [i * MIB for i in range(1, steps)] + [None]:
+        fail(f"after one roll: per-step growth {growth}")
+    check_window_final(e, p, trace + ".zst")
+    print(f"rolling_compressed: {rolls} roll(s) then exit and compression while top was stopped; "
+          f"final = summary of {os.path.basename(trace)}.zst")
+
+
 def check_window_final(e, p, trace):
     """The last line against `gpuheap summary --json` of the finished window: what stays exact."""
     r = subprocess.run([e.gpuheap, "summary", "--json", trace], env=e.env, capture_output=True, text=True)
@@ -526,7 +607,7 @@ def main():
     try:
         {"growth": case_growth, "killed": case_killed, "run_live": case_run_live, "tmux": case_tmux,
          "categories": case_categories, "rolling": case_rolling,
-         "rolling_missed": lambda e: case_rolling(e, missed=True)}[sys.argv[2]](e)
+         "rolling_missed": lambda e: case_rolling(e, missed=True), "rolling_compressed": case_rolling_compressed}[sys.argv[2]](e)
     finally:
         shutil.rmtree(e.dir, ignore_errors=True)
     return 0
