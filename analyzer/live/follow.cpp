@@ -276,11 +276,14 @@ bool TraceFollower::follow_finished(std::uint64_t& consumed) {
   {
     TraceReader rd(done);
     format::Record r;
-    bool got = false;
-    while ((got = rd.next(r)) && format::is_table_record(r.type)) {
-    }
-    // No snapshot after the tables: no segment of a rolling window, left alone.
-    if (!got || r.type != format::RecordType::snapshot || r.snapshot.part != format::SnapshotPart::begin) return false;
+    bool got = false, same_process = false;
+    while ((got = rd.next(r)) && format::is_table_record(r.type))
+      if (r.type == format::RecordType::process) same_process = is_this_process(r.process);
+    // No snapshot after the tables: no segment of a rolling window, left alone; nor another
+    // process's trace that happens to lie there (a TRACE.zst left by an earlier run).
+    if (!got || !same_process || r.type != format::RecordType::snapshot ||
+        r.snapshot.part != format::SnapshotPart::begin)
+      return false;
     events_before = r.snapshot.events_before;
   }
   ++rolls_;
@@ -292,6 +295,13 @@ bool TraceFollower::follow_finished(std::uint64_t& consumed) {
   consumed += read_ - before;
   if (prev) keep_peaks(*prev);
   return true;
+}
+
+// The process this follower has read the trace of: the same pid, host and start times.
+bool TraceFollower::is_this_process(const format::ProcessRecord& p) const {
+  const TraceInfo& mine = model_->info;
+  return mine.have_process && p.pid == mine.pid && p.wall_ns == mine.wall_ns && p.mono_ns == mine.mono_ns &&
+         p.hostname == mine.hostname;
 }
 
 std::unique_ptr<Model> TraceFollower::new_model() {

@@ -109,6 +109,7 @@ class TraceFollower {
   bool follow_roll(std::uint64_t& consumed);                   // the path names the next segment: moved to it
   void reseed(int fd, bool compact, std::uint64_t& consumed);  // a segment missed: a new Model
   bool follow_finished(std::uint64_t& consumed);               // the path gone: TRACE.zst read
+  bool is_this_process(const format::ProcessRecord& p) const;  // the process record read before
   std::unique_ptr<Model> new_model();                          // a segment missed: returns the old one
   void keep_peaks(const Model& prev);                          // the peaks the old Model saw
 

@@ -25,7 +25,8 @@ rolling_compressed: top (following the trace file) stopped (SIGSTOP) before the 
           which rolls the trace once, then (a second job) two or more times; the job exits and its trace is finished as
           `gpuheap run` finishes it (symbolized, compressed to TRACE.zst, TRACE removed) before
           top goes on: top ends "process ended" on the finished trace's figures (equal to its
-          summary), never on the segment it had open (flagged incomplete).
+          summary), never on the segment it had open (flagged incomplete). A third job's
+          TRACE.zst is another process's finished trace: top leaves it alone (gone, incomplete).
 categories: a job shaped like a PyTorch one (py/torch_shaped.py) followed with --json: the
           live bytes by category, provisional while it runs, final in the last line, where
           parameter and optimizer_state equal `summary --json`'s categories live at the end;
@@ -508,9 +509,14 @@ def case_rolling_compressed(e):
         one_job_finished_unseen(e, godir, big_churn)
         for t in e.traces():
             os.unlink(t)
+    # Another process's finished trace at TRACE.zst (an earlier run's), TRACE removed: not
+    # this job's, so top must not take its figures: the job is gone, its trace incomplete.
+    godir = os.path.join(e.dir, "go-foreign")
+    os.mkdir(godir)
+    one_job_finished_unseen(e, godir, 3 * 800, foreign=True)
 
 
-def one_job_finished_unseen(e, godir, big_churn):
+def one_job_finished_unseen(e, godir, big_churn, foreign=False):
     steps, churn = 6, 800
     go = lambda k: open(os.path.join(godir, f"go.{k}"), "w").close()  # noqa: E731
     job = e.start_roll(steps, churn, godir, steps, big_churn)
@@ -520,7 +526,7 @@ def one_job_finished_unseen(e, godir, big_churn):
         wait_line(job, "step 1")
         trace = e.traces()[0]
         top = TopLines(e, "--interval", 0.2, "--json", trace)
-        finish_then_refresh(e, job, top, go, steps, trace)
+        finish_then_refresh(e, job, top, go, steps, trace, foreign)
     finally:  # on a failure: neither may outlive the test (ctest waits for its output pipes)
         for proc in (job, top and top.proc):
             if proc and proc.poll() is None:
@@ -528,7 +534,29 @@ def one_job_finished_unseen(e, godir, big_churn):
                 proc.wait()
 
 
-def finish_then_refresh(e, job, top, go, steps, trace):
+def foreign_finished_trace(e, trace):
+    """A second prog_roll job run to its end (every go file there first), its trace finished
+    and moved to TRACE.zst; TRACE removed."""
+    godir = os.path.join(e.dir, "go-other")
+    os.mkdir(godir)
+    for k in range(1, 4):
+        open(os.path.join(godir, f"go.{k}"), "w").close()
+    mine = set(e.traces())
+    other = e.start_roll(3, 800, godir)
+    other.stdout.read()
+    if other.wait() != 0:
+        fail(f"the second job exited {other.returncode}")
+    new = [t for t in e.traces() if t not in mine]
+    if len(new) != 1:
+        fail(f"the second job's trace: {new}")
+    r = subprocess.run([e.gpuheap, "compress", new[0]], env=e.env, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"gpuheap compress failed: {r.stderr}")
+    os.rename(new[0] + ".zst", trace + ".zst")
+    os.unlink(trace)
+
+
+def finish_then_refresh(e, job, top, go, steps, trace, foreign=False):
     cum = lambda k: sum(range(1, k + 1)) * MIB  # noqa: E731
 
     def current(j):
@@ -548,7 +576,9 @@ def finish_then_refresh(e, job, top, go, steps, trace):
     rolls = window_segment(e, trace) - before
     if rolls < 1:
         fail(f"the last step rolled the trace {rolls} times (want 1 or more)")
-    for cmd in ("symbolize", "compress"):  # as `gpuheap run` finishes it (run_finish.cpp)
+    if foreign:
+        foreign_finished_trace(e, trace)
+    for cmd in () if foreign else ("symbolize", "compress"):  # as `gpuheap run` finishes it
         r = subprocess.run([e.gpuheap, cmd, trace], env=e.env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"gpuheap {cmd} failed: {r.stderr}")
@@ -558,6 +588,10 @@ def finish_then_refresh(e, job, top, go, steps, trace):
     rc, err, snaps = top.finish()
     last = snaps[-1]
     p = last["processes"][0]
+    if foreign:
+        if p["state"] != "gone" or not any("incomplete" in n for n in last["notes"]):
+            fail(f"top took another process's trace: state {p['state']}, notes {last['notes']}")
+        return
     if rc != 0 or "process ended" not in err or last.get("message") != "process ended" or p["state"] != "ended":
         fail(f"top exited {rc}, state {p['state']}, notes {last['notes']}, stderr {err!r}")
     notes = last["notes"]
