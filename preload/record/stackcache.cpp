@@ -239,9 +239,9 @@ std::uint64_t* second_miss(Cache* c, std::uint64_t h) {
   return nullptr;
 }
 
-// The entry a walked stack goes to, or nullptr when it is not to be cached now (above).
-Entry* way_to_fill(Cache* c, const StackKey& key, const std::uint64_t* ips, int nat) {
-  const std::uint64_t h = key_hash(key);
+// The entry a walked stack goes to (a way of set h % kSets, h the key's hash), or nullptr when
+// it is not to be cached now (above).
+Entry* way_to_fill(Cache* c, const StackKey& key, std::uint64_t h, const std::uint64_t* ips, int nat) {
   Entry* set = c->e[h % kSets];
   const std::uint64_t* tags = c->tag[h % kSets];
   for (int w = 0; w < kWays; ++w) {
@@ -335,11 +335,11 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   if (!stack_bounds(static_cast<std::uintptr_t>(key.sp0), &lo, &hi)) return Fill::failed_off_stack;
   Cache* c = cache();
   if (!c) return Fill::failed_size;
-  Entry* at = way_to_fill(c, key, ips, nat);
+  const std::uint64_t h = key_hash(key);
+  Entry* at = way_to_fill(c, key, h, ips, nat);
   if (!at) return Fill::waited;
   Entry& e = *at;
-  const std::uint64_t set = key_hash(key) % kSets;  // way_to_fill's: a way of this set
-  std::uint64_t& tag = c->tag[set][at - c->e[set]];
+  std::uint64_t& tag = c->tag[h % kSets][at - c->e[h % kSets]];
   tag = 0;
   e.key.conf = 0;  // empty while being written
   unw_context_t uc;
@@ -366,7 +366,7 @@ Fill fill(const StackKey& key, void* const* raw, int start, int last, bool ended
   e.gen = g_gen.load(std::memory_order_relaxed);
   e.id = id;
   e.key.conf = key.conf;  // complete
-  tag = tag_of(key_hash(key));
+  tag = tag_of(h);
   return Fill::made;
 #else
   (void)key, (void)raw, (void)start, (void)last, (void)ended, (void)ips, (void)nat, (void)id;
